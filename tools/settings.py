@@ -1,0 +1,68 @@
+"""The one settings object. Built once in main() and passed down; library code never reads
+os.environ itself. Every field can be set with a HARNESSLAB_<FIELD> environment variable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_state_dir() -> Path:
+    return Path.home() / ".local" / "state" / "harnesslab"
+
+
+class Settings(BaseSettings):
+    """Toolkit settings (env prefix HARNESSLAB_)."""
+
+    model_config = SettingsConfigDict(env_prefix="HARNESSLAB_", extra="ignore")
+
+    state_dir: Path = Field(
+        default_factory=_default_state_dir,
+        description="Per-user state outside every workspace: hidden-case secrets, caches.",
+    )
+    python: str = Field(
+        default=sys.executable,
+        description="Python interpreter that runs the GPU-side runner on the local executor.",
+    )
+    remote_python: str = Field(
+        default="python3", description="Python interpreter on the GPU host (SSH executor)."
+    )
+    interpret: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        description="Triton interpreter on the CPU: auto = only when no CUDA GPU is visible.",
+    )
+    eval_timeout_s: float = Field(
+        default=300.0, gt=0, description="Wall-clock limit for one runner invocation."
+    )
+    # Remote GPU host (SSH executor). Empty gpu_host means the local executor.
+    gpu_host: str = Field(
+        default="",
+        description="user@host[:port] or an ~/.ssh/config alias; comma-separated for several hosts.",
+    )
+    ssh_port: int | None = Field(default=None, description="SSH port (default from ssh config, 22).")
+    ssh_user: str | None = Field(default=None, description="SSH login user.")
+    ssh_key: Path | None = Field(default=None, description="Private key file for SSH.")
+    known_hosts: Path | None = Field(
+        default=None, description="known_hosts file (default ~/.ssh/known_hosts); always checked."
+    )
+    accept_new_host_key: bool = Field(
+        default=False,
+        description="Trust an unknown host key on first connect and record it (never silent).",
+    )
+    remote_root: str = Field(
+        default="~/.cache/harnesslab", description="Folder on the GPU host for synced workspaces."
+    )
+    gpus: str = Field(
+        default="",
+        description="GPU indices to use per host, e.g. '0,1'; empty = one GPU (index 0).",
+    )
+
+    def secrets_dir(self) -> Path:
+        return self.state_dir / "secrets"
+
+
+__all__ = ["Settings"]
