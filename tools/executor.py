@@ -12,7 +12,7 @@ import shutil
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import anyio
@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from .errors import ExecutorError
 
 KILL_GRACE_S = 2.0
+LineSink = Callable[[str], Awaitable[None] | None]
 
 
 class CommandResult(BaseModel):
@@ -55,12 +56,14 @@ class Executor(ABC):
         timeout_s: float,
         stdin: bytes | None = None,
         max_output_bytes: int = 8 << 20,
+        on_line: LineSink | None = None,
     ) -> CommandResult:
         """Run argv in a new process group; on timeout or cancel kill the group.
 
         A timeout returns a result with timed_out=True and exit_code None (it does not raise);
         a cancel kills the group and re-raises the cancellation. Failures to start raise
-        ExecutorError(started=False)."""
+        ExecutorError(started=False). `on_line` receives each stdout line as it arrives
+        (progress events); the whole stdout is still returned."""
 
     @abstractmethod
     async def sync_tree(self, local_dir: Path, remote_dir: str) -> list[str]:
@@ -92,13 +95,27 @@ async def terminate_group(process: Process, grace_s: float = KILL_GRACE_S) -> No
         await process.wait()
 
 
-async def _drain(stream, sink: bytearray, limit: int) -> None:
+async def _drain(stream, sink: bytearray, limit: int, on_line: LineSink | None = None) -> None:
     if stream is None:
         return
+    pending = b""
     async for chunk in stream:
         sink.extend(chunk)
         if len(sink) > limit:  # keep the tail: the end of a log says what went wrong
             del sink[: len(sink) - limit]
+        if on_line is not None:
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                await emit_line(on_line, line.decode(errors="replace"))
+    if on_line is not None and pending:
+        await emit_line(on_line, pending.decode(errors="replace"))
+
+
+async def emit_line(on_line: LineSink, line: str) -> None:
+    maybe = on_line(line)
+    if maybe is not None:
+        await maybe
 
 
 class LocalExecutor(Executor):
@@ -122,6 +139,7 @@ class LocalExecutor(Executor):
         timeout_s: float,
         stdin: bytes | None = None,
         max_output_bytes: int = 8 << 20,
+        on_line: LineSink | None = None,
     ) -> CommandResult:
         full_env = dict(os.environ)
         if env:
@@ -147,7 +165,7 @@ class LocalExecutor(Executor):
         try:
             with anyio.move_on_after(timeout_s) as scope:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_drain, process.stdout, out, max_output_bytes)
+                    tg.start_soon(_drain, process.stdout, out, max_output_bytes, on_line)
                     tg.start_soon(_drain, process.stderr, err, max_output_bytes)
                     if stdin is not None and process.stdin is not None:
                         await process.stdin.send(stdin)
@@ -189,4 +207,4 @@ class LocalExecutor(Executor):
         return changed
 
 
-__all__ = ["CommandResult", "Executor", "LocalExecutor", "terminate_group"]
+__all__ = ["CommandResult", "Executor", "LineSink", "LocalExecutor", "emit_line", "terminate_group"]

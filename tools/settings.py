@@ -43,7 +43,9 @@ class Settings(BaseSettings):
         default="",
         description="user@host[:port] or an ~/.ssh/config alias; comma-separated for several hosts.",
     )
-    ssh_port: int | None = Field(default=None, description="SSH port (default from ssh config, 22).")
+    ssh_port: int | None = Field(
+        default=None, description="SSH port (default from ssh config, 22)."
+    )
     ssh_user: str | None = Field(default=None, description="SSH login user.")
     ssh_key: Path | None = Field(default=None, description="Private key file for SSH.")
     known_hosts: Path | None = Field(

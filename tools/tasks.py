@@ -86,8 +86,10 @@ class FinalDomain(BaseModel):
                 shape[key] = rng.choice(opts)
             if i < len(self.require):
                 shape.update(self.require[i])
-            dtype = self.dtypes[i % len(self.dtypes)] if i < len(self.dtypes) else rng.choice(
-                self.dtypes
+            dtype = (
+                self.dtypes[i % len(self.dtypes)]
+                if i < len(self.dtypes)
+                else rng.choice(self.dtypes)
             )
             dims = "x".join(str(shape[k]) for k in shape)
             cases.append(Case(name=f"{prefix}{i}_{dims}_{_short(dtype)}", dtype=dtype, shape=shape))

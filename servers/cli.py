@@ -1,0 +1,127 @@
+"""`harnesslab` command line. Exit codes: 0 success/passed, 1 candidate failed or rejected,
+2 usage or environment error (the message says what to fix)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from harnesslab.tools.errors import HarnesslabError
+from harnesslab.tools.settings import Settings
+
+from . import report
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Handler]] = {}
+
+
+def command(name: str, help_text: str, add_args: Callable[[argparse.ArgumentParser], None]):
+    """Register a subcommand: `add_args` declares its arguments, the decorated handler runs it."""
+
+    def bind(handler: Handler) -> Handler:
+        COMMANDS[name] = (add_args, handler)
+        _HELP[name] = help_text
+        return handler
+
+    return bind
+
+
+_HELP: dict[str, str] = {}
+
+
+def add_executor_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("GPU host (default: this machine; Triton interpreter without a GPU)")
+    g.add_argument(
+        "--gpu-host", help="user@host[:port] or ssh-config alias; comma-separated for several"
+    )
+    g.add_argument("--ssh-key", type=Path, help="private key for the GPU host")
+    g.add_argument("--known-hosts", type=Path, help="known_hosts file (default ~/.ssh/known_hosts)")
+    g.add_argument(
+        "--accept-new-host-key", action="store_true", help="trust and record an unknown host key"
+    )
+    g.add_argument("--gpus", help="GPU indices per host, e.g. 0,1")
+    g.add_argument(
+        "--interpret", choices=["auto", "always", "never"], help="Triton CPU interpreter"
+    )
+
+
+def settings_from(args: argparse.Namespace, base: Settings) -> Settings:
+    updates: dict[str, Any] = {}
+    for field, attr in (
+        ("gpu_host", "gpu_host"),
+        ("ssh_key", "ssh_key"),
+        ("known_hosts", "known_hosts"),
+        ("gpus", "gpus"),
+        ("interpret", "interpret"),
+    ):
+        value = getattr(args, attr, None)
+        if value:
+            updates[field] = value
+    if getattr(args, "accept_new_host_key", False):
+        updates["accept_new_host_key"] = True
+    return base.model_copy(update=updates)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harnesslab",
+        description="MCP toolkit for agents that optimize GPU kernels.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (add_args, _) in COMMANDS.items():
+        p = sub.add_parser(name, help=_HELP[name], description=_HELP[name])
+        add_args(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Commands register themselves on import.
+    from . import commands  # noqa: F401
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        settings = settings_from(args, Settings())
+    except ValueError as exc:  # a bad HARNESSLAB_* variable
+        print(f"error: settings: {exc}", file=sys.stderr)
+        return 2
+    _, handler = COMMANDS[args.command]
+    try:
+        return handler(args, settings)
+    except HarnesslabError as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"status": "error", "error": exc.message, "next_step": exc.next_step}))
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.next_step:
+            print(f"next: {exc.next_step}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def run_async(fn, *args: Any) -> Any:
+    return anyio.run(fn, *args)
+
+
+def temp_workspace_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="harnesslab-demo-"))
+
+
+__all__ = ["COMMANDS", "command", "main", "report"]

@@ -1,0 +1,131 @@
+"""Core subcommands: init, eval, verify, demo. Other modules register more on import."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harnesslab.tools.launcher import build_launcher
+from harnesslab.tools.objective import run_objective
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.tasks import list_tasks
+from harnesslab.tools.verify import guarded_verify
+from harnesslab.tools.workspace import init_workspace, open_workspace
+
+from .cli import add_executor_args, command, run_async
+from .report import print_eval
+
+
+def progress_printer(enabled: bool):
+    def cb(done: float, total: float, message: str) -> None:
+        if enabled:
+            print(f"  [{int(done)}/{int(total)}] {message}", file=sys.stderr, flush=True)
+
+    return cb
+
+
+def workspace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-w", "--workspace", type=Path, default=Path("."), help="workspace folder (default .)"
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    add_executor_args(p)
+
+
+def _init_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workspace", type=Path, help="new folder for the workspace")
+    p.add_argument(
+        "--task",
+        default="rmsnorm_gate",
+        help=f"task name ({', '.join(list_tasks())}) or a task folder",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="overwrite task files in a non-empty folder"
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
+
+@command("init", "Create a workspace from a task template.", _init_args)
+def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
+    ws = init_workspace(args.task, args.workspace, force=args.force)
+    info = {
+        "status": "ok",
+        "workspace": str(ws.root),
+        "task": ws.task.name,
+        "editable": ws.task.editable,
+    }
+    if args.json:
+        print(json.dumps(info))
+    else:
+        print(
+            f"workspace {ws.root} ready for task {ws.task.name}; edit {', '.join(ws.task.editable)}"
+        )
+        print(f"next: harnesslab eval -w {ws.root}")
+    return 0
+
+
+def _eval_args(p: argparse.ArgumentParser) -> None:
+    workspace_args(p)
+    p.add_argument("--cases", help="comma-separated dev case names (default: all)")
+    p.add_argument("--warmup", type=int, help="untimed calls before timing (0..100)")
+    p.add_argument("--repeats", type=int, help="timed samples per case (1..200)")
+
+
+@command("eval", "Run the objective on the workspace's dev cases.", _eval_args)
+def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    ws = open_workspace(args.workspace)
+    cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
+
+    async def go():
+        launcher = build_launcher(settings)
+        try:
+            return await run_objective(
+                ws,
+                launcher,
+                cases=cases,
+                warmup=args.warmup,
+                repeats=args.repeats,
+                progress=progress_printer(not args.json),
+            )
+        finally:
+            await launcher.aclose()
+
+    result = run_async(go)
+    if args.json:
+        print(result.model_dump_json())
+    else:
+        print_eval(result, "eval (dev cases)")
+    return 0 if result.status == "passed" else 1
+
+
+def _verify_args(p: argparse.ArgumentParser) -> None:
+    workspace_args(p)
+    p.add_argument("--rotate", action="store_true", help="draw a new hidden case set (new secret)")
+
+
+@command(
+    "verify", "Guarded final verification on hidden cases; JSON verdict with --json.", _verify_args
+)
+def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    ws = open_workspace(args.workspace)
+
+    async def go():
+        launcher = build_launcher(settings)
+        try:
+            return await guarded_verify(
+                ws, launcher, settings, rotate=args.rotate, progress=progress_printer(not args.json)
+            )
+        finally:
+            await launcher.aclose()
+
+    verdict = run_async(go)
+    if args.json:
+        print(verdict.model_dump_json())
+    else:
+        print_eval(verdict.result, f"verify (hidden set {verdict.case_set})")
+        print(f"verdict: {verdict.verdict}")
+        for r in verdict.reasons:
+            print(f"  {r['code']}: {r['detail']}")
+    return 0 if verdict.verdict == "passed" else 1

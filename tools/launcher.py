@@ -1,0 +1,251 @@
+"""The launcher: stages files for the GPU-side runner, runs it on an executor slot (one GPU of
+one host) under that GPU's lock, and streams its JSON events back.
+
+A slot is (executor, GPU index). Two timing runs never overlap on one GPU: every runner call
+holds its slot's lock. Calls run in a fresh runner process (the guarded verify always does);
+warm workers plug in behind the same `call()` so callers never change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+from .errors import EnvironmentProblem, ExecutorError
+from .executor import Executor, LocalExecutor
+from .settings import Settings
+from .tasks import TaskSpec
+
+EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+
+def runner_source() -> bytes:
+    return (resources.files("harnesslab.tools") / "runner.py").read_bytes()
+
+
+def runner_digest() -> str:
+    return hashlib.sha256(runner_source()).hexdigest()
+
+
+class RunnerCall(BaseModel):
+    """What one runner invocation produced."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    result: dict[str, Any] | None
+    events: list[dict[str, Any]]
+    exit_code: int | None
+    timed_out: bool
+    stderr_tail: str
+    host: str
+    gpu_index: int
+    wall_s: float
+
+    def failure(self) -> str:
+        if self.timed_out:
+            return f"runner timed out after {self.wall_s:.0f}s and was killed"
+        tail = self.stderr_tail.strip().splitlines()[-1:] or ["no output"]
+        return f"runner exited with {self.exit_code}: {tail[0][:300]}"
+
+
+class _nullcontext:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class Slot:
+    def __init__(self, executor: Executor, gpu_index: int) -> None:
+        self.executor = executor
+        self.gpu_index = gpu_index
+        self.lock = anyio.Lock()
+        self.calls = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.executor.host}:gpu{self.gpu_index}"
+
+
+class Launcher:
+    def __init__(self, settings: Settings, executors: list[Executor] | None = None) -> None:
+        self.settings = settings
+        self.stage = settings.state_dir / "stage"
+        self.stage.mkdir(parents=True, exist_ok=True)
+        if executors is None:
+            executors = [LocalExecutor(settings.state_dir)]
+        gpus = [int(g) for g in settings.gpus.split(",") if g.strip()] or [0]
+        self.slots = [Slot(ex, g) for ex in executors for g in gpus]
+        self._sync_locks: dict[int, anyio.Lock] = {id(ex): anyio.Lock() for ex in executors}
+        self.last_env: dict[str, Any] | None = None
+
+    def probably_interpreted(self) -> bool:
+        """Whether runs land on the Triton CPU interpreter (no compile phase is worth having).
+        Known from the last runner result; before any, guessed from settings and nvidia-smi."""
+        if self.settings.interpret != "auto":
+            return self.settings.interpret == "always"
+        if self.last_env is not None:
+            return bool(self.last_env.get("interpret"))
+        local = all(isinstance(ex, LocalExecutor) for ex in self.executors)
+        return local and shutil.which("nvidia-smi") is None
+
+    @property
+    def executors(self) -> list[Executor]:
+        seen: dict[int, Executor] = {}
+        for s in self.slots:
+            seen.setdefault(id(s.executor), s.executor)
+        return list(seen.values())
+
+    # -- staging ------------------------------------------------------------------------------
+    def _stage_common(self, task: TaskSpec) -> None:
+        src = runner_source()
+        target = self.stage / "runner.py"
+        if not target.is_file() or target.read_bytes() != src:
+            target.write_bytes(src)
+        # The pristine runner is what runs: check the staged copy against the package's hash.
+        if hashlib.sha256(target.read_bytes()).hexdigest() != runner_digest():
+            raise EnvironmentProblem(
+                "staged runner.py does not match the installed package.",
+                next_step=f"delete {self.stage} and retry",
+            )
+        tdir = self.stage / "tasks" / task.name
+        tdir.mkdir(parents=True, exist_ok=True)
+        for p in task.root.glob("*.py"):
+            if p.name != "__init__.py":
+                dst = tdir / p.name
+                if not dst.is_file() or dst.read_bytes() != p.read_bytes():
+                    shutil.copy2(p, dst)
+
+    def stage_candidate(self, files: dict[str, bytes], digest: str) -> str:
+        folder = self.stage / "candidates" / digest
+        if not folder.is_dir():
+            tmp = self.stage / "candidates" / f".{digest}.{uuid.uuid4().hex[:6]}"
+            for rel, data in files.items():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / rel).write_bytes(data)
+            try:
+                tmp.rename(folder)
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)  # a concurrent call staged it first
+        return f"candidates/{digest}"
+
+    def remote(self, slot: Slot, rel: str) -> str:
+        return slot.executor.path("stage", rel)
+
+    def pick(self, prefer: int | None = None) -> Slot:
+        if prefer is not None:
+            return self.slots[prefer % len(self.slots)]
+        free = [s for s in self.slots if not s.lock.locked()]
+        return min(free or self.slots, key=lambda s: s.calls)
+
+    # -- calls --------------------------------------------------------------------------------
+    async def call(
+        self,
+        request: dict[str, Any],
+        *,
+        task: TaskSpec,
+        timeout_s: float | None = None,
+        on_event: EventSink | None = None,
+        slot: Slot | None = None,
+        exclusive: bool = True,
+    ) -> RunnerCall:
+        """Run one request in a fresh runner process on a slot, holding that GPU's lock.
+
+        `request` may use the placeholders "@stage/<rel>" for staged paths; they are resolved to
+        executor-side paths here. `exclusive=False` (compile-only work, no timing) skips the GPU
+        lock so compiles overlap with each other and with a timing run."""
+        slot = slot or self.pick()
+        timeout_s = timeout_s or self.settings.eval_timeout_s
+        self._stage_common(task)
+        req = json.loads(json.dumps(request))
+        req.setdefault("request_id", uuid.uuid4().hex[:12])
+        req["reference"] = self.remote(slot, f"tasks/{task.name}/reference.py")
+        for key in ("candidate_dir", "baseline_dir"):
+            if isinstance(req.get(key), str) and req[key].startswith("@stage/"):
+                req[key] = self.remote(slot, req[key][len("@stage/") :])
+        rel_req = f"requests/{req['request_id']}.json"
+        (self.stage / "requests").mkdir(exist_ok=True)
+        (self.stage / rel_req).write_text(json.dumps(req))
+        env = {
+            "CUDA_VISIBLE_DEVICES": str(slot.gpu_index),
+            "HARNESSLAB_RUNNER_INTERPRET": {"auto": "auto", "always": "1", "never": "never"}[
+                self.settings.interpret
+            ],
+            "PYTHONUNBUFFERED": "1",
+        }
+        python = (
+            self.settings.python
+            if isinstance(slot.executor, LocalExecutor)
+            else self.settings.remote_python
+        )
+        events: list[dict[str, Any]] = []
+
+        async def line_in(line: str) -> None:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                return
+            if isinstance(ev, dict):
+                events.append(ev)
+                if on_event is not None and ev.get("event") != "result":
+                    maybe = on_event(ev)
+                    if maybe is not None:
+                        await maybe
+
+        try:
+            async with slot.lock if exclusive else _nullcontext():
+                slot.calls += 1
+                async with self._sync_locks[id(slot.executor)]:
+                    await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
+                started = time.perf_counter()
+                res = await slot.executor.run(
+                    [python, self.remote(slot, "runner.py"), self.remote(slot, rel_req)],
+                    cwd=slot.executor.path("stage"),
+                    env=env,
+                    timeout_s=timeout_s,
+                    on_line=line_in,
+                )
+        finally:
+            (self.stage / rel_req).unlink(missing_ok=True)
+        result = next((ev for ev in reversed(events) if ev.get("event") == "result"), None)
+        if result is not None and isinstance(result.get("env"), dict):
+            self.last_env = result["env"]
+        return RunnerCall(
+            result=result,
+            events=events,
+            exit_code=res.exit_code,
+            timed_out=res.timed_out,
+            stderr_tail=res.stderr_tail(),
+            host=slot.executor.host,
+            gpu_index=slot.gpu_index,
+            wall_s=time.perf_counter() - started,
+        )
+
+    async def aclose(self) -> None:
+        for ex in self.executors:
+            try:
+                await ex.aclose()
+            except ExecutorError:
+                pass
+
+
+def build_launcher(settings: Settings) -> Launcher:
+    """Local executor by default; SSH executors (one per host) when settings.gpu_host is set."""
+    if not settings.gpu_host:
+        return Launcher(settings)
+    from .ssh import executors_from_settings
+
+    return Launcher(settings, executors_from_settings(settings))
+
+
+__all__ = ["Launcher", "RunnerCall", "Slot", "build_launcher", "runner_digest", "runner_source"]

@@ -1,0 +1,74 @@
+"""Typed results crossing the library boundary (the MCP servers return these as structured
+output). Units live in the names."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class CaseResult(BaseModel):
+    name: str
+    dtype: str
+    shape: dict[str, int] = Field(default_factory=dict)
+    rows: int | None = None
+    dim: int | None = None
+    passed: bool
+    status: Literal["passed", "failed", "error", "timeout"] = "failed"
+    reason: str = ""
+    median_us: float | None = None
+    p10_us: float | None = None
+    p90_us: float | None = None
+    spread: float | None = Field(default=None, description="(p90-p10)/median")
+    launch_overhead_us: float | None = Field(
+        default=None, description="single eager call minus device time: host launch latency"
+    )
+    gbps: float | None = None
+    pct_of_copy_bw: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    timing_method: str | None = None
+
+
+class EnvInfo(BaseModel):
+    device: str = "unknown"
+    torch: str | None = None
+    triton: str | None = None
+    cuda: str | None = None
+    driver: str | None = None
+    host: str | None = None
+    gpu_index: str | None = None
+    meaningful: bool = False
+
+
+class EvalResult(BaseModel):
+    """One evaluation of the workspace as it stood."""
+
+    status: Literal["passed", "failed", "error"]
+    score_us: float | None = Field(
+        description="sum of per-case median device time; lower is better"
+    )
+    meaningful: bool = Field(description="false on the Triton CPU interpreter: timings say nothing")
+    reason: str = ""
+    cases: list[CaseResult]
+    candidate: str = Field(description="sha256 prefix over the editable files")
+    config: dict[str, Any] = Field(default_factory=dict)
+    mode: str = "dev"
+    record_id: str | None = None
+    best_score_us: float | None = None
+    delta_vs_best_pct: float | None = Field(
+        default=None, description="(score - best)/best*100; negative is faster"
+    )
+    is_new_best: bool = False
+    geomean_pct_of_copy_bw: float | None = None
+    copy_gbps: float | None = None
+    env: EnvInfo = Field(default_factory=EnvInfo)
+    seed: int | None = None
+    wall_s: float = 0.0
+
+    def table(self) -> list[dict[str, Any]]:
+        return [c.model_dump(exclude_none=True) for c in self.cases]
+
+
+__all__ = ["CaseResult", "EnvInfo", "EvalResult"]
