@@ -69,6 +69,21 @@ def settings_from(args: argparse.Namespace, base: Settings) -> Settings:
     return base.model_copy(update=updates)
 
 
+# Modules that register subcommands on import (each owns its commands).
+COMMAND_MODULES = ("commands", "serve_cmd", "meta_cmd", "run_cmd", "lab_cmd")
+
+
+def load_commands() -> None:
+    import importlib  # noqa: PLC0415
+
+    for mod in COMMAND_MODULES:
+        try:
+            importlib.import_module(f"harnesslab.servers.{mod}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"harnesslab.servers.{mod}":
+                raise
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="harnesslab",
