@@ -74,7 +74,7 @@ COMMAND_MODULES = ("commands", "serve_cmd", "meta_cmd", "run_cmd", "lab_cmd")
 
 
 def load_commands() -> None:
-    import importlib  # noqa: PLC0415
+    import importlib
 
     for mod in COMMAND_MODULES:
         try:

@@ -169,6 +169,7 @@ class Launcher:
         self._stage_common(task)
         req = json.loads(json.dumps(request))
         req.setdefault("request_id", uuid.uuid4().hex[:12])
+        req.setdefault("case_timeout_s", self.settings.case_timeout_s)
         req["reference"] = self.remote(slot, f"tasks/{task.name}/reference.py")
         for key in ("candidate_dir", "baseline_dir"):
             if isinstance(req.get(key), str) and req[key].startswith("@stage/"):

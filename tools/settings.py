@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     eval_timeout_s: float = Field(
         default=300.0, gt=0, description="Wall-clock limit for one runner invocation."
     )
+    case_timeout_s: float = Field(
+        default=60.0, gt=0, description="Limit for one case inside the runner (a hang fails it)."
+    )
     # Remote GPU host (SSH executor). Empty gpu_host means the local executor.
     gpu_host: str = Field(
         default="",

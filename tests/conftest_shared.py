@@ -1,0 +1,21 @@
+"""Helpers shared by test modules (not a conftest: imported explicitly)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harnesslab.tools.launcher import Launcher
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.workspace import Workspace, init_workspace
+
+
+def make_workspace(tmp_path: Path, task: str = "rmsnorm_gate") -> Workspace:
+    return init_workspace(task, tmp_path / "ws")
+
+
+def make_settings(tmp_path: Path, **overrides) -> Settings:
+    return Settings(state_dir=tmp_path / "state", **overrides)
+
+
+def make_launcher(tmp_path: Path, **overrides) -> Launcher:
+    return Launcher(make_settings(tmp_path, **overrides))

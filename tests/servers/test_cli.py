@@ -1,0 +1,84 @@
+"""The `harnesslab` CLI: exit codes, JSON output, bad input, the README's main job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "harnesslab.servers"]
+
+
+def run_cli(*args: str, tmp_path: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HARNESSLAB_STATE_DIR": str(tmp_path / "state")}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_init_then_eval_json_then_verify_json_succeed_on_the_cpu(tmp_path):
+    ws = tmp_path / "ws"
+    init = run_cli("init", str(ws), "--json", tmp_path=tmp_path)
+    assert init.returncode == 0, init.stderr
+    assert json.loads(init.stdout)["task"] == "rmsnorm_gate"
+    ev = run_cli("eval", "-w", str(ws), "--json", "--cases", "1024x1024_fp16", tmp_path=tmp_path)
+    assert ev.returncode == 0, ev.stderr
+    result = json.loads(ev.stdout)
+    assert result["status"] == "passed" and result["meaningful"] is False
+    ver = run_cli("verify", "-w", str(ws), "--json", tmp_path=tmp_path)
+    assert ver.returncode == 0, ver.stderr
+    verdict = json.loads(ver.stdout)
+    assert verdict["verdict"] == "passed"
+    # hidden cases are never written into the workspace
+    assert not any(
+        "final" in p.name for p in ws.rglob("*") if p.is_file() and ".harnesslab" not in p.parts
+    )
+
+
+def test_unknown_task_exits_2_naming_the_known_tasks(tmp_path):
+    res = run_cli("init", str(tmp_path / "ws"), "--task", "nope", tmp_path=tmp_path)
+    assert res.returncode == 2
+    assert "unknown task 'nope'" in res.stderr and "rmsnorm_gate" in res.stderr
+
+
+def test_missing_workspace_exits_2_with_the_fix(tmp_path):
+    res = run_cli("eval", "-w", str(tmp_path / "missing"), tmp_path=tmp_path)
+    assert res.returncode == 2
+    assert "does not exist" in res.stderr and "harnesslab init" in res.stderr
+
+
+def test_failing_candidate_exits_1_and_out_of_range_config_exits_2(tmp_path):
+    ws = tmp_path / "ws"
+    assert run_cli("init", str(ws), tmp_path=tmp_path).returncode == 0
+    kernel = ws / "kernel.py"
+    kernel.write_text(
+        kernel.read_text() + "\n_f = rmsnorm_gate\nrmsnorm_gate = lambda *a: _f(*a) * 2\n"
+    )
+    res = run_cli("eval", "-w", str(ws), "--json", "--cases", "1024x1024_fp16", tmp_path=tmp_path)
+    assert res.returncode == 1
+    assert json.loads(res.stdout)["status"] == "failed"
+    (ws / "kernel_config.json").write_text('{"num_warps": 3}')
+    res = run_cli("eval", "-w", str(ws), tmp_path=tmp_path)
+    assert res.returncode == 2
+    assert "kernel_config.json: num_warps=3 is not one of 1,2,4,8,16,32" in res.stderr
+
+
+def test_init_refuses_a_non_empty_folder_without_force(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("mine")
+    res = run_cli("init", str(ws), tmp_path=tmp_path)
+    assert res.returncode == 2 and "--force" in res.stderr
+    assert (ws / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_readme_main_job_runs_end_to_end(tmp_path):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "make demo" in readme.split("\n\n", 3)[1] or "harnesslab demo" in readme
+    res = run_cli("demo", "--json", tmp_path=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary
