@@ -73,8 +73,37 @@ class Executor(ABC):
     def path(self, *parts: str) -> str:
         """An executor-side path under this executor's root folder."""
 
+    async def start(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr_path: str | None = None,
+    ) -> InteractiveProcess:
+        """Start a long-lived process (a warm worker) in its own process group, talking JSON
+        lines over stdin/stdout. Backends without it make the launcher use fresh processes."""
+        raise NotImplementedError
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections and workers."""
+
+
+class InteractiveProcess(ABC):
+    """A process in its own group that reads request lines and writes event lines."""
+
+    pid: int
+
+    @abstractmethod
+    async def send_line(self, line: str) -> None: ...
+
+    @abstractmethod
+    async def receive_line(self, max_bytes: int = 64 << 20) -> str | None:
+        """The next stdout line, or None at end of stream (the process died)."""
+
+    @abstractmethod
+    async def kill(self) -> None:
+        """TERM then KILL the whole process group; safe to call twice."""
 
 
 def kill_group(pid: int, sig: int) -> None:
@@ -116,6 +145,37 @@ async def emit_line(on_line: LineSink, line: str) -> None:
     maybe = on_line(line)
     if maybe is not None:
         await maybe
+
+
+class LocalInteractive(InteractiveProcess):
+    def __init__(self, process: Process) -> None:
+        from anyio.streams.buffered import BufferedByteReceiveStream  # noqa: PLC0415
+
+        self.process = process
+        self.pid = process.pid
+        assert process.stdout is not None and process.stdin is not None
+        self._out = BufferedByteReceiveStream(process.stdout)
+        self._killed = False
+
+    async def send_line(self, line: str) -> None:
+        assert self.process.stdin is not None
+        try:
+            await self.process.stdin.send(line.encode() + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise ExecutorError("worker is gone", kind="crashed", started=False) from exc
+
+    async def receive_line(self, max_bytes: int = 64 << 20) -> str | None:
+        try:
+            return (await self._out.receive_until(b"\n", max_bytes)).decode(errors="replace")
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return None
+
+    async def kill(self) -> None:
+        if self._killed:
+            return
+        self._killed = True
+        with anyio.CancelScope(shield=True):
+            await terminate_group(self.process)
 
 
 class LocalExecutor(Executor):
@@ -191,6 +251,29 @@ class LocalExecutor(Executor):
             host=self.host,
         )
 
+    async def start(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr_path: str | None = None,
+    ) -> InteractiveProcess:
+        full_env = {**os.environ, **(env or {})}
+        err = open(stderr_path, "ab") if stderr_path else -3  # noqa: SIM115 - handed to the child
+        try:
+            process = await anyio.open_process(
+                argv, cwd=cwd, env=full_env, start_new_session=True, stderr=err
+            )
+        except OSError as exc:
+            raise ExecutorError(
+                f"could not start {argv[0]!r}: {exc}", kind="remote_env", started=False
+            ) from exc
+        finally:
+            if not isinstance(err, int):
+                err.close()
+        return LocalInteractive(process)
+
     async def sync_tree(self, local_dir: Path, remote_dir: str) -> list[str]:
         dest = Path(remote_dir)
         if dest.resolve() == local_dir.resolve():
@@ -207,4 +290,12 @@ class LocalExecutor(Executor):
         return changed
 
 
-__all__ = ["CommandResult", "Executor", "LineSink", "LocalExecutor", "emit_line", "terminate_group"]
+__all__ = [
+    "CommandResult",
+    "Executor",
+    "InteractiveProcess",
+    "LineSink",
+    "LocalExecutor",
+    "emit_line",
+    "terminate_group",
+]

@@ -21,19 +21,23 @@ import anyio
 from pydantic import BaseModel, ConfigDict
 
 from .errors import EnvironmentProblem, ExecutorError
-from .executor import Executor, LocalExecutor
+from .executor import Executor, InteractiveProcess, LocalExecutor
 from .settings import Settings
 from .tasks import TaskSpec
 
 EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 
 
-def runner_source() -> bytes:
-    return (resources.files("harnesslab.tools") / "runner.py").read_bytes()
+# Staged beside runner.py and hash-checked like it: the guarded verify's parent and child sides.
+RUNNER_FILES = ("runner.py", "guard.py", "guard_child.py")
 
 
-def runner_digest() -> str:
-    return hashlib.sha256(runner_source()).hexdigest()
+def runner_source(name: str = "runner.py") -> bytes:
+    return (resources.files("harnesslab.tools") / name).read_bytes()
+
+
+def runner_digest(name: str = "runner.py") -> str:
+    return hashlib.sha256(runner_source(name)).hexdigest()
 
 
 class RunnerCall(BaseModel):
@@ -65,12 +69,24 @@ class _nullcontext:
         return None
 
 
+class Worker:
+    """A warm runner process on one slot."""
+
+    def __init__(self, proc: InteractiveProcess, digest: str) -> None:
+        self.proc = proc
+        self.digest = digest
+        self.served = 0
+        self.last_used = time.monotonic()
+
+
 class Slot:
     def __init__(self, executor: Executor, gpu_index: int) -> None:
         self.executor = executor
         self.gpu_index = gpu_index
         self.lock = anyio.Lock()
         self.calls = 0
+        self.worker: Worker | None = None
+        self.warm_supported = True
 
     @property
     def label(self) -> str:
@@ -108,16 +124,17 @@ class Launcher:
 
     # -- staging ------------------------------------------------------------------------------
     def _stage_common(self, task: TaskSpec) -> None:
-        src = runner_source()
-        target = self.stage / "runner.py"
-        if not target.is_file() or target.read_bytes() != src:
-            target.write_bytes(src)
-        # The pristine runner is what runs: check the staged copy against the package's hash.
-        if hashlib.sha256(target.read_bytes()).hexdigest() != runner_digest():
-            raise EnvironmentProblem(
-                "staged runner.py does not match the installed package.",
-                next_step=f"delete {self.stage} and retry",
-            )
+        for name in RUNNER_FILES:
+            src = runner_source(name)
+            target = self.stage / name
+            if not target.is_file() or target.read_bytes() != src:
+                target.write_bytes(src)
+            # The pristine runner is what runs: check the staged copy against the package's hash.
+            if hashlib.sha256(target.read_bytes()).hexdigest() != runner_digest(name):
+                raise EnvironmentProblem(
+                    f"staged {name} does not match the installed package.",
+                    next_step=f"delete {self.stage} and retry",
+                )
         tdir = self.stage / "tasks" / task.name
         tdir.mkdir(parents=True, exist_ok=True)
         for p in task.root.glob("*.py"):
@@ -158,12 +175,16 @@ class Launcher:
         on_event: EventSink | None = None,
         slot: Slot | None = None,
         exclusive: bool = True,
+        argv_prefix: list[str] | None = None,
+        fresh: bool = False,
     ) -> RunnerCall:
-        """Run one request in a fresh runner process on a slot, holding that GPU's lock.
+        """Run one request on a slot, holding that GPU's lock (a warm worker when enabled).
 
         `request` may use the placeholders "@stage/<rel>" for staged paths; they are resolved to
         executor-side paths here. `exclusive=False` (compile-only work, no timing) skips the GPU
-        lock so compiles overlap with each other and with a timing run."""
+        lock so compiles overlap with each other and with a timing run. `argv_prefix` wraps the
+        runner in another program on the executor (profile_kernel runs it under ncu) and always
+        uses a fresh process, as does `fresh=True` (the guarded verify)."""
         slot = slot or self.pick()
         timeout_s = timeout_s or self.settings.eval_timeout_s
         self._stage_common(task)
@@ -174,21 +195,14 @@ class Launcher:
         for key in ("candidate_dir", "baseline_dir"):
             if isinstance(req.get(key), str) and req[key].startswith("@stage/"):
                 req[key] = self.remote(slot, req[key][len("@stage/") :])
-        rel_req = f"requests/{req['request_id']}.json"
-        (self.stage / "requests").mkdir(exist_ok=True)
-        (self.stage / rel_req).write_text(json.dumps(req))
         env = {
             "CUDA_VISIBLE_DEVICES": str(slot.gpu_index),
             "HARNESSLAB_RUNNER_INTERPRET": {"auto": "auto", "always": "1", "never": "never"}[
                 self.settings.interpret
             ],
+            "HARNESSLAB_WORKER_IDLE_S": str(self.settings.worker_idle_s),
             "PYTHONUNBUFFERED": "1",
         }
-        python = (
-            self.settings.python
-            if isinstance(slot.executor, LocalExecutor)
-            else self.settings.remote_python
-        )
         events: list[dict[str, Any]] = []
 
         async def line_in(line: str) -> None:
@@ -198,41 +212,133 @@ class Launcher:
                 return
             if isinstance(ev, dict):
                 events.append(ev)
-                if on_event is not None and ev.get("event") != "result":
+                if on_event is not None and ev.get("event") not in ("result", "ready"):
                     maybe = on_event(ev)
                     if maybe is not None:
                         await maybe
 
-        try:
-            async with slot.lock if exclusive else _nullcontext():
-                slot.calls += 1
-                async with self._sync_locks[id(slot.executor)]:
-                    await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
-                started = time.perf_counter()
-                res = await slot.executor.run(
-                    [python, self.remote(slot, "runner.py"), self.remote(slot, rel_req)],
-                    cwd=slot.executor.path("stage"),
-                    env=env,
-                    timeout_s=timeout_s,
-                    on_line=line_in,
-                )
-        finally:
-            (self.stage / rel_req).unlink(missing_ok=True)
+        warm = self.settings.warm_workers and not fresh and not argv_prefix and slot.warm_supported
+        started = time.perf_counter()
+        exit_code: int | None = 0
+        timed_out = False
+        stderr_tail = ""
+        async with slot.lock if exclusive else _nullcontext():
+            slot.calls += 1
+            async with self._sync_locks[id(slot.executor)]:
+                await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
+            started = time.perf_counter()
+            if warm and exclusive:
+                outcome = await self._call_worker(slot, req, env, timeout_s, line_in)
+                if outcome is None:  # backend has no interactive processes
+                    warm = False
+                else:
+                    timed_out, stderr_tail = outcome
+                    exit_code = None if timed_out or not any(e.get("event") == "result" for e in events) else 0
+            if not (warm and exclusive):
+                rel_req = f"requests/{req['request_id']}.json"
+                (self.stage / "requests").mkdir(exist_ok=True)
+                (self.stage / rel_req).write_text(json.dumps(req))
+                try:
+                    async with self._sync_locks[id(slot.executor)]:
+                        await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
+                    res = await slot.executor.run(
+                        [
+                            *(argv_prefix or []),
+                            self._python(slot),
+                            self.remote(slot, "runner.py"),
+                            self.remote(slot, rel_req),
+                        ],
+                        cwd=slot.executor.path("stage"),
+                        env=env,
+                        timeout_s=timeout_s,
+                        on_line=line_in,
+                    )
+                finally:
+                    (self.stage / rel_req).unlink(missing_ok=True)
+                exit_code, timed_out, stderr_tail = res.exit_code, res.timed_out, res.stderr_tail()
         result = next((ev for ev in reversed(events) if ev.get("event") == "result"), None)
         if result is not None and isinstance(result.get("env"), dict):
             self.last_env = result["env"]
         return RunnerCall(
             result=result,
             events=events,
-            exit_code=res.exit_code,
-            timed_out=res.timed_out,
-            stderr_tail=res.stderr_tail(),
+            exit_code=exit_code,
+            timed_out=timed_out,
+            stderr_tail=stderr_tail,
             host=slot.executor.host,
             gpu_index=slot.gpu_index,
             wall_s=time.perf_counter() - started,
         )
 
+    def _python(self, slot: Slot) -> str:
+        if isinstance(slot.executor, LocalExecutor):
+            return self.settings.python
+        return self.settings.remote_python
+
+    async def _call_worker(
+        self, slot: Slot, req: dict[str, Any], env: dict[str, str], timeout_s: float, line_in
+    ) -> tuple[bool, str] | None:
+        """Serve one request on the slot's warm worker. Returns (timed_out, stderr_tail), or
+        None when the backend cannot keep a worker. A crash, timeout or cancel kills it; the
+        next call starts a new one."""
+        worker = slot.worker
+        digest = runner_digest()
+        if worker is not None and (
+            worker.served >= self.settings.worker_max_calls
+            or worker.digest != digest
+            or time.monotonic() - worker.last_used > self.settings.worker_idle_s * 0.9
+        ):
+            await worker.proc.kill()
+            slot.worker = worker = None
+        if worker is None:
+            try:
+                proc = await slot.executor.start(
+                    [self._python(slot), self.remote(slot, "runner.py"), "--worker"],
+                    cwd=slot.executor.path("stage"),
+                    env=env,
+                    stderr_path=slot.executor.path("stage", f"worker-gpu{slot.gpu_index}.log"),
+                )
+            except NotImplementedError:
+                slot.warm_supported = False
+                return None
+            worker = Worker(proc, digest)
+            with anyio.move_on_after(min(timeout_s, 180)):
+                line = await proc.receive_line()
+                if line is not None and '"ready"' in line:
+                    slot.worker = worker
+            if slot.worker is None:
+                await proc.kill()
+                return (False, "warm worker did not start (see worker log on the host)")
+        worker.served += 1
+        done = False
+        try:
+            await worker.proc.send_line(json.dumps(req))
+            with anyio.move_on_after(timeout_s) as scope:
+                while True:
+                    line = await worker.proc.receive_line()
+                    if line is None:
+                        break
+                    await line_in(line)
+                    if line.startswith('{"event": "result"'):
+                        done = True
+                        break
+            worker.last_used = time.monotonic()
+            if not done:
+                await worker.proc.kill()
+                slot.worker = None
+                why = "worker timed out and was killed" if scope.cancelled_caught else "worker died"
+                return (scope.cancelled_caught, why)
+            return (False, "")
+        except BaseException:
+            await worker.proc.kill()
+            slot.worker = None
+            raise
+
     async def aclose(self) -> None:
+        for slot in self.slots:
+            if slot.worker is not None:
+                await slot.worker.proc.kill()
+                slot.worker = None
         for ex in self.executors:
             try:
                 await ex.aclose()

@@ -41,6 +41,14 @@ class Settings(BaseSettings):
     case_timeout_s: float = Field(
         default=60.0, gt=0, description="Limit for one case inside the runner (a hang fails it)."
     )
+    warm_workers: bool = Field(
+        default=True,
+        description="Keep one runner per GPU warm (torch/triton/CUDA initialised) between calls.",
+    )
+    worker_idle_s: float = Field(default=600.0, gt=0, description="A warm worker exits after this idle time.")
+    worker_max_calls: int = Field(
+        default=50, ge=1, description="Restart a warm worker after this many calls (leaks, caches)."
+    )
     # Remote GPU host (SSH executor). Empty gpu_host means the local executor.
     gpu_host: str = Field(
         default="",
