@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     # Commands register themselves on import.
-    from . import commands  # noqa: F401
+    load_commands()
 
     parser = build_parser()
     args = parser.parse_args(argv)

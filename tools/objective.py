@@ -124,6 +124,7 @@ def record(
     ws: Workspace, result: EvalResult, files: dict[str, bytes], *, case_set: str
 ) -> EvalResult:
     """Ledger append + checkpoint + best pointer; fills best/delta fields of `result`."""
+    ws.ensure_exists()  # a workspace deleted mid-run is not recreated by the writes below
     ledger = Ledger(ws.history_path)
     ckpt = Checkpoints(ws)
     best_before = ledger.best(result.mode, case_set=case_set)

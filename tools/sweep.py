@@ -220,6 +220,7 @@ async def sweep(
         compile_s=compile_s,
         timing_s=timing_s,
     )
+    ws.ensure_exists()  # a workspace deleted mid-sweep is not recreated by the writes below
     Ledger(ws.history_path).append(
         {
             "mode": "sweep",
