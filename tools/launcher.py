@@ -233,7 +233,11 @@ class Launcher:
                     warm = False
                 else:
                     timed_out, stderr_tail = outcome
-                    exit_code = None if timed_out or not any(e.get("event") == "result" for e in events) else 0
+                    exit_code = (
+                        None
+                        if timed_out or not any(e.get("event") == "result" for e in events)
+                        else 0
+                    )
             if not (warm and exclusive):
                 rel_req = f"requests/{req['request_id']}.json"
                 (self.stage / "requests").mkdir(exist_ok=True)
@@ -350,9 +354,11 @@ def build_launcher(settings: Settings) -> Launcher:
     """Local executor by default; SSH executors (one per host) when settings.gpu_host is set."""
     if not settings.gpu_host:
         return Launcher(settings)
-    from .ssh import executors_from_settings
+    # asyncssh is imported only when a GPU host is configured.
+    from .ssh import SSHExecutor  # noqa: PLC0415
+    from .ssh_pool import targets_from_settings  # noqa: PLC0415
 
-    return Launcher(settings, executors_from_settings(settings))
+    return Launcher(settings, [SSHExecutor(t) for t in targets_from_settings(settings)])
 
 
 __all__ = ["Launcher", "RunnerCall", "Slot", "build_launcher", "runner_digest", "runner_source"]
