@@ -6,6 +6,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
+rm -rf /tmp/hl /tmp/ws /root/.local/state/harnesslab
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/hl . >/dev/null 2>&1 || { echo "package install failed"; exit 1; }
 export PYTHONPATH=/tmp/hl:/tmp/site
 HL="python3 -m harnesslab.servers"
@@ -31,7 +32,7 @@ print("solution", s1.get("status"), s1.get("score_us"), s1.get("reason","")[:200
 for c1, c2, cb in zip(s1.get("cases", []), s2.get("cases", []), b.get("cases", [])):
     m1, m2 = c1.get("median_us"), c2.get("median_us")
     d = abs(m1 - m2) / m1 * 100 if m1 and m2 else float("nan")
-    print(f"{c1['name']:16s} {c1.get('timing_method')} copy {c1.get('copy_us') or 0:7.2f} tail {c1.get('sync_tail_us') or 0:5.1f} base {cb.get('median_us') or 0:8.2f} launch {cb.get('launch_overhead_us') or 0:6.1f} | sol {m1 or 0:8.2f} / {m2 or 0:8.2f} us  diff {d:4.1f}%  {c1.get('pct_of_copy_bw') or 0:5.1f}% copy  spread {c1.get('spread') or 0:.3f} {c1.get('timing_method')}")
+    print(f"{c1['name']:16s} {c1.get('timing_method')} tail {c1.get('sync_tail_us') or 0:5.1f} base {cb.get('median_us') or 0:8.2f} launch {cb.get('launch_overhead_us') or 0:6.1f} | sol {m1 or 0:8.2f} / {m2 or 0:8.2f} us  diff {d:4.1f}%  {c1.get('pct_of_copy_bw') or 0:5.1f}% copy  spread {c1.get('spread') or 0:.3f} {c1.get('timing_method')}")
 v = load("verify_sol.json")
 print("verify", v.get("verdict"), v.get("score_us"), v.get("geomean_pct_of_copy_bw"), [r.get("code") for r in v.get("reasons", [])][:5])
 PY
@@ -51,7 +52,7 @@ iv = hdr.index("Metric Value"); iu = hdr.index("Metric Unit")
 vals = []
 for r in data:
     v = float(r[iv].replace(",", "")); u = r[iu]
-    vals.append(v / 1000 if u == "nsecond" else v if u == "usecond" else v * 1000 if u == "msecond" else v)
+    vals.append({"ns": v / 1000, "nsecond": v / 1000, "us": v, "usecond": v, "ms": v * 1000, "msecond": v * 1000}[u])
 ncu = statistics.median(vals) if vals else float("nan")
 rm = runner.get("runner_median_us") or float("nan")
 print(f"ncu gpu__time_duration median {ncu:.2f} us over {len(vals)} kernels; runner median {rm:.2f} us; diff {abs(rm-ncu)/ncu*100:.1f}%")

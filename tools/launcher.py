@@ -187,6 +187,9 @@ class Launcher:
         uses a fresh process, as does `fresh=True` (the guarded verify)."""
         slot = slot or self.pick()
         timeout_s = timeout_s or self.settings.eval_timeout_s
+        connect = getattr(slot.executor, "connect", None)
+        if connect is not None:  # remote executors resolve their root folder on connect
+            await connect()
         self._stage_common(task)
         req = json.loads(json.dumps(request))
         req.setdefault("request_id", uuid.uuid4().hex[:12])
