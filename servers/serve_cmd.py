@@ -1,0 +1,217 @@
+"""`harnesslab serve` (the kernel task server over stdio or streamable HTTP, or its self-test)
+and `harnesslab config claude|codex` (the client entry that starts it).
+
+stdio: stdout carries the protocol and nothing else; logs go to stderr. HTTP binds 127.0.0.1
+unless told otherwise, and binding anything else requires a bearer token (--token, or the
+HARNESSLAB_TOKEN environment variable so that it stays out of `ps`); a token given on loopback
+is enforced too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import ipaddress
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from harnesslab.tools.errors import UsageError
+from harnesslab.tools.projection import (
+    ServerEntry,
+    render_codex_toml,
+    render_mcp_json,
+    write_codex_toml,
+    write_mcp_json,
+)
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.skills import project_skills
+from harnesslab.tools.workspace import open_workspace
+
+from .cli import add_executor_args, command, run_async
+
+log = logging.getLogger("harnesslab.serve")
+TOKEN_ENV = "HARNESSLAB_TOKEN"
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-w", "--workspace", type=Path, help="workspace folder (default .)")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="http: address to bind (default loopback)")
+    p.add_argument("--port", type=int, default=8765, help="http: port (0 = any free port)")
+    p.add_argument("--token", help=f"http: bearer token clients must send (or ${TOKEN_ENV})")
+    p.add_argument("--name", default="harnesslab-task", help="server name shown to clients")
+    p.add_argument(
+        "--self-test",
+        action="store_true",
+        help="call every tool in process on a temporary workspace; exit 0 only if all work",
+    )
+    p.add_argument("--task", default=None, help="self-test: task template (default rmsnorm_gate)")
+    add_executor_args(p)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@command("serve", "Serve the kernel task MCP tools for a workspace (stdio or HTTP).", _serve_args)
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    if args.self_test:
+        from .self_test import run_self_test  # noqa: PLC0415
+
+        return run_async(run_self_test, settings, args.task, args.name)
+    workspace = args.workspace or Path(".")
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if args.transport == "http" and not is_loopback(args.host) and not token:
+        raise UsageError(
+            f"refusing to bind {args.host} without a bearer token.",
+            next_step=f"pass --token T (or set {TOKEN_ENV}), or bind 127.0.0.1",
+        )
+    from .builtin import ServerState  # noqa: PLC0415 - the MCP SDK import costs ~0.8 s
+    from .task_server import build_task_server  # noqa: PLC0415
+
+    state = ServerState.open(workspace, settings, name=args.name)
+    server = build_task_server(state)
+
+    async def stdio() -> None:
+        try:
+            await server.run_stdio_async()
+        finally:
+            await state.aclose()
+
+    async def http() -> None:
+        try:
+            await serve_http(server, args.host, args.port, token)
+        finally:
+            await state.aclose()
+
+    run_async(stdio if args.transport == "stdio" else http)
+    return 0
+
+
+class BearerAuth:
+    """ASGI wrapper: HTTP requests need `Authorization: Bearer <token>` (constant-time check)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            got = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(got, self.expected):
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"text/plain"),
+                            (b"www-authenticate", b"Bearer"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": b"bearer token required\n"})
+                return
+        await self.app(scope, receive, send)
+
+
+async def serve_http(server: Any, host: str, port: int, token: str | None) -> None:
+    import uvicorn  # noqa: PLC0415
+    from mcp.server.transport_security import TransportSecuritySettings  # noqa: PLC0415
+
+    security = None
+    if not is_loopback(host):  # the bearer token guards it; Host headers vary off loopback
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    app = server.streamable_http_app(host=host, transport_security=security)
+    if token:
+        app = BearerAuth(app, token)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    # Tests and scripts read this line to learn the port when --port 0 was asked for.
+    print(f"harnesslab: serving on http://{shown}:{bound}/mcp", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+# -- config -------------------------------------------------------------------------------------
+
+
+def _config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("client", choices=["claude", "codex"], help="which client's format")
+    p.add_argument("-w", "--workspace", type=Path, default=Path("."), help="workspace folder")
+    p.add_argument(
+        "--write", action="store_true", help="merge into <ws>/.mcp.json or .codex/config.toml"
+    )
+    p.add_argument("--name", default="harnesslab", help="entry name in the client's config")
+    p.add_argument("--url", help="connect to a running `serve --transport http` server instead")
+    p.add_argument("--token-env", help=f"with --url: env var holding the token (e.g. {TOKEN_ENV})")
+    add_executor_args(p)
+
+
+def harnesslab_command() -> list[str]:
+    """How a client starts this installation's CLI (clients may not share our PATH): the
+    console script beside our interpreter, else `python -m harnesslab.servers`."""
+    beside = Path(sys.executable).parent / "harnesslab"
+    if beside.is_file():
+        return [str(beside)]
+    return [sys.executable, "-m", "harnesslab.servers"]
+
+
+def executor_argv(args: argparse.Namespace) -> list[str]:
+    out: list[str] = []
+    for flag, attr in (
+        ("--gpu-host", "gpu_host"),
+        ("--ssh-key", "ssh_key"),
+        ("--known-hosts", "known_hosts"),
+        ("--gpus", "gpus"),
+        ("--interpret", "interpret"),
+    ):
+        value = getattr(args, attr, None)
+        if value:
+            out += [flag, str(value)]
+    if getattr(args, "accept_new_host_key", False):
+        out.append("--accept-new-host-key")
+    return out
+
+
+def server_entry(args: argparse.Namespace) -> ServerEntry:
+    if args.url:
+        return ServerEntry(name=args.name, url=args.url, token_env_var=args.token_env).checked()
+    ws = open_workspace(args.workspace)  # fails early on a folder that is no workspace
+    program, *prefix = harnesslab_command()
+    argv = [*prefix, "serve", "--workspace", str(ws.root), *executor_argv(args)]
+    return ServerEntry(name=args.name, command=program, args=argv).checked()
+
+
+@command(
+    "config",
+    "Print (or --write) the .mcp.json / .codex/config.toml entry that starts the task server.",
+    _config_args,
+)
+def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    entry = server_entry(args)
+    if not args.write:
+        print(
+            render_mcp_json(entry) if args.client == "claude" else render_codex_toml(entry), end=""
+        )
+        return 0
+    root = open_workspace(args.workspace).root if not args.url else args.workspace.resolve()
+    writer = write_mcp_json if args.client == "claude" else write_codex_toml
+    print(f"wrote {writer(root, entry)}")
+    project_skills(root)  # shipped skills into .claude/skills/ and .agents/skills/
+    return 0
+
+
+__all__ = ["BearerAuth", "cmd_config", "cmd_serve", "is_loopback", "serve_http"]
