@@ -43,7 +43,11 @@ def params(ws: Path, state: Path) -> StdioServerParameters:
     return StdioServerParameters(
         command=command[0],
         args=[*command[1:], "serve", "--workspace", str(ws)],
-        env={"HARNESSLAB_STATE_DIR": str(state), "HARNESSLAB_INTERPRET": "always"},
+        env={
+            "HARNESSLAB_STATE_DIR": str(state),
+            "HARNESSLAB_INTERPRET": "always",
+            **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},
+        },
     )
 
 

@@ -1,0 +1,297 @@
+"""The machinery under every built-in tool: per-server state, the tool record, and
+`register_builtin`, which binds a tool to an MCPServer (optionally with preset arguments) and
+wraps every call with validation, error mapping and telemetry.
+
+Presets: a preset argument is REMOVED from the tool's input schema, so the model never sees or
+sets it; a call that names it anyway is answered with a ToolError. Generated servers use this to
+pin, say, `cases` or `mode` for a task-specific tool.
+
+Validation happens here, not in the SDK: each parameter is published with the input model's own
+JSON schema (types, bounds, enums, descriptions) but typed `Any` for the SDK, and the input model
+validates inside the wrapper. So a bad argument is (1) recorded in telemetry like any call and
+(2) answered with a ToolError naming the argument and its allowed values. Every input field must
+have a default (the schema lists no required argument): a missing argument reaches the wrapper
+too, and the handler says what is missing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, ValidationError, WithJsonSchema
+
+from harnesslab.tools.errors import HarnesslabError, UsageError
+from harnesslab.tools.launcher import Launcher, build_launcher
+from harnesslab.tools.objective import Progress
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.telemetry import CallStatus, Telemetry
+from harnesslab.tools.workspace import Workspace, open_workspace
+
+log = logging.getLogger("harnesslab.servers")
+
+GENERIC_NEXT = "inspect_context shows the task, its cases and the allowed values"
+Handler = Callable[["ServerState", Any, "Context | None"], Awaitable[BaseModel]]
+
+
+@dataclass
+class ServerState:
+    """What every tool of one server shares: created once per server, closed with it."""
+
+    workspace: Workspace
+    launcher: Launcher
+    settings: Settings
+    telemetry: Telemetry
+    name: str = "harnesslab-task"
+
+    @classmethod
+    def open(
+        cls,
+        workspace: Path,
+        settings: Settings,
+        *,
+        name: str = "harnesslab-task",
+        launcher: Launcher | None = None,
+    ) -> ServerState:
+        ws = open_workspace(workspace)
+        return cls(
+            workspace=ws,
+            launcher=launcher or build_launcher(settings),
+            settings=settings,
+            telemetry=Telemetry(ws.telemetry_path, name, guard=ws.root),
+            name=name,
+        )
+
+    async def aclose(self) -> None:
+        await self.launcher.aclose()
+
+
+@dataclass(frozen=True)
+class BuiltinTool:
+    """One tool: what the model reads (name, description), what it takes and returns (pydantic
+    models), how it behaves (annotations), and the async handler doing the work via tools/."""
+
+    name: str
+    title: str
+    description: str
+    input_model: type[BaseModel]
+    output_model: type[BaseModel]
+    handler: Handler
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+    kernel_only: bool = False
+    gpu: bool = field(default=False, metadata={"doc": "takes the GPU lock"})
+
+    def __post_init__(self) -> None:
+        missing = [n for n, f in self.input_model.model_fields.items() if f.is_required()]
+        if missing:
+            raise TypeError(f"{self.name}: input fields need defaults: {', '.join(missing)}")
+
+    def annotations(self, title: str | None = None) -> ToolAnnotations:
+        return ToolAnnotations(
+            title=title or self.title,
+            read_only_hint=self.read_only,
+            destructive_hint=self.destructive,
+            idempotent_hint=self.idempotent,
+            open_world_hint=False,
+        )
+
+
+def reporter(ctx: Context | None) -> Progress | None:
+    """A Progress callback sending MCP progress notifications (a no-op without a token). A
+    client that went away must not fail the work, so send errors are only logged."""
+    if ctx is None:
+        return None
+
+    async def report(done: float, total: float, message: str) -> None:
+        try:
+            await ctx.report_progress(done, total, message)
+        except Exception as exc:  # boundary: the notification is best-effort
+            log.debug("progress notification not sent: %s", exc)
+
+    return report
+
+
+def check_presets(tool: BuiltinTool, presets: dict[str, Any]) -> dict[str, Any]:
+    """Validate preset values against the input model's fields; returns them normalised."""
+    fields = tool.input_model.model_fields
+    unknown = sorted(set(presets) - set(fields))
+    if unknown:
+        raise UsageError(
+            f"{tool.name}: no argument {unknown[0]!r} to preset.",
+            next_step=f"arguments are: {', '.join(fields)}",
+        )
+    defaults = {n: f.get_default(call_default_factory=True) for n, f in fields.items()}
+    try:
+        model = tool.input_model.model_validate({**defaults, **presets})
+    except ValidationError as exc:
+        raise UsageError(
+            f"{tool.name}: bad preset: {format_errors(tool, exc)}", next_step="fix the preset"
+        ) from exc
+    return {k: getattr(model, k) for k in presets}
+
+
+def _allowed(schema: dict[str, Any]) -> str:
+    """Allowed values of one argument, from its JSON schema, in words."""
+    if "anyOf" in schema:
+        return " or ".join(_allowed(s) for s in schema["anyOf"] if s.get("type") != "null")
+    if "enum" in schema:
+        return "one of " + ", ".join(map(str, schema["enum"]))
+    kind = schema.get("type", "value")
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    text = str(kind)
+    if lo is not None or hi is not None:
+        text += f" {'' if lo is None else lo}..{'' if hi is None else hi}"
+    if "pattern" in schema:
+        text += " matching " + schema["pattern"]
+    if kind == "array" and "items" in schema:
+        text = f"a list ({schema.get('maxItems', 'any')} at most) of {_allowed(schema['items'])}"
+    return text
+
+
+def format_errors(tool: BuiltinTool, exc: ValidationError) -> str:
+    props = tool.input_model.model_json_schema().get("properties", {})
+    parts = []
+    for err in exc.errors()[:4]:
+        loc = [str(p) for p in err.get("loc", ())]
+        arg = loc[0] if loc else "arguments"
+        got = repr(err.get("input"))[:60]
+        allowed = _allowed(props[arg]) if arg in props else ""
+        where = ".".join(loc) or "arguments"
+        parts.append(f"{where}={got}: {err['msg']}" + (f" (allowed: {allowed})" if allowed else ""))
+    return "; ".join(parts)
+
+
+def _sent_names(ctx: Context | None, kwargs: dict[str, Any]) -> list[str]:
+    """Names of the arguments the client actually sent (kwargs has the defaults filled in)."""
+    try:
+        params = ctx.request_context.params if ctx is not None else None
+        sent = (params or {}).get("arguments")
+    except (ValueError, AttributeError):
+        sent = None
+    return sorted(sent) if isinstance(sent, dict) else sorted(kwargs)
+
+
+def register_builtin(
+    server: MCPServer,
+    tool: BuiltinTool,
+    state: ServerState,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    presets: dict[str, Any] | None = None,
+) -> str:
+    """Register `tool` on `server` under `name` (default: the tool's own) with `presets` fixed
+    (removed from the input schema). Returns the registered name."""
+    presets = check_presets(tool, presets or {})
+    tool_name = name or tool.name
+    schema = tool.input_model.model_json_schema()
+    props = schema.get("properties", {})
+    if "$defs" in schema:
+        raise TypeError(f"{tool.name}: input models must be flat (no nested models)")
+    exposed = [n for n in tool.input_model.model_fields if n not in presets]
+    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    for fname in exposed:
+        f = tool.input_model.model_fields[fname]
+        params.append(
+            inspect.Parameter(
+                fname,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Annotated[Any, WithJsonSchema(props[fname])],
+                default=f.get_default(call_default_factory=True),
+            )
+        )
+
+    async def call(ctx: Context, **kwargs: Any) -> CallToolResult:
+        t0 = time.perf_counter()
+        sent = _sent_names(ctx, kwargs)
+        status: CallStatus = "ok"
+        size = 0
+        error = ""
+        try:
+            fixed = sorted(set(sent) & set(presets))
+            unknown = sorted(set(sent) - set(exposed) - set(presets))
+            if fixed or unknown:
+                status, error = "bad_input", "preset_argument" if fixed else "unknown_argument"
+                bad = (fixed or unknown)[0]
+                why = "is fixed by this server" if fixed else "is not an argument of this tool"
+                raise ToolError(
+                    f"argument {bad!r} {why}. Next: arguments are: {', '.join(exposed) or 'none'}"
+                )
+            try:
+                args = tool.input_model.model_validate({**kwargs, **presets})
+            except ValidationError as exc:
+                status, error = "bad_input", "invalid_arguments"
+                raise ToolError(
+                    f"bad arguments: {format_errors(tool, exc)}. Next: fix them and call again"
+                ) from exc
+            if tool.kernel_only and state.workspace.task.kind != "kernel":
+                status, error = "tool_error", "kernel_only"
+                raise ToolError(
+                    f"{tool_name} works on kernel tasks; {state.workspace.task.name!r} is a "
+                    "command task. Next: use run_objective, rank_history and "
+                    "restore_best_checkpoint"
+                )
+            try:
+                out = await tool.handler(state, args, ctx)
+            except HarnesslabError as exc:
+                status, error = "tool_error", type(exc).__name__
+                text = str(exc) if exc.next_step else f"{exc} Next: {GENERIC_NEXT}"
+                raise ToolError(text) from exc
+            # Compact JSON for the model to read (the SDK would indent it: ~2x the tokens), the
+            # full typed result as structured content for programs.
+            text = out.model_dump_json(exclude_none=True)
+            size = len(text)
+            return CallToolResult(
+                content=[TextContent(type="text", text=text)],
+                structured_content=out.model_dump(mode="json"),
+            )
+        except ToolError:
+            raise
+        except anyio.get_cancelled_exc_class():
+            status = "cancelled"
+            raise
+        except Exception as exc:  # boundary: log it, answer with a ToolError, keep serving
+            status, error = "crash", type(exc).__name__
+            log.exception("tool %s crashed", tool_name)
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise ToolError(
+                f"internal error: {type(exc).__name__}: {first}. Next: the server keeps serving; "
+                "retry once, and if it repeats report the traceback from the server's stderr"
+            ) from exc
+        finally:
+            state.telemetry.record(
+                tool_name,
+                arg_names=sent,
+                duration_s=time.perf_counter() - t0,
+                status=status,
+                result_bytes=size,
+                error=error,
+                server=state.name,
+            )
+
+    call.__signature__ = inspect.Signature(params, return_annotation=tool.output_model)  # type: ignore[attr-defined]
+    call.__annotations__ = {"ctx": Context, "return": tool.output_model}
+    call.__name__ = tool_name
+    server.add_tool(
+        call,
+        name=tool_name,
+        title=tool.title,
+        description=description or tool.description,
+        annotations=tool.annotations(),
+        structured_output=True,
+    )
+    return tool_name
+
+
+__all__ = ["BuiltinTool", "ServerState", "check_presets", "register_builtin", "reporter"]

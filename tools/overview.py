@@ -1,0 +1,183 @@
+"""inspect_context's library half: everything an agent needs to orient itself, read from files
+only (no runner, no GPU lock, no torch import), so it answers in milliseconds even while a
+sweep holds the GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .errors import UsageError
+from .launcher import Launcher
+from .ledger import Ledger
+from .probe import probe_names
+from .workspace import Workspace
+
+
+class HistoryEntry(BaseModel):
+    mode: str
+    candidate: str
+    status: str
+    score: float | None
+    when: str
+    reason: str = ""
+
+
+class ExecutorStatus(BaseModel):
+    slots: list[dict[str, Any]] = Field(description="[{slot, busy, calls}] one per GPU")
+    interpreted: bool = Field(description="runs land on the Triton CPU interpreter (guess)")
+    last_device: str | None = Field(description="device of the last runner result, if any")
+
+
+class Overview(BaseModel):
+    task: dict[str, Any]
+    workspace: str
+    candidate: str | None = Field(description="hash of the editable files now; None if missing")
+    candidate_evaluated: bool = Field(description="the current files have a dev record")
+    config: dict[str, Any] | None
+    problems: list[str] = Field(default_factory=list, description="what is wrong right now")
+    best_dev: HistoryEntry | None
+    best_final: HistoryEntry | None
+    recent: list[HistoryEntry] = Field(description="the last few ledger records, newest first")
+    records: int
+    executor: ExecutorStatus
+    next_step: str
+
+
+def _entry(rec: dict[str, Any]) -> HistoryEntry:
+    return HistoryEntry(
+        mode=str(rec.get("mode", "")),
+        candidate=str(rec.get("candidate", "")),
+        status=str(rec.get("status", "")),
+        score=rec.get("score"),
+        when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(rec.get("time", 0.0)))),
+        reason=str(rec.get("reason") or "")[:300],
+    )
+
+
+def task_summary(ws: Workspace) -> dict[str, Any]:
+    """The task in few JSON nodes: lists of numbers and short strings, not nested objects
+    (each node costs validation and serialization on both ends of every call; this halves
+    inspect_context's round trip)."""
+    t = ws.task
+    out: dict[str, Any] = {
+        "name": t.name,
+        "kind": t.kind,
+        "summary": t.summary,
+        "editable": t.editable,
+        "brief": "task.md" if (ws.root / "task.md").is_file() else None,
+    }
+    if t.kind == "kernel":
+        out.update(
+            entry=t.entry,
+            config_file=t.config_file,
+            launch_space=t.space,
+            config_rules=t.config_rules,
+            tolerances={k: f"atol={v.atol:g} rtol={v.rtol:g}" for k, v in t.tolerances.items()},
+            dev_cases={c.name: _shape(c.shape, c.dtype) for c in t.dev_cases},
+            hidden_final_domain=describe_domain(t.final.describe()) if t.final else None,
+            probes=", ".join(probe_names(t)),
+            score="sum of per-case median device time in us; lower is better",
+        )
+    else:
+        out.update(
+            objective=t.objective,
+            score_key=t.score_key,
+            score=f"{t.score_key} from the objective's JSON; "
+            f"{'higher' if t.higher_is_better else 'lower'} is better",
+        )
+    return out
+
+
+def _shape(shape: dict[str, int], dtype: str) -> str:
+    return " ".join(f"{k}={v}" for k, v in shape.items()) + f" {dtype}"
+
+
+def describe_domain(d: dict[str, Any]) -> str:
+    """FinalDomain.describe() in one sentence: the ranges, never a drawn value."""
+    parts = [f"{d['count']} cases drawn per secret seed", f"dtypes {', '.join(d['dtypes'])}"]
+    for k, r in d.get("ranges", {}).items():
+        step = f" (multiple of {r['multiple_of']})" if r.get("multiple_of", 1) > 1 else ""
+        parts.append(f"{k} in {r['min']}..{r['max']}{step}")
+    for k, opts in d.get("choices", {}).items():
+        parts.append(f"{k} one of {', '.join(map(str, opts))}")
+    for req in d.get("always_includes", []):
+        parts.append("always a case with " + " ".join(f"{k}={v}" for k, v in req.items()))
+    return "; ".join(parts)
+
+
+def overview(ws: Workspace, launcher: Launcher, *, recent: int = 5) -> Overview:
+    ws.ensure_exists()
+    problems: list[str] = []
+    candidate = config = None
+    try:
+        candidate = ws.candidate_hash()
+    except UsageError as exc:
+        problems.append(str(exc))
+    if ws.task.kind == "kernel":
+        try:
+            config = ws.read_config()
+        except UsageError as exc:
+            problems.append(str(exc))
+    ledger = Ledger(ws.history_path, higher_is_better=ws.task.higher_is_better)
+    records = ledger.records()
+    best_dev, best_final = ledger.best("dev"), ledger.best("final")
+    evaluated = any(r.get("candidate") == candidate and r.get("mode") == "dev" for r in records)
+    last_dev = next((r for r in reversed(records) if r.get("mode") == "dev"), None)
+    slots = [{"slot": s.label, "busy": s.lock.locked(), "calls": s.calls} for s in launcher.slots]
+    execs = ExecutorStatus(
+        slots=slots,
+        interpreted=launcher.probably_interpreted(),
+        last_device=(launcher.last_env or {}).get("device"),
+    )
+    return Overview(
+        task=task_summary(ws),
+        workspace=str(ws.root),
+        candidate=candidate,
+        candidate_evaluated=evaluated,
+        config=config,
+        problems=problems,
+        best_dev=_entry(best_dev) if best_dev else None,
+        best_final=_entry(best_final) if best_final else None,
+        recent=[_entry(r) for r in reversed(records[-recent:])],
+        records=len(records),
+        executor=execs,
+        next_step=suggest(ws, problems, evaluated, last_dev, best_dev, best_final),
+    )
+
+
+def suggest(
+    ws: Workspace,
+    problems: list[str],
+    evaluated: bool,
+    last_dev: dict[str, Any] | None,
+    best_dev: dict[str, Any] | None,
+    best_final: dict[str, Any] | None,
+) -> str:
+    kernel = ws.task.kind == "kernel"
+    if problems:
+        return f"fix this first: {problems[0]}"
+    if last_dev is None:
+        return "call run_objective to score the baseline"
+    if not evaluated:
+        return "your files changed since the last evaluation: call run_objective"
+    if last_dev.get("status") != "passed":
+        hint = " (numerical_probe tells which edge case breaks)" if kernel else ""
+        return (
+            f"the last evaluation failed: {str(last_dev.get('reason'))[:160]}; fix it{hint}, "
+            "or restore_best_checkpoint"
+        )
+    if not kernel:
+        return "improve the editable files and call run_objective; rank_history shows the best"
+    if best_final is None or (best_dev and best_final.get("candidate") != best_dev["candidate"]):
+        return "call guarded_final_verify to score the best candidate on hidden cases"
+    return (
+        "tune launch parameters with sweep_kernel_config, read profile_kernel's bottleneck, "
+        "then edit kernel.py"
+    )
+
+
+__all__ = ["HistoryEntry", "Overview", "overview", "task_summary"]

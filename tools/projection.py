@@ -1,0 +1,358 @@
+"""Projection of servers and skills into the clients' own configuration formats.
+
+One mechanism, used by `harnesslab config`, the meta-server's register_server and the skills
+projection:
+- Claude Code: `<ws>/.mcp.json`, `{"mcpServers": {name: {command, args, cwd?, env?}}}`
+  (or `{type: "http", url, headers}` for a running HTTP server);
+- Codex: `<ws>/.codex/config.toml`, `[mcp_servers.<name>]` with command/args/cwd/env and explicit
+  startup_timeout_sec / tool_timeout_sec (or url + bearer_token_env_var);
+- skills: a skill folder copied to `<ws>/.claude/skills/<name>/` and `<ws>/.agents/skills/<name>/`.
+
+Merging keeps every other entry intact. TOML is written by hand (tomllib only reads): the
+`[mcp_servers.<name>]` table and its sub-tables are cut out of the text and the new table is
+appended, so comments and other tables survive byte for byte. Every write is atomic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tomllib
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .errors import UsageError
+from .storage import atomic_write_text
+
+Client = Literal["claude", "codex"]
+ENTRY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+SKILL_ROOTS = (".claude/skills", ".agents/skills")
+
+# Codex waits startup_timeout_sec for the server's first answer and tool_timeout_sec for one
+# tool call. Its defaults (10 s, 60 s) are too short here: the server imports the MCP SDK
+# (~1 s) and a sweep or the guarded verify can run for minutes on the GPU host.
+DEFAULT_STARTUP_TIMEOUT_S = 30
+DEFAULT_TOOL_TIMEOUT_S = 1800
+
+
+class ServerEntry(BaseModel):
+    """How a client starts (stdio) or reaches (http) one MCP server."""
+
+    name: str = Field(description="entry name in the client's config: letters, digits, _ and -")
+    command: str = ""
+    args: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str | None = Field(
+        default=None, description="streamable-HTTP endpoint instead of a command"
+    )
+    token_env_var: str | None = Field(
+        default=None, description="environment variable holding the bearer token (http only)"
+    )
+    startup_timeout_s: int = Field(default=DEFAULT_STARTUP_TIMEOUT_S, ge=1)
+    tool_timeout_s: int = Field(default=DEFAULT_TOOL_TIMEOUT_S, ge=1)
+
+    def checked(self) -> ServerEntry:
+        check_name(self.name, "server name")
+        if not self.url and not self.command:
+            raise UsageError(f"server {self.name!r}: neither command nor url given.")
+        return self
+
+
+def check_name(name: str, what: str) -> str:
+    if not ENTRY_NAME_RE.match(name or ""):
+        raise UsageError(
+            f"{what} {name!r} is not allowed.",
+            next_step="use 1-64 letters, digits, '_' or '-', starting with a letter or digit",
+        )
+    return name
+
+
+# -- Claude Code: .mcp.json -------------------------------------------------------------------
+
+
+def claude_entry(entry: ServerEntry) -> dict[str, Any]:
+    if entry.url:
+        out: dict[str, Any] = {"type": "http", "url": entry.url}
+        if entry.token_env_var:
+            out["headers"] = {"Authorization": f"Bearer ${{{entry.token_env_var}}}"}
+        return out
+    out = {"command": entry.command, "args": list(entry.args)}
+    if entry.cwd:
+        out["cwd"] = entry.cwd
+    if entry.env:
+        out["env"] = dict(entry.env)
+    return out
+
+
+def render_mcp_json(entry: ServerEntry) -> str:
+    return json.dumps({"mcpServers": {entry.name: claude_entry(entry.checked())}}, indent=2) + "\n"
+
+
+def _read_mcp_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text() or "{}")
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); not overwriting it.",
+            next_step="fix or remove the file, then run this again",
+        ) from exc
+    if not isinstance(data, dict) or not isinstance(data.get("mcpServers", {}), dict):
+        raise UsageError(f"{path}: expected {{'mcpServers': {{...}}}}.", next_step="fix the file")
+    return data
+
+
+def write_mcp_json(root: Path, entry: ServerEntry) -> Path:
+    """Merge `entry` into `<root>/.mcp.json` (other servers and keys are kept)."""
+    path = root / ".mcp.json"
+    data = _read_mcp_json(path)
+    data.setdefault("mcpServers", {})[entry.checked().name] = claude_entry(entry)
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def remove_mcp_json(root: Path, name: str) -> bool:
+    path = root / ".mcp.json"
+    data = _read_mcp_json(path)
+    if name not in data.get("mcpServers", {}):
+        return False
+    del data["mcpServers"][name]
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+    return True
+
+
+# -- Codex: .codex/config.toml ------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_HEADER = re.compile(r"^\s*\[\[?\s*(.+?)\s*\]\]?\s*(#.*)?$")
+
+
+def toml_string(value: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = ['"']
+    for ch in value:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else toml_string(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return toml_string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def codex_entry(entry: ServerEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if entry.url:
+        out["url"] = entry.url
+        if entry.token_env_var:
+            out["bearer_token_env_var"] = entry.token_env_var
+    else:
+        out["command"] = entry.command
+        out["args"] = list(entry.args)
+        if entry.cwd:
+            out["cwd"] = entry.cwd
+    out["startup_timeout_sec"] = entry.startup_timeout_s
+    out["tool_timeout_sec"] = entry.tool_timeout_s
+    if entry.env and not entry.url:
+        out["env"] = dict(entry.env)
+    return out
+
+
+def render_codex_toml(entry: ServerEntry) -> str:
+    entry.checked()
+    table = codex_entry(entry)
+    head = f"mcp_servers.{toml_key(entry.name)}"
+    lines = [f"[{head}]"]
+    lines += [f"{toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if k != "env"]
+    if table.get("env"):
+        lines += ["", f"[{head}.env]"]
+        lines += [f"{toml_key(k)} = {_toml_value(v)}" for k, v in sorted(table["env"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def _header_path(line: str) -> list[str] | None:
+    """The key path of a table header line (`[a."b.c"]` -> ["a", "b.c"]), else None."""
+    m = _HEADER.match(line)
+    if not m or line.lstrip().startswith("[["):
+        return [] if m else None  # an array-of-tables header ends a section too
+    try:
+        node: Any = tomllib.loads(f"[{m.group(1)}]\n")
+    except tomllib.TOMLDecodeError:
+        return None
+    path: list[str] = []
+    while isinstance(node, dict) and len(node) == 1:
+        key = next(iter(node))
+        path.append(key)
+        node = node[key]
+    return path
+
+
+def _load_toml(path: Path) -> tuple[str, dict[str, Any]]:
+    if not path.is_file():
+        return "", {}
+    text = path.read_text()
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(
+            f"{path} is not valid TOML ({exc}); not overwriting it.",
+            next_step="fix or remove the file, then run this again",
+        ) from exc
+
+
+def _cut_table(text: str, name: str) -> str:
+    """`text` without the `[mcp_servers.<name>]` table and its sub-tables."""
+    kept: list[str] = []
+    skipping = False
+    for line in text.splitlines(keepends=True):
+        path = _header_path(line)
+        if path is not None:
+            skipping = path[:2] == ["mcp_servers", name]
+        if not skipping:
+            kept.append(line)
+    return "".join(kept)
+
+
+def write_codex_toml(root: Path, entry: ServerEntry) -> Path:
+    """Merge `entry` into `<root>/.codex/config.toml` (other tables and comments are kept)."""
+    path = root / ".codex" / "config.toml"
+    text, _ = _load_toml(path)
+    rest = _cut_table(text, entry.checked().name)
+    _refuse_other_forms(path, rest, entry.name)
+    new = rest.rstrip("\n") + ("\n\n" if rest.strip() else "") + render_codex_toml(entry)
+    # Never write what does not read back as exactly this entry.
+    if tomllib.loads(new).get("mcp_servers", {}).get(entry.name) != codex_entry(entry):
+        raise UsageError(
+            f"{path}: the merged file does not read back as the new entry.",
+            next_step=f"remove mcp_servers.{entry.name} from the file by hand and run this again",
+        )
+    atomic_write_text(path, new)
+    return path
+
+
+def remove_codex_toml(root: Path, name: str) -> bool:
+    path = root / ".codex" / "config.toml"
+    text, data = _load_toml(path)
+    if name not in data.get("mcp_servers", {}):
+        return False
+    rest = _cut_table(text, name)
+    _refuse_other_forms(path, rest, name)
+    atomic_write_text(path, rest)
+    return True
+
+
+def _refuse_other_forms(path: Path, rest: str, name: str) -> None:
+    """The entry defined some other way (inline table, dotted keys): refuse to guess."""
+    if name in tomllib.loads(rest).get("mcp_servers", {}):
+        raise UsageError(
+            f"{path}: mcp_servers.{name} is defined in a form this tool does not edit "
+            "(inline table or dotted keys).",
+            next_step=f"rewrite it as a [mcp_servers.{name}] table or remove it by hand",
+        )
+
+
+# -- both clients -------------------------------------------------------------------------------
+
+
+def project_server(root: Path, entry: ServerEntry, clients: tuple[Client, ...]) -> list[Path]:
+    """Write the entry into every named client's config under `root`; returns the files."""
+    writers = {"claude": write_mcp_json, "codex": write_codex_toml}
+    return [writers[c](root, entry) for c in clients]
+
+
+def unproject_server(root: Path, name: str) -> list[str]:
+    """Remove a server from both clients' configs; returns the clients it was removed from."""
+    check_name(name, "server name")
+    removed = []
+    if remove_mcp_json(root, name):
+        removed.append("claude")
+    if remove_codex_toml(root, name):
+        removed.append("codex")
+    return removed
+
+
+# -- skills -----------------------------------------------------------------------------------
+
+
+def project_skill(root: Path, skill_dir: Path, name: str | None = None) -> list[Path]:
+    """Copy a skill folder (SKILL.md + files) to `.claude/skills/<name>/` and
+    `.agents/skills/<name>/` under `root`, replacing an older copy atomically (rename)."""
+    name = check_name(name or skill_dir.name, "skill name")
+    if not (skill_dir / "SKILL.md").is_file():
+        raise UsageError(
+            f"{skill_dir} has no SKILL.md.", next_step="a skill folder needs SKILL.md at its top"
+        )
+    out = []
+    for rel in SKILL_ROOTS:
+        parent = root / rel
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = parent / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+        shutil.copytree(
+            skill_dir, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=False
+        )
+        dest = parent / name
+        old = parent / f".{name}.{uuid.uuid4().hex[:8]}.old"
+        if dest.exists():
+            dest.rename(old)
+        tmp.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+        out.append(dest)
+    return out
+
+
+def remove_skill(root: Path, name: str) -> list[Path]:
+    check_name(name, "skill name")
+    removed = []
+    for rel in SKILL_ROOTS:
+        dest = root / rel / name
+        if dest.is_dir():
+            shutil.rmtree(dest)
+            removed.append(dest)
+    return removed
+
+
+__all__ = [
+    "DEFAULT_STARTUP_TIMEOUT_S",
+    "DEFAULT_TOOL_TIMEOUT_S",
+    "ServerEntry",
+    "claude_entry",
+    "codex_entry",
+    "project_server",
+    "project_skill",
+    "remove_codex_toml",
+    "remove_mcp_json",
+    "remove_skill",
+    "render_codex_toml",
+    "render_mcp_json",
+    "toml_string",
+    "unproject_server",
+    "write_codex_toml",
+    "write_mcp_json",
+]
