@@ -100,7 +100,11 @@ def main() -> int:
             )
             rows.append((kind, len(SPECS[kind]["tools"]), walls, last.passed, slow))
     print(f"# bench_qualify_cpu  {platform.node()}  {platform.processor() or platform.machine()}")
-    print(f"# python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"# python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {load} (1/5/15 min), "
+        f"{time.strftime('%Y-%m-%d')}"
+    )
     print(
         f"{'server':<10} {'tools':>5} {'median_s':>9} {'min_s':>7} {'max_s':>7} {'ok':>3}  slowest checks"
     )

@@ -1,0 +1,154 @@
+"""registry: statuses, what may be projected, and that quarantine takes everything back.
+Qualification reports are written by hand here (tests/tools/test_qualification.py makes real ones)."""
+
+from __future__ import annotations
+
+import json
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harnesslab.tests.conftest_shared import make_workspace
+from harnesslab.tools import registry
+from harnesslab.tools.errors import UsageError
+from harnesslab.tools.genserver import generate
+from harnesslab.tools.qualification import QualificationReport, bundle_hash, default_bundle
+from harnesslab.tools.qualify_checks import Check
+from harnesslab.tools.storage import atomic_write_json
+from harnesslab.tools.workspace import Workspace
+
+SPEC = {
+    "name": "rms-tools",
+    "description": "An overview preset for the rmsnorm_gate task.",
+    "tools": [{"builtin": "inspect_context", "name": "overview", "timeout_s": 45}],
+}
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    ws = make_workspace(tmp_path)
+    generate(ws, SPEC)
+    registry.record_generated(ws.root, "rms-tools", ["overview"])
+    return ws
+
+
+def write_report(ws: Workspace, *, passed: bool) -> QualificationReport:
+    sdir = ws.root / ".harnesslab/mcp/rms-tools"
+    checks = [Check(name="startup", passed=True, evidence="ok")]
+    if not passed:
+        checks.append(Check(name="tool:overview", passed=False, evidence="boom\nmore"))
+    report = QualificationReport(
+        server="rms-tools",
+        server_dir=str(sdir),
+        passed=passed,
+        checks=checks,
+        tools=["overview"],
+        duration_s=1.0,
+        bundle_hash=bundle_hash(default_bundle(sdir, "rms-tools")),
+        qualified_at=time.time(),
+        report_path=str(sdir / "qualification.json"),
+        failure_report_path="" if passed else str(sdir / "failure_report.md"),
+    )
+    atomic_write_json(sdir / "qualification.json", report.model_dump(mode="json"))
+    registry.record_qualification(ws.root, report)
+    return report
+
+
+def status(ws: Workspace) -> str:
+    return registry.load_registry(ws.root).servers["rms-tools"].status
+
+
+def test_a_generated_server_cannot_be_registered_before_it_qualifies(ws: Workspace) -> None:
+    assert status(ws) == "generated"
+    with pytest.raises(UsageError, match="has not been qualified"):
+        registry.register(ws.root, "rms-tools")
+    assert not (ws.root / ".mcp.json").exists()
+
+
+def test_a_failed_qualification_quarantines_with_the_failed_checks_as_reason(ws: Workspace) -> None:
+    write_report(ws, passed=False)
+    rec = registry.load_registry(ws.root).servers["rms-tools"]
+    assert rec.status == "quarantined"
+    assert rec.reason == "tool:overview: boom"
+    assert rec.failure_report == ".harnesslab/mcp/rms-tools/failure_report.md"
+    with pytest.raises(UsageError, match="failed qualification: tool:overview: boom"):
+        registry.register(ws.root, "rms-tools")
+
+
+def test_registration_projects_configs_with_timeouts_and_the_skill(ws: Workspace) -> None:
+    write_report(ws, passed=True)
+    assert status(ws) == "qualified"
+    rec = registry.register(ws.root, "rms-tools", env={"HARNESSLAB_STATE_DIR": "/state"})
+    assert rec.status == "registered"
+    entry = json.loads((ws.root / ".mcp.json").read_text())["mcpServers"]["rms-tools"]
+    assert entry["args"] == [".harnesslab/mcp/rms-tools/server.py", "--workspace", "."]
+    assert entry["cwd"] == str(ws.root)
+    assert entry["env"] == {"HARNESSLAB_STATE_DIR": "/state"}
+    codex = tomllib.loads((ws.root / ".codex/config.toml").read_text())["mcp_servers"]["rms-tools"]
+    assert codex["startup_timeout_sec"] == 30 and codex["tool_timeout_sec"] == 45
+    for rel in (".claude/skills/rms-tools/SKILL.md", ".agents/skills/rms-tools/SKILL.md"):
+        assert (ws.root / rel).is_file()
+    assert set(rec.projected) >= {".mcp.json", ".codex/config.toml", ".claude/skills/rms-tools"}
+
+
+def test_a_server_changed_since_it_qualified_is_not_registered(ws: Workspace) -> None:
+    write_report(ws, passed=True)
+    server_py = ws.root / ".harnesslab/mcp/rms-tools/server.py"
+    server_py.write_text(server_py.read_text() + "\n# edited after qualification\n")
+    with pytest.raises(UsageError, match="changed since it qualified"):
+        registry.register(ws.root, "rms-tools")
+
+
+def test_quarantine_removes_every_projection_and_keeps_other_entries(ws: Workspace) -> None:
+    (ws.root / ".mcp.json").write_text(json.dumps({"mcpServers": {"other": {"command": "x"}}}))
+    write_report(ws, passed=True)
+    registry.register(ws.root, "rms-tools")
+    rec = registry.quarantine(ws.root, "rms-tools", "answers garbage")
+    assert rec.status == "quarantined" and rec.reason == "answers garbage"
+    assert json.loads((ws.root / ".mcp.json").read_text())["mcpServers"] == {
+        "other": {"command": "x"}
+    }
+    assert "rms-tools" not in tomllib.loads((ws.root / ".codex/config.toml").read_text()).get(
+        "mcp_servers", {}
+    )
+    assert not (ws.root / ".claude/skills/rms-tools").exists()
+    assert not (ws.root / ".agents/skills/rms-tools").exists()
+
+
+def test_regenerating_a_registered_server_withdraws_it(ws: Workspace) -> None:
+    write_report(ws, passed=True)
+    registry.register(ws.root, "rms-tools")
+    rec = registry.record_generated(ws.root, "rms-tools", ["overview"])
+    assert rec.status == "generated" and rec.projected == []
+    assert "rms-tools" not in json.loads((ws.root / ".mcp.json").read_text())["mcpServers"]
+
+
+def test_requalifying_a_registered_server_with_the_same_files_keeps_it_registered(
+    ws: Workspace,
+) -> None:
+    write_report(ws, passed=True)
+    registry.register(ws.root, "rms-tools")
+    write_report(ws, passed=True)
+    assert status(ws) == "registered"
+
+
+def test_list_servers_shows_folders_the_registry_does_not_know(ws: Workspace) -> None:
+    (ws.root / ".harnesslab/mcp/hand-made").mkdir()
+    names = {r.name: r.status for r in registry.list_servers(ws.root)}
+    assert names == {"hand-made": "generated", "rms-tools": "generated"}
+
+
+def test_a_damaged_registry_says_how_to_recover(ws: Workspace) -> None:
+    registry.registry_path(ws.root).write_text("{not json")
+    with pytest.raises(UsageError, match="damaged") as err:
+        registry.load_registry(ws.root)
+    assert "delete it" in err.value.next_step
+
+
+def test_quarantining_an_unknown_server_fails_clearly(ws: Workspace) -> None:
+    with pytest.raises(UsageError, match="no server 'ghost'"):
+        registry.quarantine(ws.root, "ghost", "why")
+    with pytest.raises(UsageError, match="not a server name"):
+        registry.quarantine(ws.root, "../etc", "why")

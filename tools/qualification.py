@@ -1,0 +1,360 @@
+"""Qualification: is an MCP server fit to hand to a fresh agent session?
+
+Run in a clean room (tools/cleanroom.py): a fresh copy of the task's workspace template plus
+only the server's reusable `.harnesslab/` bundle. Checks, each with evidence and a duration:
+
+    manifest              manifest.json parses (command, args, tools, timeouts, self_test)
+    syntax                every .py file of the bundle compiles
+    portable_paths        no absolute path into the dirty workspace anywhere in the bundle
+    skill                 SKILL.md front matter: name = folder, a description under 1024 chars
+    startup               the server answers initialize over stdio within its startup timeout
+    tools_list            tools/list non-empty, every schema a valid JSON Schema object,
+                          every tool the manifest enables is listed
+    tool:<name>           each tool answers its probe arguments within its timeout
+    verifier:<name>       a verifier-like tool accepts the honest baseline and rejects cheating
+                          kernels (x.clone() and a few of tests/integrity/cheats)
+    stdout_protocol_only  nothing but JSON-RPC on the server's stdout
+    self_test             `--self-test` (manifest self_test args) exits 0
+    own_tests             the server's tests pass under pytest
+
+The session, the self-test and the tests run at once, each in its own clean room. Every step is
+bounded by its own limit and by the overall `timeout_s`; processes are killed by group after.
+Results go to qualification.json and, on failure, failure_report.md (written to be pasted into
+a repair prompt). The per-check logic lives in tools/qualify_checks.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, Field
+
+from . import qualify_checks as qc
+from . import qualify_session as qs
+from .cleanroom import bundle_files, make_clean_room
+from .errors import UsageError
+from .genserver import SERVER_NAME_RE, load_manifest, server_dir, skill_dir
+from .qualify_checks import Check
+from .settings import Settings
+from .storage import atomic_write_json, atomic_write_text
+from .tasks import tasks_root
+from .workspace import STATE, Workspace
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class QualificationReport(BaseModel):
+    server: str
+    server_dir: str
+    passed: bool
+    checks: list[Check]
+    tools: list[str] = Field(default_factory=list)
+    duration_s: float
+    bundle_hash: str = Field(description="content hash of the bundle that was qualified")
+    qualified_at: float
+    report_path: str = ""
+    failure_report_path: str = ""
+    clean_room: str = Field(default="", description="kept clean room (keep_clean_room=True)")
+
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+    def reason(self) -> str:
+        """The precise reason it failed: each failed check and its evidence's first line."""
+        return "; ".join(f"{c.name}: {_first_line(c.evidence)}" for c in self.failed())
+
+    def summary(self) -> str:
+        if self.passed:
+            return f"{self.server}: qualified, {len(self.checks)} checks in {self.duration_s:.1f}s"
+        return (
+            f"{self.server}: failed {len(self.failed())}/{len(self.checks)} checks: {self.reason()}"
+        )
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:240]
+
+
+def default_bundle(sdir: Path, name: str) -> dict[str, Path]:
+    """The reusable bundle of a server: its folder and, when present, its skill."""
+    bundle = {f"{STATE}/mcp/{name}": sdir}
+    if sdir.parent.name == "mcp" and sdir.parent.parent.name == STATE:
+        skill = sdir.parent.parent / "skills" / name
+        if skill.is_dir():
+            bundle[f"{STATE}/skills/{name}"] = skill
+    return bundle
+
+
+def bundle_hash(bundle: dict[str, Path]) -> str:
+    h = hashlib.sha256()
+    for rel, path in bundle_files(bundle):
+        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def infer_dirty_roots(sdir: Path) -> list[Path]:
+    """The workspace a server folder sits in (…/<ws>/.harnesslab/mcp/<name>), else the folder."""
+    if sdir.parent.name == "mcp" and sdir.parent.parent.name == STATE:
+        return [sdir.parents[2]]
+    return [sdir]
+
+
+async def qualify(
+    server_dir: Path,
+    ws_template: str | Path,
+    bundle: dict[str, Path] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    *,
+    settings: Settings,
+    dirty_roots: list[Path] | None = None,
+    cheats_dir: Path | None = None,
+    max_corpus_cheats: int = 3,
+    progress: qc.Progress | None = None,
+    report_dir: Path | None = None,
+    keep_clean_room: bool = False,
+) -> QualificationReport:
+    """Qualify the server in `server_dir` against a clean room made from `ws_template` (a task
+    name or folder, see make_clean_room) plus `bundle` (relative destination -> source; default:
+    the server folder and its skill). Never raises for a bad server: every problem is a failed
+    check. Writes qualification.json (+ failure_report.md) into `report_dir` (default:
+    server_dir)."""
+    started = time.perf_counter()
+    deadline = anyio.current_time() + timeout_s
+    sdir = Path(server_dir).resolve()
+    out_dir = report_dir or sdir
+    board = qc.Board(progress)
+    try:
+        manifest = load_manifest(sdir)
+    except UsageError as exc:
+        await board.add(
+            Check(name="manifest", passed=False, evidence=exc.message, next_step=exc.next_step)
+        )
+        return _finish(sdir.name, sdir, board, {}, [], started, out_dir)
+    tools = [t.name for t in manifest.enabled_tools()]
+    board.total = 9 + len(tools) + sum(t.verifier for t in manifest.enabled_tools())
+    bundle = bundle or default_bundle(sdir, manifest.name)
+    await board.add(
+        Check(
+            name="manifest",
+            passed=True,
+            evidence=f"{len(tools)} enabled tools: {', '.join(tools) or 'none declared'}",
+        )
+    )
+    files = bundle_files(bundle)
+    syntax = qc.syntax_check(files)
+    await board.add(syntax)
+    await board.add(qc.path_check(files, dirty_roots or infer_dirty_roots(sdir)))
+    await board.add(qc.skill_check(bundle, manifest))
+    if not syntax.passed:
+        await board.add(
+            Check(
+                name="startup",
+                passed=False,
+                evidence="not started: the bundle has a syntax error (see syntax)",
+                next_step="fix the syntax error first",
+            )
+        )
+        return _finish(manifest.name, sdir, board, bundle, tools, started, out_dir)
+
+    env = qc.child_env(settings)
+    # The bundle entry that is the server folder (the default bundle lists it first).
+    srv_rel = next(
+        (rel for rel, src in bundle.items() if src.resolve() == sdir), next(iter(bundle))
+    )
+    base = Path(tempfile.mkdtemp(prefix=f"harnesslab-qualify-{manifest.name}-"))
+    try:
+        rooms = {}
+        for key in ("session", "selftest", "pytest"):
+            rooms[key] = make_clean_room(ws_template, base / key, bundle)
+            (base / f"{key}-io").mkdir()
+        cheats = qc.cheats_for(rooms["session"], cheats_dir, max_corpus_cheats)
+        lanes: dict[str, list[Check]] = {"session": [], "selftest": [], "pytest": []}
+        with anyio.move_on_after(max(deadline - anyio.current_time(), 1.0)):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    qs.session_checks,
+                    manifest,
+                    rooms["session"],
+                    srv_rel,
+                    settings.python,
+                    env,
+                    deadline,
+                    cheats,
+                    board.lane(lanes["session"]),
+                    base / "session-io",
+                )
+                tg.start_soon(
+                    qs.self_test_check,
+                    manifest,
+                    rooms["selftest"],
+                    srv_rel,
+                    env,
+                    deadline,
+                    board.lane(lanes["selftest"]),
+                )
+                tg.start_soon(
+                    qs.tests_check,
+                    manifest,
+                    rooms["pytest"],
+                    srv_rel,
+                    settings.python,
+                    env,
+                    deadline,
+                    board.lane(lanes["pytest"]),
+                )
+        for lane in lanes.values():
+            for check in lane:
+                # Paths in tracebacks read as the workspace's own: ".harnesslab/mcp/x/fix.py".
+                for room in rooms.values():
+                    check.evidence = check.evidence.replace(f"{room}/", "")
+                board.checks.append(check)
+        names = {c.name for c in board.checks}
+        # A session check that failed (startup, tools_list) explains the session checks that
+        # never ran; anything else missing ran out of time.
+        stopper = next((c.name for c in lanes["session"] if not c.passed), "")
+        for missing in qc.expected_checks(manifest):
+            if missing in names:
+                continue
+            if stopper and missing not in ("self_test", "own_tests"):
+                evidence = f"not run: {stopper} failed first"
+                next_step = f"fix {stopper}"
+            else:
+                evidence = f"not finished: qualification ran out of its {timeout_s:g}s budget"
+                next_step = "make the server start and answer faster, or raise the timeout"
+            await board.add(
+                Check(name=missing, passed=False, evidence=evidence, next_step=next_step)
+            )
+    finally:
+        if not keep_clean_room:
+            shutil.rmtree(base, ignore_errors=True)
+    report = _finish(manifest.name, sdir, board, bundle, tools, started, out_dir)
+    if keep_clean_room:
+        report.clean_room = str(base)
+    return report
+
+
+def _finish(
+    name: str,
+    sdir: Path,
+    board: qc.Board,
+    bundle: dict[str, Path],
+    tools: list[str],
+    started: float,
+    out_dir: Path,
+) -> QualificationReport:
+    report = QualificationReport(
+        server=name,
+        server_dir=str(sdir),
+        passed=all(c.passed for c in board.checks) and bool(board.checks),
+        checks=board.checks,
+        tools=tools,
+        duration_s=round(time.perf_counter() - started, 3),
+        bundle_hash=bundle_hash(bundle) if bundle else "",
+        qualified_at=time.time(),
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report.report_path = str(out_dir / "qualification.json")
+    failure = out_dir / "failure_report.md"
+    if report.passed:
+        failure.unlink(missing_ok=True)
+    else:
+        report.failure_report_path = str(failure)
+        atomic_write_text(failure, failure_report(report))
+    atomic_write_json(out_dir / "qualification.json", report.model_dump(mode="json"))
+    return report
+
+
+def failure_report(report: QualificationReport) -> str:
+    """Markdown for a repair prompt: what failed, the evidence, what to change."""
+    failed = report.failed()
+    lines = [
+        f"# Server `{report.server}` failed qualification",
+        "",
+        f"It was started in a clean copy of the workspace (task template + only its "
+        f"`.harnesslab/` bundle) and failed {len(failed)} of {len(report.checks)} checks. Fix "
+        "these, keep every other check passing, then run self_test_server again.",
+        "",
+    ]
+    for c in failed:
+        lines += [f"## {c.name}", "", "Evidence:", "", "```", c.evidence.strip()[:3000], "```", ""]
+        if c.next_step:
+            lines += [f"What to change: {c.next_step}", ""]
+    passed = [c.name for c in report.checks if c.passed]
+    if passed:
+        lines += ["Passed: " + ", ".join(passed), ""]
+    return "\n".join(lines)
+
+
+def template_for(ws: Workspace) -> str | Path:
+    """What a clean copy of `ws` is made from: its shipped task's name, else its task folder."""
+    try:
+        ws.task.root.relative_to(tasks_root())
+        return ws.task.name
+    except ValueError:
+        return ws.task.root
+
+
+async def qualify_workspace_server(
+    ws: Workspace,
+    name: str,
+    settings: Settings,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    progress: qc.Progress | None = None,
+    cheats_dir: Path | None = None,
+    max_corpus_cheats: int = 3,
+) -> QualificationReport:
+    """Qualify the generated server `name` of a workspace and record the outcome in the
+    registry (qualified, or quarantined with the precise reason)."""
+    from . import registry
+
+    if not SERVER_NAME_RE.match(name or ""):
+        raise UsageError(
+            f"{name!r} is not a server name.",
+            next_step="names are lowercase letters/digits joined by single hyphens",
+        )
+    sdir = server_dir(ws.root, name)
+    if not sdir.is_dir():
+        raise UsageError(
+            f"no generated server {name!r} in {ws.root}.",
+            next_step="create it with generate_server (list_servers shows what exists)",
+        )
+    bundle = {f"{STATE}/mcp/{name}": sdir}
+    if skill_dir(ws.root, name).is_dir():
+        bundle[f"{STATE}/skills/{name}"] = skill_dir(ws.root, name)
+    report = await qualify(
+        sdir,
+        template_for(ws),
+        bundle,
+        timeout_s,
+        settings=settings,
+        dirty_roots=[ws.root],
+        cheats_dir=cheats_dir,
+        max_corpus_cheats=max_corpus_cheats,
+        progress=progress,
+    )
+    registry.record_qualification(ws.root, report)
+    return report
+
+
+def report_from_json(data: dict[str, Any]) -> QualificationReport:
+    return QualificationReport.model_validate(data)
+
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Check",
+    "QualificationReport",
+    "bundle_hash",
+    "default_bundle",
+    "failure_report",
+    "qualify",
+    "qualify_workspace_server",
+    "template_for",
+]
