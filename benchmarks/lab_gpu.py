@@ -1,0 +1,25 @@
+"""Kernel lab on a GPU host: every kernel task's strategies over its matrix, ncu on the best
+strategy per task, results.json; prints a short table last. Needs only torch and triton (no
+harnesslab install): the work is in tools/lab_gpu.py, loaded by path (it loads tools/runner.py,
+the one timing implementation, the same way).
+
+    python benchmarks/lab_gpu.py --out DIR [--tasks a,b] [--quick] [--tune] [--budget-s 330]
+
+Then, on any machine with harnesslab: `harnesslab lab --from-results DIR/results.json --out
+docs/lab/DATE` writes report.md, results.csv and the plots.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("_hl_lab_gpu", ROOT / "tools" / "lab_gpu.py")
+lab_gpu = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+sys.modules["_hl_lab_gpu"] = lab_gpu
+_spec.loader.exec_module(lab_gpu)  # type: ignore[union-attr]
+
+if __name__ == "__main__":
+    sys.exit(lab_gpu.main())
