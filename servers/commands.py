@@ -1,4 +1,5 @@
-"""Core subcommands: init, eval, verify, demo. Other modules register more on import."""
+"""Core subcommands: init, eval, verify. Other modules register more on import (`demo` and
+`run` live in run_cmd.py)."""
 
 from __future__ import annotations
 
@@ -130,85 +131,4 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
         print(f"verdict: {verdict.verdict}")
         for r in verdict.reasons:
             print(f"  {r['code']}: {r['detail']}")
-    return 0 if verdict.verdict == "passed" else 1
-
-
-def _demo_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--workspace", type=Path, help="folder for the demo workspace (default: a new temp folder)"
-    )
-    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    add_executor_args(p)
-
-
-@command(
-    "demo", "Init a temporary rmsnorm_gate workspace, eval, try launch configs, verify.", _demo_args
-)
-def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from harnesslab.tools.sweep import sweep
-
-    from .cli import temp_workspace_dir
-    from .report import print_rows
-
-    root = args.workspace or temp_workspace_dir() / "ws"
-    ws = init_workspace("rmsnorm_gate", root, force=True)
-    say = progress_printer(not args.json)
-
-    async def go():
-        launcher = build_launcher(settings)
-        try:
-            base = await run_objective(ws, launcher, progress=say)
-            swept = await sweep(
-                ws,
-                launcher,
-                space={"num_warps": [2, 4, 8], "rows_per_program": [1, 4]},
-                max_configs=4,
-                apply=True,
-                progress=say,
-            )
-            after = await run_objective(ws, launcher, progress=say)
-            verdict = await guarded_verify(ws, launcher, settings, progress=say)
-            return base, swept, after, verdict
-        finally:
-            await launcher.aclose()
-
-    base, swept, after, verdict = run_async(go)
-    summary = {
-        "workspace": str(ws.root),
-        "meaningful": base.meaningful,
-        "baseline_score_us": base.score_us,
-        "sweep_best": swept.best.model_dump() if swept.best else None,
-        "after_sweep_score_us": after.score_us,
-        "verdict": verdict.verdict,
-        "final_score_us": verdict.score_us,
-    }
-    if args.json:
-        print(json.dumps(summary))
-        return 0 if verdict.verdict == "passed" else 1
-    print_eval(base, "baseline (dev cases)")
-    print_rows(
-        "sweep (best first)",
-        ["config", "status", "score us"],
-        [
-            [json.dumps(r.config), r.status, f"{r.score_us:.1f}" if r.score_us else "-"]
-            for r in swept.results
-        ],
-    )
-    print_rows(
-        "demo summary"
-        + ("" if base.meaningful else " (Triton CPU interpreter: timings not meaningful)"),
-        ["step", "result"],
-        [
-            ["baseline dev score us", f"{base.score_us:.1f}" if base.score_us else base.status],
-            ["best swept config", json.dumps(swept.best.config) if swept.best else "none passed"],
-            ["dev score after sweep", f"{after.score_us:.1f}" if after.score_us else after.status],
-            [
-                f"guarded verify ({verdict.case_set})",
-                f"{verdict.verdict}, {verdict.score_us:.1f} us"
-                if verdict.score_us
-                else verdict.verdict,
-            ],
-            ["workspace", str(ws.root)],
-        ],
-    )
     return 0 if verdict.verdict == "passed" else 1

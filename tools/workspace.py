@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import UsageError
 from .storage import atomic_write_json
-from .tasks import TaskSpec, load_task
+from .tasks import TaskSpec, load_task, tasks_root
 
 STATE = ".harnesslab"
 
@@ -139,11 +139,16 @@ def open_workspace(root: Path, task_name: str | None = None) -> Workspace:
     meta = root / STATE / "task.json"
     if meta.is_file():
         try:
-            name = json.loads(meta.read_text())["task"]
-        except (json.JSONDecodeError, KeyError) as exc:
+            recorded = json.loads(meta.read_text())
+            name = recorded["task"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise UsageError(
                 f"{meta} is damaged.", next_step="re-run `harnesslab init --force`"
             ) from exc
+        # A workspace made from a task folder (not a shipped task) reopens from that folder.
+        folder = recorded.get("task_root")
+        if folder and not (tasks_root() / name / "task.toml").is_file():
+            return Workspace(root, load_task(Path(folder)))
         return Workspace(root, load_task(name))
     if (root / "task.toml").is_file():
         return Workspace(root, load_task(root))

@@ -1,0 +1,337 @@
+"""`harnesslab run` (the iteration loop) and `harnesslab demo` (a 2-iteration autopilot run on
+rmsnorm_gate in a temporary workspace). Progress goes to stderr (rich); the final table to
+stdout, or summary.json with --json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from harnesslab.tools.errors import UsageError
+from harnesslab.tools.loop import resume_run, start_run
+from harnesslab.tools.loop_state import RunConfig, RunStore
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.tasks import list_tasks
+from harnesslab.tools.workspace import open_workspace
+
+from .cli import add_executor_args, command, run_async, temp_workspace_dir
+from .report import console as stdout_console
+
+GPU_FIELDS = ("gpu_host", "ssh_key", "known_hosts", "gpus", "interpret", "accept_new_host_key")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
+
+
+def duration_s(text: str) -> float:
+    """'90', '90s', '5m', '1.5h' -> seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 90s, 5m, 1h)")
+    value = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    if value <= 0:
+        raise argparse.ArgumentTypeError("a duration must be positive")
+    return value
+
+
+class Progress:
+    """Live progress on stderr: one line per event, a spinner for the step in progress."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.console = Console(stderr=True)
+        self.enabled = enabled
+        self.t0 = time.time()
+        self.run_id = ""
+        self.run_dir = ""
+        live = enabled and self.console.is_terminal
+        self.status = self.console.status("starting") if live else None
+
+    def __enter__(self) -> Progress:
+        if self.status is not None:
+            self.status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if ev["kind"] == "run":
+            self.run_id, self.run_dir = ev.get("run_id", ""), ev.get("dir", "")
+        if not self.enabled:
+            return
+        stamp = f"[dim]{ev['time'] - self.t0:6.1f}s[/dim]"
+        kind, msg = ev["kind"], ev["message"]
+        if kind in ("phase", "step") and self.status is not None:
+            self.status.update(msg)
+        if kind == "score":
+            sc = ev.get("score") or {}
+            color = "green" if sc.get("verdict") == "passed" else "red"
+            value = f"{sc['score_us']:.1f}" if sc.get("score_us") is not None else "-"
+            why = f" {(sc.get('error') or '; '.join(sc.get('reasons') or []))[:120]}"
+            msg = f"{msg.split(':')[0]}: [{color}]{sc.get('verdict')}[/{color}] {value}{why if sc.get('verdict') != 'passed' else ''}"
+        elif kind == "turn":
+            out = ev.get("outcome") or {}
+            msg += f" in {out.get('duration_s', 0):.1f}s" + (
+                f" - {out['error'][:160]}" if out.get("error") else ""
+            )
+        if kind != "phase":
+            self.console.print(f"{stamp} {msg}", highlight=False)
+
+
+def _score(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _speedup(sc: dict[str, Any]) -> str:
+    x = sc.get("speedup_vs_incumbent")
+    return "" if x is None else f"{x:.2f}x vs {str(sc.get('incumbent') or '')[:8]}"
+
+
+def iterations_table(summary: dict[str, Any]) -> Table:
+    base = (summary.get("baseline") or {}).get("score_us")
+    note = "" if summary.get("meaningful") else " (Triton CPU interpreter: timings not meaningful)"
+    t = Table(
+        title=f"run {summary['run_id']}: {summary['status']} - {summary['stop_reason']}{note}",
+        title_justify="left",
+    )
+    columns = ("iteration", "attempt", "verified score us", "vs baseline", "ABBA vs best")
+    for col in (*columns, "new best", "build", "servers"):
+        t.add_column(col, overflow="fold")
+    t.add_row("baseline", "-", _score(base), "", "", "", "", "")
+    for it in summary["iterations"]:
+        sc = it.get("score") or {}
+        att = it.get("attempt") or {}
+        value = sc.get("score_us")
+        build = it.get("build") or {}
+        t.add_row(
+            str(it["iteration"]),
+            f"{att.get('status', '-')} {att.get('duration_s', 0):.0f}s",
+            _score(value) if value is not None else sc.get("verdict", "-"),
+            f"{100 * (value - base) / base:+.1f}%" if value is not None and base else "",
+            _speedup(sc),
+            "yes" if it.get("new_best") else "",
+            build.get("skipped") or build.get("status", "-"),
+            ", ".join(f"{s['name']} ({s['status']})" for s in it.get("servers", [])),
+        )
+    return t
+
+
+def result_table(summary: dict[str, Any]) -> Table:
+    base = summary.get("baseline") or {}
+    best = summary.get("best") or {}
+    final = summary.get("final") or {}
+    imp = summary.get("improvement_pct")
+    t = Table(title="result", title_justify="left")
+    for col in ("", "score us", "note"):
+        t.add_column(col, overflow="fold")
+    t.add_row("baseline (hidden cases)", _score(base.get("score_us")), base.get("verdict", "-"))
+    t.add_row(
+        "best (same hidden cases)",
+        _score(best.get("score_us")),
+        f"iteration {best.get('iteration', '-')}, checkpoint {best.get('candidate', '-')}"
+        + (f", {abs(imp):.1f}% {'better' if imp >= 0 else 'worse'} than baseline" if imp else "")
+        + (", restored into the workspace" if summary.get("restored") else ""),
+    )
+    t.add_row(
+        "final (NEW hidden cases)",
+        _score(final.get("score_us")),
+        f"{final.get('verdict', '-')} on {final.get('case_set', '-')}"
+        + (
+            f": {final.get('error') or '; '.join(final.get('reasons') or [])}"[:200]
+            if final.get("verdict") not in (None, "passed")
+            else ""
+        ),
+    )
+    built = {s["name"]: s["status"] for it in summary["iterations"] for s in it.get("servers", [])}
+    if built:
+        t.add_row("servers", "", ", ".join(f"{name} ({status})" for name, status in built.items()))
+    calls = summary.get("tool_calls") or {}
+    if calls:
+        t.add_row(
+            "tool calls", str(sum(calls.values())), ", ".join(f"{k} x{v}" for k, v in calls.items())
+        )
+    t.add_row("workspace", "", f"{summary['workspace']} ({summary.get('wall_s', 0):.0f}s)")
+    return t
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    out = stdout_console()
+    out.print(iterations_table(summary))
+    out.print(result_table(summary))
+
+
+def _gpu_settings(settings: Settings) -> dict[str, Any]:
+    data = settings.model_dump(mode="json", exclude_defaults=True)
+    return {k: data[k] for k in GPU_FIELDS if k in data}
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", help=f"task name ({', '.join(list_tasks())}) or task folder")
+    p.add_argument("-w", "--workspace", type=Path, required=True, help="workspace folder")
+    p.add_argument("--iterations", type=int, default=3, help="attempts (default 3)")
+    p.add_argument(
+        "--runner", choices=["exec", "claude", "codex", "autopilot"], default="autopilot"
+    )
+    p.add_argument(
+        "--agent-cmd",
+        default="",
+        help="exec runner command; placeholders {prompt_file} {workspace} {mcp_config} "
+        "{result_file} {phase} {session_id}",
+    )
+    p.add_argument(
+        "--agent-arg", action="append", default=[], help="extra runner argument (repeatable)"
+    )
+    p.add_argument("--attempt-timeout", type=duration_s, default=300.0, help="e.g. 5m")
+    p.add_argument("--build-timeout", type=duration_s, default=300.0, help="e.g. 5m")
+    p.add_argument("--stop-score", type=float, help="stop once the verified score is this good")
+    p.add_argument("--higher-is-better", action="store_true", help="for command tasks' scores")
+    p.add_argument(
+        "--optimization-mode",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="checkpoint the best verified workspace and restore it at the end (default on)",
+    )
+    p.add_argument(
+        "--no-restore-best", action="store_true", help="leave the last attempt's workspace"
+    )
+    p.add_argument(
+        "--build",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="reflect/build turns: auto = until solved",
+    )
+    p.add_argument("--resume", metavar="RUN_ID", help="continue a run after a crash or Ctrl-C")
+    p.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    add_executor_args(p)
+
+
+async def _until_signalled(runner_coro, progress: Progress) -> dict[str, Any] | None:
+    """Run the loop; SIGTERM or SIGHUP cancel it like Ctrl-C does, so it records the
+    interruption and kills what it started instead of dying with agents orphaned."""
+    summary: dict[str, Any] | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch)
+        try:
+            summary = await runner_coro(progress)
+        except Exception as exc:  # re-raised bare below, not wrapped in an ExceptionGroup
+            error = exc
+        tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return summary
+
+
+def _go(args: argparse.Namespace, settings: Settings, runner_coro) -> int:
+    with Progress(True) as progress:  # stderr: --json output on stdout stays clean
+        try:
+            summary = run_async(_until_signalled, runner_coro, progress)
+            if summary is None:
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            if progress.run_id:
+                print(
+                    f"interrupted; continue with: harnesslab run -w {args.workspace} "
+                    f"--resume {progress.run_id}",
+                    file=sys.stderr,
+                )
+            raise
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print_summary(summary)
+    final = summary.get("final") or {}
+    return 0 if final.get("verdict") == "passed" else 1
+
+
+@command("run", "Run the agent loop: attempt, verify, checkpoint, build tools, repeat.", _run_args)
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.resume:
+        ws = open_workspace(args.workspace)
+        stored = RunStore(ws.runs_dir, args.resume).load().config
+        # The run's own executor settings, unless given again on the command line.
+        given = _gpu_settings(settings)
+        settings = settings.model_copy(update={**stored.gpu, **given})
+
+        async def resume(progress: Progress) -> dict[str, Any]:
+            return await resume_run(args.workspace, args.resume, settings, on_event=progress)
+
+        return _go(args, settings, resume)
+    if not args.task and not (args.workspace / ".harnesslab" / "task.json").is_file():
+        raise UsageError(
+            "--task is needed for a new workspace.", next_step="pass --task rmsnorm_gate"
+        )
+    if args.iterations < 1:
+        raise UsageError("--iterations must be at least 1.")
+    config = RunConfig(
+        task=args.task or "",
+        workspace=args.workspace,
+        iterations=args.iterations,
+        runner=args.runner,
+        agent_cmd=args.agent_cmd,
+        agent_args=args.agent_arg,
+        attempt_timeout_s=args.attempt_timeout,
+        build_timeout_s=args.build_timeout,
+        stop_score=args.stop_score,
+        higher_is_better=args.higher_is_better,
+        optimization_mode=args.optimization_mode,
+        restore_best=not args.no_restore_best,
+        build=args.build,
+        gpu=_gpu_settings(settings),
+    )
+
+    async def start(progress: Progress) -> dict[str, Any]:
+        return await start_run(config, settings, on_event=progress)
+
+    return _go(args, settings, start)
+
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workspace", type=Path, help="demo workspace (default: a new temp folder)")
+    p.add_argument("--iterations", type=int, default=2)
+    p.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    add_executor_args(p)
+
+
+@command(
+    "demo",
+    "A 2-iteration autopilot loop on rmsnorm_gate in a temporary workspace: sweep, verify, "
+    "build a task-specific MCP server, use it, restore the best.",
+    _demo_args,
+)
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    root = args.workspace or temp_workspace_dir() / "ws"
+    args.workspace = root
+    config = RunConfig(
+        task="rmsnorm_gate",
+        workspace=root,
+        iterations=args.iterations,
+        runner="autopilot",
+        attempt_timeout_s=240.0,
+        build_timeout_s=180.0,
+        gpu=_gpu_settings(settings),
+    )
+
+    async def start(progress: Progress) -> dict[str, Any]:
+        return await start_run(config, settings, on_event=progress)
+
+    return _go(args, settings, start)
+
+
+__all__ = ["cmd_demo", "cmd_run", "duration_s", "iterations_table", "result_table"]

@@ -1,0 +1,378 @@
+"""The iteration loop with fake agents (tests/tools/fake_agents/scripted.py) on rmsnorm_gate
+under the Triton CPU interpreter: the loop's own verified score drives it, the best checkpoint
+survives broken attempts, hung agents die with their children, a crashed loop resumes.
+
+Each guarded verify costs 1-3 s on the interpreter; every run here is 1-2 iterations."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from harnesslab.tools.agent_runners import (
+    ClaudeRunner,
+    CodexRunner,
+    ExecRunner,
+    Turn,
+    build_runner,
+    codex_mcp_overrides,
+)
+from harnesslab.tools.checkpoints import Checkpoints
+from harnesslab.tools.errors import EnvironmentProblem, UsageError
+from harnesslab.tools.loop import resume_run, start_run
+from harnesslab.tools.loop_servers import turn_servers
+from harnesslab.tools.loop_state import RunConfig, RunStore
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.tasks import load_task, tasks_root
+from harnesslab.tools.workspace import open_workspace
+
+FAKE = Path(__file__).resolve().parent / "fake_agents" / "scripted.py"
+RUN_LIMIT_S = 150
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(state_dir=tmp_path / "state")
+
+
+@pytest.fixture(scope="module")
+def small_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """rmsnorm_gate with 2 hidden cases instead of 6: a guarded verify costs a third."""
+    dest = tmp_path_factory.mktemp("task") / "rmsnorm_small"
+    shutil.copytree(
+        tasks_root() / "rmsnorm_gate", dest, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    toml = dest / "task.toml"
+    text = toml.read_text().replace('name = "rmsnorm_gate"', 'name = "rmsnorm_small"')
+    toml.write_text(text.replace("count = 6", "count = 2"))
+    assert load_task(dest).final.count == 2
+    return dest
+
+
+def scripted(tmp_path: Path, task: Path, plan: dict[str, Any], **overrides: Any) -> RunConfig:
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    cmd = (
+        f"{shlex.quote(sys.executable)} {FAKE} {{phase}} {{workspace}} {{result_file}} {plan_file}"
+    )
+    fields: dict[str, Any] = {
+        "task": str(task),
+        "workspace": tmp_path / "ws",
+        "iterations": 1,
+        "runner": "exec",
+        "agent_cmd": cmd,
+        "build": "never",
+        "attempt_timeout_s": 60,
+        "build_timeout_s": 60,
+    }
+    return RunConfig(**{**fields, **overrides})
+
+
+async def run(config: RunConfig, settings: Settings) -> dict[str, Any]:
+    with anyio.fail_after(RUN_LIMIT_S):
+        return await start_run(config, settings)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie waiting for its reaper is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def wait_dead(pids: list[int], limit_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def rows_per_program(ws_root: Path, candidate: str) -> int:
+    files = Checkpoints(open_workspace(ws_root)).files(candidate)
+    return json.loads(files["kernel_config.json"])["rows_per_program"]
+
+
+# -- the loop ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_verified_improvement_becomes_best_and_a_deleted_kernel_is_rolled_back(
+    tmp_path, settings, small_task
+):
+    config = scripted(
+        tmp_path,
+        task=small_task,
+        plan={"attempt": ["improve", "delete"]},
+        iterations=2,
+        output_cap_bytes=65536,
+    )
+    summary = await run(config, settings)
+
+    first, second = summary["iterations"]
+    assert summary["baseline"]["verdict"] == "passed"
+    # the agent claimed 0.001 us; the loop's own verify decides
+    assert first["attempt"]["claimed"]["score_us"] == 0.001
+    assert first["score"]["score_us"] > 1.0 and first["score"]["verdict"] == "passed"
+    assert second["attempt"]["status"] == "failed" and second["attempt"]["exit_code"] == 3
+    assert second["score"]["verdict"] == "error" and "kernel.py" in second["score"]["error"]
+    # 300 KB of output was capped: the head, a note, the tail
+    out = config.workspace / ".harnesslab/runs" / summary["run_id"] / "iter-02/attempt"
+    assert (out / "stdout.txt").stat().st_size < 65536 + (64 << 10) + 100
+    assert "bytes dropped" in (out / "stdout.txt").read_text()
+    # the best survived the broken attempt, was restored and re-verified on new hidden cases
+    best = summary["best"]
+    assert best["candidate"] in (first["score"]["candidate"], summary["baseline"]["candidate"])
+    assert (config.workspace / "kernel.py").is_file()
+    assert summary["final"]["verdict"] == "passed"
+    assert summary["final"]["case_set"] != summary["baseline"]["case_set"]
+    assert open_workspace(config.workspace).candidate_hash() == best["candidate"]
+    assert summary["status"] == "completed"
+    run_dir = config.workspace / ".harnesslab/runs" / summary["run_id"]
+    for rel in (
+        "config.json",
+        "state.json",
+        "summary.json",
+        "best.json",
+        "iter-01/score.json",
+        "iter-01/attempt/prompt.md",
+        "iter-01/attempt/mcp.json",
+        "iter-01/attempt/result.json",
+    ):
+        assert (run_dir / rel).is_file(), rel
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.anyio
+async def test_hung_agent_is_killed_with_its_child_and_its_work_still_scored_and_counted(
+    tmp_path, settings, small_task
+):
+    # The timed-out attempt's verified score reaches the stop score: the run ends there and
+    # skips the build (solved), although 3 iterations were planned.
+    config = scripted(
+        tmp_path,
+        task=small_task,
+        plan={"attempt": ["hang"]},
+        attempt_timeout_s=4,
+        iterations=3,
+        stop_score=1e12,
+        build="auto",
+        optimization_mode=False,
+    )
+    summary = await run(config, settings)
+    it = summary["iterations"][0]
+    assert it["attempt"]["status"] == "timeout" and it["attempt"]["timed_out"]
+    pids = json.loads((tmp_path / "pids.json").read_text())
+    assert wait_dead([pids["agent"], pids["child"]]) == []
+    # the change the agent made before hanging was scored independently
+    assert it["score"]["verdict"] == "passed"
+    assert rows_per_program(config.workspace, it["score"]["candidate"]) == 8
+    state = RunStore(config.workspace / ".harnesslab/runs", summary["run_id"]).load()
+    assert state.active == []
+    assert summary["status"] == "stopped" and "stop score" in summary["stop_reason"]
+    assert len(summary["iterations"]) == 1
+    assert it["build"] == {"skipped": "solved: stop score reached"}
+    assert summary["restored"] is None  # not optimization mode: the workspace stays as left
+    assert summary["final"]["verdict"] == "passed"
+
+
+def cli_run_stopped_mid_attempt(
+    config: RunConfig, settings: Settings, sig: signal.Signals
+) -> tuple[int, str, dict[str, int]]:
+    """`harnesslab run` in a subprocess, sent `sig` once the fake agent hangs in its attempt.
+    Returns the exit code, the stderr tail, and the agent's pids."""
+    argv = [
+        sys.executable, "-m", "harnesslab.servers", "run", "--json",
+        "--task", config.task, "-w", str(config.workspace), "--iterations", "1",
+        "--runner", "exec", "--agent-cmd", config.agent_cmd, "--build", "never",
+        "--attempt-timeout", "120",
+    ]  # fmt: skip
+    env = {**os.environ, "HARNESSLAB_STATE_DIR": str(settings.state_dir)}
+    pids_file = config.workspace.parent / "pids.json"  # next to the plan (see scripted())
+    loop = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not pids_file.exists():
+            assert loop.poll() is None, loop.stderr.read().decode()[-2000:] if loop.stderr else ""
+            assert time.monotonic() < deadline, "the fake agent never started"
+            time.sleep(0.2)
+        loop.send_signal(sig)
+        _, err = loop.communicate(timeout=30)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait(timeout=10)
+    return loop.returncode, err.decode(errors="replace")[-3000:], json.loads(pids_file.read_text())
+
+
+def only_run(config: RunConfig) -> RunStore:
+    (run_id,) = [p.name for p in (config.workspace / ".harnesslab/runs").iterdir()]
+    return RunStore(config.workspace / ".harnesslab/runs", run_id)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_ctrl_c_or_sigterm_mid_attempt_records_the_interruption_and_kills_the_agent(
+    tmp_path, settings, small_task, sig
+):
+    config = scripted(tmp_path, small_task, {"attempt": ["hang"]})
+    code, err, pids = cli_run_stopped_mid_attempt(config, settings, sig)
+    assert code == 130, err
+    assert "--resume" in err
+    assert wait_dead([pids["agent"], pids["child"]]) == []
+    state = only_run(config).load()
+    assert state.status == "interrupted" and state.active == []
+    assert state.iterations[0].running == "attempt"
+
+
+@pytest.mark.anyio
+async def test_a_crashed_loop_resumes_kills_what_it_left_and_finishes(
+    tmp_path, settings, small_task
+):
+    config = scripted(tmp_path, small_task, {"attempt": ["hang"], "hang_once": True})
+    _, _, pids = cli_run_stopped_mid_attempt(config, settings, signal.SIGKILL)
+    assert alive(pids["agent"])  # orphaned by the crash
+    store = only_run(config)
+    state = store.load()
+    assert state.iterations[0].running == "attempt" and state.active
+
+    with anyio.fail_after(RUN_LIMIT_S):
+        summary = await resume_run(config.workspace, store.run_id, settings)
+    assert wait_dead([pids["agent"], pids["child"]]) == []
+    it = summary["iterations"][0]
+    assert it["attempt"]["status"] == "interrupted"
+    assert it["score"]["verdict"] == "passed"
+    assert summary["status"] == "completed" and summary["final"]["verdict"] == "passed"
+    assert store.load().resumes == 1
+
+
+# -- runners ------------------------------------------------------------------------------------
+
+
+def test_missing_agent_binaries_say_what_to_install(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(EnvironmentProblem) as err:
+        ClaudeRunner().preflight()
+    assert "npm install -g @anthropic-ai/claude-code" in err.value.next_step
+    with pytest.raises(EnvironmentProblem) as err:
+        CodexRunner().preflight()
+    assert "@openai/codex" in err.value.next_step
+    with pytest.raises(EnvironmentProblem):
+        ExecRunner("no-such-agent --go {prompt_file}").preflight()
+    build_runner("autopilot").preflight()  # built in: nothing to install
+
+
+def test_exec_template_rejects_bad_placeholders_and_keeps_paths_with_spaces_whole(tmp_path):
+    with pytest.raises(UsageError) as err:
+        ExecRunner("agent {promt_file}")
+    assert "{prompt_file}" in err.value.next_step
+    with pytest.raises(UsageError):
+        build_runner("exec", agent_cmd="")
+    with pytest.raises(UsageError):
+        build_runner("claude", agent_cmd="x")
+    folder = tmp_path / "a dir"
+    turn = Turn(
+        phase="build", prompt="p", dir=folder, workspace=folder, mcp_config=folder / "m.json",
+        timeout_s=5, session_id="s1",
+    )  # fmt: skip
+    argv = ExecRunner("agent --in {prompt_file} --ws={workspace} {session_id}").argv(turn)
+    assert argv == ["agent", "--in", str(folder / "prompt.md"), f"--ws={folder}", "s1"]
+
+
+def test_claude_and_codex_get_the_mcp_config_and_resume_the_session(tmp_path):
+    cfg = tmp_path / "mcp.json"
+    server = {"command": "python", "args": ["-m", "x"], "env": {"HARNESSLAB_STATE_DIR": "/s"}}
+    cfg.write_text(json.dumps({"mcpServers": {"harnesslab": server}}))
+    turn = Turn(
+        phase="build", prompt="do it", dir=tmp_path, workspace=tmp_path, mcp_config=cfg,
+        timeout_s=5, session_id="abc",
+    )  # fmt: skip
+    claude = ClaudeRunner().argv(turn)
+    assert claude[:3] == ["claude", "-p", "do it"] and "--resume" in claude
+    assert claude[claude.index("--mcp-config") + 1] == str(cfg)
+    assert "mcp__harnesslab" in claude[claude.index("--allowedTools") + 1]
+    codex = CodexRunner().argv(turn)
+    assert codex[:3] == ["codex", "exec", "--json"]
+    assert codex[-3:] == ["resume", "abc", "do it"]
+    overrides = codex_mcp_overrides(cfg)
+    assert 'mcp_servers.harnesslab.command="python"' in overrides
+    assert 'mcp_servers.harnesslab.env={ "HARNESSLAB_STATE_DIR" = "/s" }' in overrides
+    (tmp_path / "stdout.txt").write_text('{"type":"thread.started","thread_id":"t-1"}\n')
+    assert CodexRunner().session_from_output(turn) == "t-1"
+    (tmp_path / "stdout.txt").write_text('{"type":"result","session_id":"c-9","result":"ok"}')
+    assert ClaudeRunner().session_from_output(turn) == "c-9"
+
+
+@pytest.mark.anyio
+async def test_exec_runner_caps_a_flood_and_reports_a_non_zero_exit(tmp_path):
+    script = "import sys; sys.stdout.write('y' * 200000); sys.stderr.write('boom'); sys.exit(4)"
+    runner = ExecRunner(f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}")
+    turn = Turn(
+        phase="attempt", prompt="p", dir=tmp_path / "t", workspace=tmp_path,
+        mcp_config=tmp_path / "m.json", timeout_s=30, output_cap_bytes=4096,
+    )  # fmt: skip
+    with anyio.fail_after(30):
+        out = await runner.run(turn)
+    assert out.status == "failed" and out.exit_code == 4 and "boom" in out.error
+    assert out.result is None and "no result.json" in out.result_error
+    stdout = (tmp_path / "t" / "stdout.txt").read_bytes()
+    assert len(stdout) < 4096 + (64 << 10) + 100 and b"bytes dropped" in stdout
+    assert out.output_dropped_bytes > 0
+
+
+@pytest.mark.anyio
+async def test_a_good_server_is_registered_and_a_broken_one_quarantined_after_one_repair(
+    tmp_path, settings, small_task
+):
+    config = scripted(
+        tmp_path,
+        small_task,
+        {"attempt": ["noop"], "build": ["two_servers"], "repair": ["noop"]},
+        build="always",
+    )
+    summary = await run(config, settings)
+    it = summary["iterations"][0]
+    servers = {s["name"]: s for s in it["servers"]}
+    assert servers["fake-good-server"]["status"] == "registered"
+    bad = servers["fake-bad-server"]
+    assert bad["status"] == "quarantined" and bad["repaired"] is True
+    assert "diagnose is broken" in bad["report"]
+    assert it["repair"]["status"] == "ok"
+    run_dir = config.workspace / ".harnesslab/runs" / summary["run_id"] / "iter-01"
+    repair_prompt = (run_dir / "repair/prompt.md").read_text()
+    assert "fake-bad-server" in repair_prompt and "diagnose is broken" in repair_prompt
+    qualification = json.loads((run_dir / "qualification.json").read_text())
+    assert sorted((q["name"], q["passed"], q["after_repair"]) for q in qualification) == [
+        ("fake-bad-server", False, False),
+        ("fake-bad-server", False, True),
+        ("fake-good-server", True, False),
+    ]
+    # the next session gets the registered server, never the quarantined one
+    ws = open_workspace(config.workspace)
+    active = turn_servers(ws, settings, meta=False).entries
+    assert "fake-good-server" in active and "fake-bad-server" not in active
+    mcp_json = json.loads((config.workspace / ".mcp.json").read_text())["mcpServers"]
+    assert "fake-good-server" in mcp_json and "fake-bad-server" not in mcp_json
