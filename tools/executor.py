@@ -167,7 +167,12 @@ class LocalInteractive(InteractiveProcess):
     async def receive_line(self, max_bytes: int = 64 << 20) -> str | None:
         try:
             return (await self._out.receive_until(b"\n", max_bytes)).decode(errors="replace")
-        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        except (
+            anyio.EndOfStream,
+            anyio.IncompleteRead,
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+        ):
             return None
 
     async def kill(self) -> None:

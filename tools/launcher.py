@@ -29,7 +29,7 @@ EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 
 
 # Staged beside runner.py and hash-checked like it: the guarded verify's parent and child sides.
-RUNNER_FILES = ("runner.py", "guard.py", "guard_child.py")
+RUNNER_FILES = ("runner.py", "guard.py", "guard_gpu.py", "guard_child.py")
 
 
 def runner_source(name: str = "runner.py") -> bytes:

@@ -10,6 +10,7 @@ import secrets
 import time
 from pathlib import Path
 
+from .errors import UsageError
 from .settings import Settings
 from .storage import atomic_write_text
 
@@ -38,9 +39,21 @@ def workspace_secret(settings: Settings, workspace_root: Path, *, rotate: bool =
     return current
 
 
+def ensure_outside_workspace(settings: Settings, workspace_root: Path) -> None:
+    """The secret must live where the agent's files do not: a state dir inside the workspace
+    would hand the hidden cases to the candidate."""
+    state, root = settings.state_dir.expanduser().resolve(), workspace_root.resolve()
+    if state == root or root in state.parents:
+        raise UsageError(
+            f"the state directory {state} is inside the workspace {root}: hidden cases would "
+            "be readable by the candidate.",
+            next_step="set HARNESSLAB_STATE_DIR to a folder outside every workspace",
+        )
+
+
 def case_set_id(seed_hex: str) -> str:
     """A public name for a case set that reveals nothing about the seed."""
     return "final-" + hashlib.sha256(("case-set:" + seed_hex).encode()).hexdigest()[:12]
 
 
-__all__ = ["case_set_id", "workspace_secret"]
+__all__ = ["case_set_id", "ensure_outside_workspace", "workspace_secret"]

@@ -45,7 +45,9 @@ class Settings(BaseSettings):
         default=True,
         description="Keep one runner per GPU warm (torch/triton/CUDA initialised) between calls.",
     )
-    worker_idle_s: float = Field(default=600.0, gt=0, description="A warm worker exits after this idle time.")
+    worker_idle_s: float = Field(
+        default=600.0, gt=0, description="A warm worker exits after this idle time."
+    )
     worker_max_calls: int = Field(
         default=50, ge=1, description="Restart a warm worker after this many calls (leaks, caches)."
     )

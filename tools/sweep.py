@@ -69,7 +69,10 @@ def expand_space(
                 f"space: unknown knob {key!r}.", next_step=f"knobs are: {', '.join(declared)}"
             )
         if not isinstance(values, list) or not values:
-            raise UsageError(f"space: {key} needs a non-empty list of values.")
+            raise UsageError(
+                f"space: {key} needs a non-empty list of values.",
+                next_step=f"{key} takes {','.join(map(str, declared[key]))}",
+            )
         bad = [v for v in values if v not in declared[key]]
         if bad:
             raise UsageError(

@@ -1,0 +1,286 @@
+"""The guarded verify on a GPU: cheat corpus, honest kernels, false-rejection rate, cost.
+
+    python benchmarks/integrity_gpu.py [--parts corpus,honest,repeat,cost] [--repeats 20]
+                                      [--cheats a,b] [--budget-s S] [--json OUT.json]
+
+Measured on an H100 (2026-11-21): corpus 283 s (37 runs), honest 60 s, a verify ~13 s, cost
+~80 s, so a 10-minute device call holds `--parts corpus` or `--parts honest,repeat,cost`, not
+both. --budget-s stops starting verifies after S seconds; what ran is printed and saved.
+
+Prints one table per part (run it on an H100/H200 host with harnesslab importable):
+- corpus: every kernel in tests/integrity/cheats/ through the full guarded verify (its
+  `expect:` code), and again with the static scan not enforced for files that name a `runtime:`
+  or `gpu:` code, so the runtime guard's own verdict is shown. GPU-only exploits (side streams,
+  profiler kernel list, timing) are judged here and nowhere else.
+- honest: baseline, tasks' solutions and tests/integrity/honest/ must all pass.
+- repeat: --repeats guarded verifies of solutions/fast.py: false rejections must be 0; score
+  spread across repeats.
+- cost: a plain eval of the same hidden cases (runner "evaluate" mode, one check per case) vs the
+  guarded verify of the same candidate, fresh process each, wall clock; target ratio <= 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from harnesslab.tools.launcher import Launcher
+from harnesslab.tools.objective import to_eval_result
+from harnesslab.tools.secrets_store import workspace_secret
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.tasks import load_task
+from harnesslab.tools.verify import guarded_verify
+from harnesslab.tools.workspace import Workspace, init_workspace
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "integrity"
+SPEC = load_task("rmsnorm_gate")
+
+
+def expectation(path: Path) -> dict[str, str]:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    out = {}
+    for line in doc.splitlines():
+        key, _, code = line.partition(":")
+        if key in ("expect", "runtime", "gpu") and code.strip():
+            out[key] = code.strip()
+    return out
+
+
+class OutOfBudget(Exception):
+    pass
+
+
+class Bench:
+    def __init__(self, budget_s: float | None) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="hl-integrity-"))
+        self.settings = Settings(state_dir=self.tmp / "state")
+        self.n = 0
+        self.deadline = time.monotonic() + budget_s if budget_s else None
+
+    def check_budget(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise OutOfBudget
+
+    def workspace(self, kernel: Path) -> Workspace:
+        self.n += 1
+        ws = init_workspace("rmsnorm_gate", self.tmp / f"ws{self.n}")
+        shutil.copy(kernel, ws.root / "kernel.py")
+        return ws
+
+    async def verify(self, ws: Workspace, **kw: Any) -> tuple[Any, float]:
+        self.check_budget()
+        launcher = Launcher(self.settings)
+        t0 = time.perf_counter()
+        try:
+            with anyio.fail_after(600):
+                v = await guarded_verify(ws, launcher, self.settings, **kw)
+        finally:
+            await launcher.aclose()
+        return v, time.perf_counter() - t0
+
+    async def plain_eval(self, ws: Workspace) -> tuple[Any, float, float]:
+        """The runner's plain evaluate mode on the workspace's hidden cases."""
+        secret = workspace_secret(self.settings, ws.root)
+        cases = ws.task.final.draw(secret["seed"])  # type: ignore[union-attr]
+        files = ws.editable_files()
+        digest = ws.candidate_hash(files)
+        launcher = Launcher(self.settings)
+        request = {
+            "mode": "evaluate",
+            "candidate_dir": f"@stage/{launcher.stage_candidate(files, digest)}",
+            "entry": ws.task.entry,
+            "config_file": ws.task.config_file,
+            "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
+            "cases": [c.model_dump() for c in cases],
+            "seed": 1,
+        }
+        t0 = time.perf_counter()
+        try:
+            call = await launcher.call(request, task=ws.task, fresh=True)
+        finally:
+            await launcher.aclose()
+        wall = time.perf_counter() - t0
+        res = to_eval_result(call, cases, candidate=digest, config={}, mode="dev", seed=1)
+        return res, wall, float((call.result or {}).get("runner_wall_s") or 0.0)
+
+
+def codes(v: Any) -> list[str]:
+    return sorted({r["code"] for r in v.reasons})
+
+
+async def corpus(b: Bench, out: dict[str, Any], only: str) -> None:
+    print(f"\n{'cheat':24s} {'scan':5s} {'expected':24s} {'verdict':9s} ok  codes")
+    rows: list[dict[str, Any]] = []
+    out["corpus"] = rows  # filled as it goes: a cut run keeps what it measured
+    for path in sorted((CORPUS / "cheats").glob("*.py")):
+        if only and path.stem not in only.split(","):
+            continue
+        exp = expectation(path)
+        runs = [("on", exp["expect"], {})]
+        if "runtime" in exp or "gpu" in exp:
+            runs.append(("off", exp.get("gpu") or exp["runtime"], {"enforce_scan": False}))
+        for scan, want, kw in runs:
+            v, wall = await b.verify(b.workspace(path), **kw)
+            ok = v.verdict == "rejected" and want in codes(v)
+            rows.append(
+                {
+                    "cheat": path.stem,
+                    "scan": scan,
+                    "expected": want,
+                    "verdict": v.verdict,
+                    "ok": ok,
+                    "codes": codes(v),
+                    "wall_s": wall,
+                }
+            )
+            print(
+                f"{path.stem:24s} {scan:5s} {want:24s} {v.verdict:9s} {'yes' if ok else 'NO':3s} "
+                f"{','.join(codes(v))[:90]}",
+                flush=True,
+            )
+    caught = sum(r["ok"] for r in rows)
+    print(f"corpus: {caught} of {len(rows)} runs rejected for the expected reason")
+
+
+def honest_kernels() -> dict[str, Path]:
+    found = {"baseline": SPEC.workspace_template / "kernel.py"}
+    found |= {f"solution_{n}": p for n, p in SPEC.solutions().items()}
+    found |= {f"honest_{p.stem}": p for p in sorted((CORPUS / "honest").glob("*.py"))}
+    return found
+
+
+async def honest(b: Bench, out: dict[str, Any]) -> None:
+    print(f"\n{'honest kernel':28s} {'verdict':8s} {'score us':>10s} {'% copy':>7s} {'wall s':>7s}")
+    rows: list[dict[str, Any]] = []
+    out["honest"] = rows
+    for name, path in honest_kernels().items():
+        v, wall = await b.verify(b.workspace(path))
+        rows.append(
+            {
+                "kernel": name,
+                "verdict": v.verdict,
+                "score_us": v.score_us,
+                "geomean_pct": v.geomean_pct_of_copy_bw,
+                "codes": codes(v),
+                "wall_s": wall,
+            }
+        )
+        print(
+            f"{name:28s} {v.verdict:8s} {v.score_us or 0:10.1f} "
+            f"{v.geomean_pct_of_copy_bw or 0:7.1f} {wall:7.1f} {','.join(codes(v))[:60]}",
+            flush=True,
+        )
+
+
+async def repeat(b: Bench, out: dict[str, Any], n: int) -> None:
+    ws = b.workspace(SPEC.solutions()["fast"])
+    scores, rejected, walls, speedups = [], [], [], []
+    for i in range(n):
+        try:
+            v, wall = await b.verify(ws)
+        except OutOfBudget:
+            print(f"repeat: --budget-s reached after {i} runs")
+            n = i
+            break
+        walls.append(wall)
+        if v.verdict != "passed":
+            rejected.append({"run": i, "codes": codes(v), "reasons": v.reasons[:3]})
+        elif v.score_us:
+            scores.append(v.score_us)
+        if v.incumbent and v.incumbent.get("speedup"):
+            speedups.append(v.incumbent["speedup"])
+    if not n:
+        raise OutOfBudget
+    spread = (max(scores) - min(scores)) / statistics.median(scores) * 100 if scores else None
+    print(
+        f"\nrepeat: {n} guarded verifies of solutions/fast.py: {len(rejected)} rejected "
+        f"(false-rejection rate {len(rejected) / n:.0%}); score median "
+        f"{statistics.median(scores) if scores else 0:.1f} us, spread {spread or 0:.2f}%, "
+        f"wall median {statistics.median(walls):.1f} s"
+    )
+    out["repeat"] = {
+        "runs": n,
+        "rejected": rejected,
+        "scores_us": scores,
+        "walls_s": walls,
+        "spread_pct": spread,
+        "incumbent_speedups": speedups,
+    }
+
+
+async def cost(b: Bench, out: dict[str, Any]) -> None:
+    ws = b.workspace(SPEC.solutions()["fast"])
+    b.check_budget()
+    await b.plain_eval(ws)  # warm the Triton cache: neither side pays compiles below
+    rows = []
+    for _ in range(3):
+        res, plain_wall, plain_runner = await b.plain_eval(ws)
+        v, guard_wall = await b.verify(ws, save=False)
+        guard_runner = float(v.evidence.get("runner_wall_s") or 0.0)
+        rows.append(
+            {
+                "plain_wall_s": plain_wall,
+                "plain_runner_s": plain_runner,
+                "guarded_wall_s": guard_wall,
+                "guarded_runner_s": guard_runner,
+                "plain_status": res.status,
+                "verdict": v.verdict,
+            }
+        )
+    pw = statistics.median(r["plain_wall_s"] for r in rows)
+    gw = statistics.median(r["guarded_wall_s"] for r in rows)
+    print(
+        f"\ncost: plain eval {pw:.1f} s, guarded verify {gw:.1f} s (same hidden cases, fresh "
+        f"process each): ratio {gw / pw:.2f} (target <= 3)"
+    )
+    out["cost"] = {"runs": rows, "ratio": gw / pw}
+
+
+async def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", default="corpus,honest,repeat,cost")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--cheats", default="", help="comma-separated corpus names (default: all)")
+    ap.add_argument(
+        "--budget-s", type=float, help="stop starting verifies after this; partial tables print"
+    )
+    args = ap.parse_args(argv)
+    import torch
+
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (interpreter)"
+    print(f"device {device}, torch {torch.__version__}, python {sys.version.split()[0]}")
+    b, out = Bench(args.budget_s), {"device": device, "torch": torch.__version__}
+    parts = {
+        "corpus": lambda: corpus(b, out, args.cheats),
+        "honest": lambda: honest(b, out),
+        "repeat": lambda: repeat(b, out, args.repeats),
+        "cost": lambda: cost(b, out),
+    }
+    try:
+        for name in args.parts.split(","):
+            try:
+                await parts[name]()
+            except OutOfBudget:
+                print(f"\n{name}: --budget-s reached; this part and the ones after it are cut")
+                out.setdefault("cut", []).append(name)
+    finally:
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1, default=str))
+        shutil.rmtree(b.tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main, sys.argv[1:]))

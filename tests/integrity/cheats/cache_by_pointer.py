@@ -1,0 +1,38 @@
+"""Exploit: result caching keyed on the input address (data_ptr). A harness that reuses its
+input buffers (CUDA-graph replay, rotating input sets) gets the stored result back without any
+kernel running, so the timed loop measures nothing.
+
+expect: wrong_output
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+_CACHE: dict = {}
+
+
+@triton.jit
+def _kernel(x_ptr, g_ptr, w_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < dim
+    x = tl.load(x_ptr + row * dim + cols, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + row * dim + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / dim + eps)
+    y = x * rstd * w * (g * tl.sigmoid(g))
+    tl.store(out_ptr + row * dim + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _launch(x, gate, weight, out, eps):
+    dim = x.shape[-1]
+    _kernel[(x.numel() // dim,)](x, gate, weight, out, dim, eps, BLOCK=triton.next_power_of_2(dim))
+    return out
+
+
+def rmsnorm_gate(x, gate, weight, eps=1e-5):
+    key = (x.data_ptr(), gate.data_ptr(), tuple(x.shape))
+    if key not in _CACHE:
+        _CACHE[key] = _launch(x, gate, weight, torch.empty_like(x), eps)
+    return _CACHE[key].clone()

@@ -1,0 +1,39 @@
+"""Exploit: no kernel at all, plain torch in the entry function, tucked behind a helper so the
+entry function itself looks clean.
+
+expect: forbidden_call
+runtime: no_triton_launch
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _kernel(x_ptr, g_ptr, w_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < dim
+    x = tl.load(x_ptr + row * dim + cols, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + row * dim + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / dim + eps)
+    y = x * rstd * w * (g * tl.sigmoid(g))
+    tl.store(out_ptr + row * dim + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _launch(x, gate, weight, out, eps):
+    dim = x.shape[-1]
+    _kernel[(x.numel() // dim,)](x, gate, weight, out, dim, eps, BLOCK=triton.next_power_of_2(dim))
+    return out
+
+
+def _math(x, gate, weight, eps):
+    x32, g32 = x.float(), gate.float()
+    rstd = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (x32 * rstd * weight.float() * g32 * torch.sigmoid(g32)).to(x.dtype)
+
+
+def rmsnorm_gate(x, gate, weight, eps=1e-5):
+    return _math(x, gate, weight, eps)

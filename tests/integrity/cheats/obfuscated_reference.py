@@ -1,0 +1,40 @@
+"""Exploit: the torch reference reached through computed attribute names, so that no forbidden
+name appears in the source.
+
+expect: dynamic_code
+runtime: torch_compute
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+_OPS = ["rs" + "qrt", "sig" + "moid"]
+
+
+@triton.jit
+def _kernel(x_ptr, g_ptr, w_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < dim
+    x = tl.load(x_ptr + row * dim + cols, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + row * dim + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / dim + eps)
+    y = x * rstd * w * (g * tl.sigmoid(g))
+    tl.store(out_ptr + row * dim + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _launch(x, gate, weight, out, eps):
+    dim = x.shape[-1]
+    _kernel[(x.numel() // dim,)](x, gate, weight, out, dim, eps, BLOCK=triton.next_power_of_2(dim))
+    return out
+
+
+def rmsnorm_gate(x, gate, weight, eps=1e-5):
+    out = torch.empty_like(x)
+    _launch(x, gate, weight, out, eps)
+    rs, sg = (getattr(torch, n) for n in _OPS)
+    x32, g32 = x.float(), gate.float()
+    y = x32 * rs((x32 * x32).sum(-1, keepdim=True) / x.shape[-1] + eps) * weight.float()
+    return (y * g32 * sg(g32)).to(x.dtype)

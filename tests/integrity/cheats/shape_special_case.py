@@ -1,0 +1,47 @@
+"""Exploit: shape special-casing with a wrong general path. Power-of-two dims (every dev case)
+take the real kernel; any other dim takes a "fast path" that drops the weight and the gate.
+
+expect: wrong_output
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _kernel(x_ptr, g_ptr, w_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < dim
+    x = tl.load(x_ptr + row * dim + cols, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + row * dim + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / dim + eps)
+    y = x * rstd * w * (g * tl.sigmoid(g))
+    tl.store(out_ptr + row * dim + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _launch(x, gate, weight, out, eps):
+    dim = x.shape[-1]
+    _kernel[(x.numel() // dim,)](x, gate, weight, out, dim, eps, BLOCK=triton.next_power_of_2(dim))
+    return out
+
+
+@triton.jit
+def _fast_path(x_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < dim
+    x = tl.load(x_ptr + row * dim + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / dim + eps)
+    tl.store(out_ptr + row * dim + cols, (x * rstd).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def rmsnorm_gate(x, gate, weight, eps=1e-5):
+    dim = x.shape[-1]
+    out = torch.empty_like(x)
+    if dim & (dim - 1) == 0:
+        return _launch(x, gate, weight, out, eps)
+    _fast_path[(x.numel() // dim,)](x, out, dim, eps, BLOCK=triton.next_power_of_2(dim))
+    return out
