@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Wheels the GPU host lacks (it has torch, triton, numpy, anyio, httpx, rich...): cp312 manylinux
+# builds into .whl/ (git-ignored), carried to the device with `carry: [".whl"]`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .whl && mkdir -p .whl
+PLAT=(--platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${PLAT[@]}" -d .whl \
+  mcp==2.3.0 mcp-types==2.3.0 asyncssh==2.24.1 cryptography cffi pycparser \
+  pydantic==2.14.3 pydantic-core==2.50.4 pydantic-settings==2.16.3 python-dotenv typing-inspection annotated-types \
+  httpx2 httpcore2 truststore jsonschema jsonschema-specifications referencing rpds-py opentelemetry-api pyjwt \
+  python-multipart sse-starlette starlette uvicorn
+ls .whl | wc -l
