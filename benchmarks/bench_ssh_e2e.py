@@ -137,7 +137,9 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=6)
     ap.add_argument("--configs", type=int, default=32)
     ap.add_argument(
-        "--serial-configs", type=int, default=8,
+        "--serial-configs",
+        type=int,
+        default=8,
         help="configs for the serial baseline (its rate in configs/min is what is compared)",
     )
     args = ap.parse_args()
@@ -151,7 +153,9 @@ def main() -> int:
     )
     # 1. serial baseline first, cold Triton cache of its own
     serial_configs = configs[: args.serial_configs]
-    serial_s = serial_sweep(tmp / "ws_serial", serial_configs, tmp / "tc_serial", tmp / "state_serial")
+    serial_s = serial_sweep(
+        tmp / "ws_serial", serial_configs, tmp / "tc_serial", tmp / "state_serial"
+    )
     # 2. over SSH: fresh-process calls, then warm calls + the parallel sweep (cold cache B)
     proc, info = start_ssh_server(tmp / "remote", tmp / "tc_parallel")
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
 from harnesslab.tools.errors import HarnesslabError
 from harnesslab.tools.settings import Settings
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from harnesslab.tools.results import EvalResult
 from rich.console import Console
 from rich.table import Table
+
+from harnesslab.tools.results import EvalResult
 
 
 def _f(x: float | None, fmt: str = "{:.1f}") -> str:

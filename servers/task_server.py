@@ -12,19 +12,11 @@ from __future__ import annotations
 
 from mcp.server.mcpserver import MCPServer
 
+from harnesslab.tools.tasks import KERNEL_TOOL_NAMES
+
 from .builtin import BUILTINS, ServerState, register_builtin
 
-TASK_TOOL_NAMES = (
-    "inspect_context",
-    "run_objective",
-    "sweep_kernel_config",
-    "numerical_probe",
-    "guarded_final_verify",
-    "rank_history",
-    "restore_best_checkpoint",
-    "profile_kernel",
-    "remote_health_check",
-)
+TASK_TOOL_NAMES = KERNEL_TOOL_NAMES
 
 
 def instructions(state: ServerState) -> str:

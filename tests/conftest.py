@@ -4,6 +4,7 @@ to every test that uses one, so `-m "not ssh"` deselects them."""
 from __future__ import annotations
 
 import pytest
+
 from harnesslab.tests.sshd_fixtures import SSH_FIXTURES, openssh_server, ssh_host
 
 __all__ = ["openssh_server", "ssh_host"]

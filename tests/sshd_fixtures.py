@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from harnesslab.tools.ssh_pool import SSHTarget
 from harnesslab.tools.ssh_testserver import LoopbackServer, serve_loopback
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from . import gentemplates
 from .errors import UsageError
 from .storage import atomic_write_json, atomic_write_text
+from .tasks import KERNEL_TOOL_NAMES
 from .workspace import STATE, Workspace
 
 # Agent Skills: lowercase letters, digits and single hyphens, at most 64, no leading/trailing hyphen.
@@ -39,17 +40,7 @@ SKILL_DESCRIPTION_MAX = 1023
 
 # The task server's built-in tools (DESIGN.md MUST names); presets are checked against each
 # tool's input model by the server layer (`preset_check`), which can import it.
-KNOWN_BUILTINS = (
-    "inspect_context",
-    "run_objective",
-    "sweep_kernel_config",
-    "numerical_probe",
-    "guarded_final_verify",
-    "rank_history",
-    "restore_best_checkpoint",
-    "profile_kernel",
-    "remote_health_check",
-)
+KNOWN_BUILTINS = KERNEL_TOOL_NAMES
 VERIFIER_BUILTINS = frozenset({"guarded_final_verify"})
 
 # (builtin name, presets, probe_args) -> problems; supplied by servers/, which knows the models.

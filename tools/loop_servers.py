@@ -22,21 +22,12 @@ from .errors import HarnesslabError
 from .genserver import load_manifest, server_dir
 from .settings import Settings
 from .storage import atomic_write_json
+from .tasks import KERNEL_TOOL_NAMES
 from .workspace import STATE, Workspace
 
 TASK_SERVER = "harnesslab-task"
 META_SERVER = "harnesslab-meta"
-TASK_TOOLS = [
-    "inspect_context",
-    "run_objective",
-    "sweep_kernel_config",
-    "numerical_probe",
-    "guarded_final_verify",
-    "rank_history",
-    "restore_best_checkpoint",
-    "profile_kernel",
-    "remote_health_check",
-]
+TASK_TOOLS = list(KERNEL_TOOL_NAMES)
 META_TOOLS = [
     "generate_server",
     "self_test_server",

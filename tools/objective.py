@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from .checkpoints import Checkpoints
 from .errors import UsageError
@@ -92,6 +92,7 @@ def to_eval_result(
     ]
     passed = bool(rows) and all(r.passed for r in rows)
     env = EnvInfo.model_validate((res or {}).get("env") or {})
+    status: Literal["passed", "failed", "error"]
     if res is None:
         reason = call.failure()
         status = "failed"
@@ -166,6 +167,41 @@ def record(
     return result
 
 
+def kernel_request(
+    ws: Workspace,
+    launcher: Launcher,
+    files: dict[str, bytes],
+    digest: str,
+    mode: str,
+    *,
+    cases: list[Case] | None = None,
+    seed: int | None = None,
+    warmup: int | None = None,
+    repeats: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The runner request for the candidate `files` (staged under their hash): one shape for
+    every mode, so what the runner sees never depends on which tool asked."""
+    staged = launcher.stage_candidate(files, digest)
+    request: dict[str, Any] = {
+        "mode": mode,
+        "candidate_dir": f"@stage/{staged}",
+        "entry": ws.task.entry,
+        "config_file": ws.task.config_file,
+        "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
+        **extra,
+    }
+    if cases is not None:
+        request["cases"] = [c.model_dump() for c in cases]
+    if seed is not None:
+        request["seed"] = seed
+    if warmup is not None:
+        request["warmup"] = warmup
+    if repeats is not None:
+        request["repeats"] = repeats
+    return request
+
+
 async def run_objective(
     ws: Workspace,
     launcher: Launcher,
@@ -185,20 +221,17 @@ async def run_objective(
     selected = select_cases(ws, cases)
     digest = ws.candidate_hash(files)
     seed = secrets.randbelow(2**31) if seed is None else seed
-    staged = launcher.stage_candidate(files, digest)
-    request: dict[str, Any] = {
-        "mode": "evaluate",
-        "candidate_dir": f"@stage/{staged}",
-        "entry": ws.task.entry,
-        "config_file": ws.task.config_file,
-        "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
-        "cases": [c.model_dump() for c in selected],
-        "seed": seed,
-    }
-    if warmup is not None:
-        request["warmup"] = warmup
-    if repeats is not None:
-        request["repeats"] = repeats
+    request = kernel_request(
+        ws,
+        launcher,
+        files,
+        digest,
+        "evaluate",
+        cases=selected,
+        seed=seed,
+        warmup=warmup,
+        repeats=repeats,
+    )
     call = await launcher.call(
         request, task=ws.task, on_event=case_events_progress(len(selected), progress)
     )
@@ -211,6 +244,7 @@ async def run_objective(
 
 __all__ = [
     "check_bounds",
+    "kernel_request",
     "record",
     "require_kernel_task",
     "run_objective",

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from .errors import UsageError
 from .launcher import Launcher
-from .objective import Progress, case_events_progress, require_kernel_task
+from .objective import Progress, case_events_progress, kernel_request, require_kernel_task
 from .tasks import TaskSpec
 from .workspace import Workspace
 
@@ -115,17 +115,16 @@ async def numerical_probe(
     wanted, wanted_dtypes = check_probe_request(ws.task, probes, dtypes)
     files = ws.editable_files()
     digest = ws.candidate_hash(files)
-    staged = launcher.stage_candidate(files, digest)
-    request: dict[str, Any] = {
-        "mode": "probe",
-        "candidate_dir": f"@stage/{staged}",
-        "entry": ws.task.entry,
-        "config_file": ws.task.config_file,
-        "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
-        "probes": wanted,
-        "dtypes": wanted_dtypes,
-        "seed": secrets.randbelow(2**31),
-    }
+    request = kernel_request(
+        ws,
+        launcher,
+        files,
+        digest,
+        "probe",
+        seed=secrets.randbelow(2**31),
+        probes=wanted,
+        dtypes=wanted_dtypes,
+    )
     total = len(wanted) * len(wanted_dtypes)
     call = await launcher.call(
         request, task=ws.task, on_event=case_events_progress(total, progress)

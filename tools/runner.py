@@ -665,7 +665,9 @@ class Evaluator:
             for dname in self.req.get("dtypes") or list(self.tolerances):
                 dtype = dtype_of(torch, dname)
                 gen = torch.Generator(device="cpu")
-                gen.manual_seed(self.seed + zlib.crc32(name.encode()) % 10_000)  # hash() is salted per process
+                gen.manual_seed(
+                    self.seed + zlib.crc32(name.encode()) % 10_000
+                )  # hash() is salted per process
                 r: dict[str, Any] = {"probe": name, "dtype": dname, "note": notes.get(name, "")}
                 try:
                     with deadline(self.case_timeout_s):

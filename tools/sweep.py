@@ -23,7 +23,13 @@ from .checkpoints import Checkpoints
 from .errors import UsageError
 from .launcher import Launcher
 from .ledger import Ledger
-from .objective import Progress, case_events_progress, require_kernel_task, select_cases
+from .objective import (
+    Progress,
+    case_events_progress,
+    kernel_request,
+    require_kernel_task,
+    select_cases,
+)
 from .storage import atomic_write_text
 from .workspace import Workspace
 
@@ -128,21 +134,18 @@ async def sweep(
     configs = expand_space(ws, space, max_configs, base)
     selected = select_cases(ws, cases)
     digest = ws.candidate_hash(files)
-    staged = launcher.stage_candidate(files, digest)
     seed = secrets.randbelow(2**31)
-    request: dict[str, Any] = {
-        "mode": "sweep",
-        "candidate_dir": f"@stage/{staged}",
-        "entry": ws.task.entry,
-        "config_file": ws.task.config_file,
-        "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
-        "cases": [c.model_dump() for c in selected],
-        "seed": seed,
-    }
-    if warmup is not None:
-        request["warmup"] = warmup
-    if repeats is not None:
-        request["repeats"] = repeats
+    request = kernel_request(
+        ws,
+        launcher,
+        files,
+        digest,
+        "sweep",
+        cases=selected,
+        seed=seed,
+        warmup=warmup,
+        repeats=repeats,
+    )
     compile_s = 0.0
     interpreted = launcher.probably_interpreted()
     if not interpreted and len(configs) > 1:

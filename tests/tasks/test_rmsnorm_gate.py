@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from harnesslab.tools.tasks import TaskSpec, load_task
 
 SPEC = load_task("rmsnorm_gate")

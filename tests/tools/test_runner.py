@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from harnesslab.tests.conftest_shared import make_launcher, make_workspace
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.objective import run_objective

@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 import asyncssh
 import pytest
+
 from harnesslab.tests.sshd_fixtures import SshdServer, SSHHost, free_port
 from harnesslab.tools.errors import ExecutorError, UsageError
 from harnesslab.tools.settings import Settings
