@@ -24,6 +24,14 @@ class CaseResult(BaseModel):
     launch_overhead_us: float | None = Field(
         default=None, description="single eager call minus device time: host launch latency"
     )
+    host_us: float | None = Field(
+        default=None, description="one eager call from Python with the GPU idle (includes launch)"
+    )
+    sync_tail_us: float | None = Field(
+        default=None,
+        description="end event -> event after a whole-device sync; large values mean work left "
+        "on other streams",
+    )
     gbps: float | None = None
     pct_of_copy_bw: float | None = None
     max_abs_err: float | None = None
