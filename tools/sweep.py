@@ -79,7 +79,8 @@ def expand_space(
                 f"space: {key} needs a non-empty list of values.",
                 next_step=f"{key} takes {','.join(map(str, declared[key]))}",
             )
-        bad = [v for v in values if v not in declared[key]]
+        # bool is an int in Python (True == 1): a JSON `true` must not pass as num_warps=1.
+        bad = [v for v in values if isinstance(v, bool) or v not in declared[key]]
         if bad:
             raise UsageError(
                 f"space: {key}={bad[0]!r} is not allowed.",

@@ -1,0 +1,48 @@
+"""Sweep space expansion: validation and sampling (no runner involved)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harnesslab.tests.conftest_shared import make_workspace
+from harnesslab.tools.errors import UsageError
+from harnesslab.tools.sweep import expand_space
+
+
+def test_a_sub_space_expands_to_every_combination_on_top_of_the_current_config(tmp_path):
+    ws = make_workspace(tmp_path)
+    base = ws.read_config()
+    configs = expand_space(ws, {"num_warps": [2, 8], "rows_per_program": [1, 4]}, 32, base)
+    assert len(configs) == 4
+    assert all(c["num_stages"] == base["num_stages"] for c in configs)
+    assert {(c["num_warps"], c["rows_per_program"]) for c in configs} == {
+        (2, 1),
+        (2, 4),
+        (8, 1),
+        (8, 4),
+    }
+
+
+def test_the_full_space_is_sampled_down_deterministically_keeping_the_current_config(tmp_path):
+    ws = make_workspace(tmp_path)
+    base = ws.read_config()
+    first = expand_space(ws, None, 10, base)
+    assert len(first) == 10 and base in first
+    assert first == expand_space(ws, None, 10, base)
+
+
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        ({"num_warps": [3]}, "num_warps=3 is not allowed"),
+        ({"num_warps": [True]}, "num_warps=True is not allowed"),
+        ({"block": [1]}, "unknown knob 'block'"),
+        ({"num_warps": []}, "non-empty list"),
+    ],
+)
+def test_values_outside_the_declared_space_are_refused_naming_the_allowed_ones(
+    tmp_path, space, message
+):
+    ws = make_workspace(tmp_path)
+    with pytest.raises(UsageError, match=message):
+        expand_space(ws, space, 32, ws.read_config())
