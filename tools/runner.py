@@ -102,7 +102,20 @@ def one_line(exc: BaseException, candidate_dir: str | None = None) -> str:
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f" at {os.path.basename(exc.filename)}:{exc.lineno}"
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}{where}: {msg}"[:400]
+    text = f"{type(exc).__name__}{where}: {msg}"[:400]
+    for needle, hint in HINTS.items():
+        if needle in str(exc):
+            text += f" (hint: {hint})"
+    return text
+
+
+# Known failures whose messages do not say what to change.
+HINTS = {
+    "mask has unsupported dtype": "the Triton CPU interpreter (3.9) rejects a vector mask combined "
+    "with a scalar condition, e.g. (cols < dim) & (row < n_rows); test the scalar with `if` or "
+    "broadcast it to a vector first",
+    "out of resource: shared memory": "lower num_stages or the block size",
+}
 
 
 def load_module(path: Path, name: str) -> types.ModuleType:
