@@ -19,6 +19,7 @@ CLI = [sys.executable, "-m", "harnesslab.servers"]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # its subprocess has a 540 s limit; the suite default is 300 s
 def test_demo_runs_two_autopilot_iterations_builds_a_server_and_uses_it(tmp_path: Path):
     ws = tmp_path / "ws"
     env = {**os.environ, "HARNESSLAB_STATE_DIR": str(tmp_path / "state")}
