@@ -68,6 +68,7 @@ WATCHED = (
         "exec",
         "compile",
         "import",
+        "socket.connect",  # the exfiltration check below needs it: unwatched events return early
     }
 )
 IMPORT_CODES = {"threading": "background_thread", "_thread": "background_thread",
