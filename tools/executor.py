@@ -236,12 +236,12 @@ class LocalExecutor(Executor):
                         await process.stdin.send(stdin)
                         await process.stdin.aclose()
                     await process.wait()
+                    # The leader is gone; children left in its group must not linger, nor keep
+                    # the output pipes (and so this call) open until the timeout.
+                    kill_group(process.pid, signal.SIGKILL)
             if scope.cancelled_caught:
                 timed_out = True
                 await terminate_group(process)
-            else:
-                # The leader is gone; children it left in its group are not allowed to linger.
-                kill_group(process.pid, signal.SIGKILL)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await terminate_group(process)
