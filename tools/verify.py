@@ -21,7 +21,13 @@ from pydantic import BaseModel, Field
 
 from .checkpoints import Checkpoints
 from .launcher import RUNNER_FILES, Launcher, RunnerCall, runner_digest
-from .objective import Progress, case_events_progress, record, require_kernel_task
+from .objective import (
+    Progress,
+    case_events_progress,
+    kernel_request,
+    record,
+    require_kernel_task,
+)
 from .results import CaseResult, EnvInfo, EvalResult
 from .scan import scan_workspace
 from .secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
@@ -338,18 +344,18 @@ async def guarded_verify(
         reasons = [{"code": f.code, "detail": f"{f.where()}: {f.detail}"} for f in scan.rejects]
         stats: dict[str, Any] = {"not_run": "static scan rejected the candidate"}
     else:
-        request: dict[str, Any] = {
-            "mode": "verify",
-            "candidate_dir": f"@stage/{launcher.stage_candidate(files, digest)}",
-            "entry": ws.task.entry,
-            "config_file": ws.task.config_file,
-            "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
-            "cases": [c.model_dump() for c in cases],
-            "seed": seed,
-            "checks": checks,
-            "nonce": nonce,
-            "protected_paths": [str(settings.state_dir), str(ws.state)],
-        }
+        request = kernel_request(
+            ws,
+            launcher,
+            files,
+            digest,
+            "verify",
+            cases=cases,
+            seed=seed,
+            checks=checks,
+            nonce=nonce,
+            protected_paths=[str(settings.state_dir), str(ws.state)],
+        )
         if incumbent and ckpt.exists(incumbent):
             inc_files = ckpt.files(incumbent)
             request["baseline_dir"] = f"@stage/{launcher.stage_candidate(inc_files, incumbent)}"
