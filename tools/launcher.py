@@ -220,34 +220,37 @@ class Launcher:
                     if maybe is not None:
                         await maybe
 
-        warm = self.settings.warm_workers and not fresh and not argv_prefix and slot.warm_supported
-        started = time.perf_counter()
+        # Compiles (not exclusive), profiles (argv_prefix) and guarded runs (fresh) never use the
+        # warm worker.
+        warm = (
+            self.settings.warm_workers
+            and exclusive
+            and not fresh
+            and not argv_prefix
+            and slot.warm_supported
+        )
         exit_code: int | None = 0
         timed_out = False
         stderr_tail = ""
-        async with slot.lock if exclusive else _nullcontext():
-            slot.calls += 1
-            async with self._sync_locks[id(slot.executor)]:
-                await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
-            started = time.perf_counter()
-            if warm and exclusive:
-                outcome = await self._call_worker(slot, req, env, timeout_s, line_in)
-                if outcome is None:  # backend has no interactive processes
-                    warm = False
-                else:
+        started = time.perf_counter()
+        # The request file travels with the one sync below; a warm worker gets it inline instead.
+        rel_req = f"requests/{req['request_id']}.json"
+        (self.stage / "requests").mkdir(exist_ok=True)
+        (self.stage / rel_req).write_text(json.dumps(req))
+        try:
+            async with slot.lock if exclusive else _nullcontext():
+                slot.calls += 1
+                async with self._sync_locks[id(slot.executor)]:
+                    await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
+                started = time.perf_counter()
+                outcome = None
+                if warm:
+                    outcome = await self._call_worker(slot, req, env, timeout_s, line_in)
+                if outcome is not None:
                     timed_out, stderr_tail = outcome
-                    exit_code = (
-                        None
-                        if timed_out or not any(e.get("event") == "result" for e in events)
-                        else 0
-                    )
-            if not (warm and exclusive):
-                rel_req = f"requests/{req['request_id']}.json"
-                (self.stage / "requests").mkdir(exist_ok=True)
-                (self.stage / rel_req).write_text(json.dumps(req))
-                try:
-                    async with self._sync_locks[id(slot.executor)]:
-                        await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
+                    got_result = any(e.get("event") == "result" for e in events)
+                    exit_code = 0 if got_result and not timed_out else None
+                else:  # fresh process (or a backend without interactive processes)
                     res = await slot.executor.run(
                         [
                             *(argv_prefix or []),
@@ -260,9 +263,10 @@ class Launcher:
                         timeout_s=timeout_s,
                         on_line=line_in,
                     )
-                finally:
-                    (self.stage / rel_req).unlink(missing_ok=True)
-                exit_code, timed_out, stderr_tail = res.exit_code, res.timed_out, res.stderr_tail()
+                    exit_code, timed_out = res.exit_code, res.timed_out
+                    stderr_tail = res.stderr_tail()
+        finally:
+            (self.stage / rel_req).unlink(missing_ok=True)
         result = next((ev for ev in reversed(events) if ev.get("event") == "result"), None)
         if result is not None and isinstance(result.get("env"), dict):
             self.last_env = result["env"]

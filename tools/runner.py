@@ -204,45 +204,19 @@ class Env:
     ISOLATED_MIN_US = 15.0
 
     def copy_gbps(self) -> float:
-        """Large device-to-device copy bandwidth (bytes read + written), once per process."""
+        """Large device-to-device copy bandwidth (bytes read + written), measured once per
+        process with the same isolated method as the bandwidth-bound cases."""
         if self._copy_gbps is None:
-            n = (1 << 30) if not self.interpret else (16 << 20)
-            method = "isolated" if not self.interpret else "wall_clock_interpreter"
-            self._copy_gbps = n / (self.copy_time_us(n, method) * 1e3)
-        return self._copy_gbps
-
-    def copy_time_us(self, nbytes: int, method: str) -> float:
-        """Median time of a plain copy moving `nbytes` (half read, half written), same method."""
-        key = (nbytes, method)
-        cache = self.__dict__.setdefault("_copy_cache", {})
-        if key not in cache:
             torch = self.torch
-            half = max(nbytes // 2, 1024)
-            if method == "wall_clock_interpreter":
-                src = torch.empty(half, dtype=torch.uint8).random_(0, 255)
-                dst = torch.empty_like(src)
+            half = (1 << 29) if not self.interpret else (8 << 20)
+            src = torch.empty(half, dtype=torch.uint8, device=self.device).random_(0, 255)
+            dst = torch.empty_like(src)
+            if self.interpret:
                 times = self.time_fn(lambda: dst.copy_(src), calls=1, samples=3, warmup=1)
             else:
-                n_sets = self.sets_needed(nbytes)
-                pairs = [
-                    (
-                        torch.empty(half, dtype=torch.uint8, device="cuda").random_(0, 255),
-                        torch.empty(half, dtype=torch.uint8, device="cuda"),
-                    )
-                    for _ in range(n_sets)
-                ]
-
-                def call(i: int):
-                    s, d = pairs[i % n_sets]
-                    return d.copy_(s)
-
-                if method == "isolated":
-                    times, _ = self.isolated_times(call, 30, host_us=20.0)
-                else:
-                    times = self.graph_times(call, self.graph_calls(nbytes, n_sets), 30, 5)
-                del pairs
-            cache[key] = statistics.median(times)
-        return cache[key]
+                times, _ = self.isolated_times(lambda i: dst.copy_(src), 30, host_us=20.0)
+            self._copy_gbps = 2 * half / (statistics.median(times) * 1e3)
+        return self._copy_gbps
 
     def method_for(self, nbytes: int) -> str:
         est_us = nbytes / (self.copy_gbps() * 1e3)
