@@ -140,13 +140,16 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
                     size = len(out.model_dump_json())
                     return out
                 except HarnesslabError as exc:
-                    status, error = "tool_error", exc.message
+                    status, error = (
+                        "tool_error",
+                        type(exc).__name__,
+                    )  # never the message: it echoes values
                     raise ToolError(str(exc)) from exc
                 except anyio.get_cancelled_exc_class():
                     status = "cancelled"
                     raise
                 except Exception as exc:  # boundary: log the traceback, keep serving
-                    status, error = "crash", f"{type(exc).__name__}: {exc}"
+                    status, error = "crash", type(exc).__name__
                     log.exception("meta tool %s crashed", fn.__name__)
                     raise ToolError(
                         f"internal error: {type(exc).__name__}: {exc}. Next: retry once; if it "

@@ -95,19 +95,19 @@ def bind_custom(server, tool: dict[str, Any], state) -> None:
             size = len(repr(result))
             return result
         except TimeoutError:
-            status, error = "tool_error", f"timeout after {timeout_s:g}s"
+            status, error = "tool_error", "timeout"
             raise ToolError(
                 f"{name} timed out after {timeout_s:g}s and was cancelled. Next: call it with "
                 "smaller arguments, or raise timeout_s in the spec and regenerate."
             ) from None
-        except ToolError as exc:
-            status, error = "tool_error", str(exc)
+        except ToolError:
+            status, error = "tool_error", "ToolError"  # never the message: it echoes values
             raise
         except anyio.get_cancelled_exc_class():
             status = "cancelled"
             raise
         except Exception as exc:  # the server boundary: log the traceback, tell the model why
-            status, error = "crash", f"{type(exc).__name__}: {exc}"
+            status, error = "crash", type(exc).__name__
             log.exception("tool %s failed", name)
             raise ToolError(f"{name} failed: {type(exc).__name__}: {exc}") from exc
         finally:
