@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from harnesslab.tools.objective import MAX_REPEATS, MAX_WARMUP
 from harnesslab.tools.results import CaseResult
 from harnesslab.tools.sweep import ConfigResult
 
@@ -34,10 +35,10 @@ class ObjectiveIn(BaseModel):
         description="dev case names to run (default: all; inspect_context lists them)",
     )
     warmup: int | None = Field(
-        default=None, ge=0, le=100, description="untimed calls before timing (default 10)"
+        default=None, ge=0, le=MAX_WARMUP, description="untimed calls before timing (default 10)"
     )
     repeats: int | None = Field(
-        default=None, ge=1, le=200, description="timed samples per case (default 30)"
+        default=None, ge=1, le=MAX_REPEATS, description="timed samples per case (default 30)"
     )
 
 

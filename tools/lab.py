@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from .errors import EnvironmentProblem, ExecutorError, UsageError
 from .executor import LocalExecutor
 from .launcher import Launcher
+from .storage import atomic_write_text
 from .tasks import load_task, tasks_root
 
 LAB_FILES = ("runner.py", "lab_gpu.py", "lab_ncu.py")
@@ -171,7 +172,9 @@ async def run_lab(
             f"{res.stderr_tail(3)[-400:]}"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    atomic_write_text(
+        out_dir / "results.json", json.dumps(results, indent=1)
+    )  # reports rebuild from it
     return results
 
 

@@ -210,9 +210,9 @@ def register(
 def quarantine(root: Path, name: str, reason: str) -> ServerRecord:
     """Take a server out of every client config and skill folder and mark it quarantined."""
     _check_name(name)
-    if name not in load_registry(root).servers and not server_dir(root, name).is_dir():
-        raise UsageError(f"no server {name!r}.", next_step="list_servers shows what exists")
-    with _editing(root) as reg:
+    with _editing(root) as reg:  # checked under the lock: no check-then-act race
+        if name not in reg.servers and not server_dir(root, name).is_dir():
+            raise UsageError(f"no server {name!r}.", next_step="list_servers shows what exists")
         rec = _record(reg, name)
         _unproject(root, rec)
         rec.set("quarantined", reason or "quarantined by request")
