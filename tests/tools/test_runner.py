@@ -169,15 +169,15 @@ async def test_bad_config_is_a_usage_error_and_the_workspace_is_untouched(tmp_pa
     assert not ws.history_path.exists()
 
 
-def test_runner_module_imports_nothing_from_harnesslab():
+def test_runner_module_runs_alone_without_harnesslab(tmp_path):
+    """The GPU host has no harnesslab: a copy of runner.py must start in an isolated interpreter
+    with no site-packages (-I -S), where any import of harnesslab would fail."""
     from harnesslab.tools.launcher import runner_source
 
-    src = runner_source().decode()
-    assert "harnesslab" not in re.sub(r'""".*?"""', "", src, flags=re.S).replace("HARNESSLAB_", "")
+    copy = tmp_path / "runner.py"
+    copy.write_bytes(runner_source())
     out = subprocess.run(
-        [sys.executable, "-c", "import ast,sys; ast.parse(sys.stdin.read())"],
-        input=src,
-        text=True,
-        capture_output=True,
+        [sys.executable, "-I", "-S", str(copy)], capture_output=True, text=True, timeout=60
     )
-    assert out.returncode == 0
+    assert out.returncode == 2, out.stderr
+    assert "usage: runner.py" in out.stderr
