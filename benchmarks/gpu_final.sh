@@ -2,8 +2,9 @@
 # GPU evidence for issue 4 (SSH end to end), issue 7 (autopilot loop on the GPU), issue 5
 # (guarded verify on the GPU) and issue 8 (full lab matrix), each capped in time. A device call
 # is limited to 10 minutes, so run it in two calls:
-#   PARTS=ssh,autopilot bash benchmarks/gpu_final.sh      (~8 min)
-#   PARTS=integrity,lab bash benchmarks/gpu_final.sh      (~10 min)
+#   PARTS=ssh,autopilot bash benchmarks/gpu_final.sh                                   (~8 min)
+#   PARTS=integrity INT_PARTS=repeat,cost,honest INT_S=560 bash benchmarks/gpu_final.sh (~9 min)
+#   PARTS=lab,integrity INT_PARTS=corpus INT_TAG=_corpus bash benchmarks/gpu_final.sh  (~9 min)
 # carrying .whl (mcp, asyncssh, pydantic... as cp312 wheels). Everything lands in $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -33,13 +34,13 @@ try:
 except Exception as e: print('autopilot summary unreadable', e); print(open('$OUT/autopilot.err').read()[-1500:])
 "
 fi
-if has integrity; then
-el "== issue 5: guarded verify on the GPU"
-timeout ${INT_S:-220} python3 benchmarks/integrity_gpu.py --parts corpus,honest,repeat,cost --repeats 20 --json "$OUT/integrity.json" 2>"$OUT/integrity.err" | tail -40; echo "integrity rc=$?"
-fi
 if has lab; then
 el "== issue 8: lab matrix"
 timeout ${LAB_S:-350} python3 benchmarks/lab_gpu.py --out /tmp/lab --budget-s $(( ${LAB_S:-350} - 20 )) 2>/tmp/lab.err | tail -30; echo "lab rc=$?"
 cp /tmp/lab/results.json "$OUT/lab_results.json" 2>/dev/null || tail -5 /tmp/lab.err
+fi
+if has integrity; then
+el "== issue 5: guarded verify on the GPU"
+timeout ${INT_S:-220} python3 benchmarks/integrity_gpu.py --parts ${INT_PARTS:-corpus,honest,repeat,cost} --repeats 20 --budget-s $(( ${INT_S:-220} - 30 )) --json "$OUT/integrity${INT_TAG:-}.json" 2>"$OUT/integrity${INT_TAG:-}.err" | tail -40; echo "integrity rc=$?"
 fi
 el "done"
