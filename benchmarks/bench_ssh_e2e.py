@@ -95,7 +95,9 @@ async def mcp_calls(
     return times, scores, sweep
 
 
-def serial_sweep(ws_root: Path, configs: list[dict], triton_cache: Path, state: Path) -> float:
+def serial_sweep(
+    ws_root: Path, configs: list[dict], triton_cache: Path, state: Path
+) -> tuple[float, list[float]]:
     """All configs compiled and timed in ONE runner process, no parallel compile phase."""
     from harnesslab.tools.workspace import open_workspace
 
@@ -129,7 +131,16 @@ def serial_sweep(ws_root: Path, configs: list[dict], triton_cache: Path, state: 
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         print("serial sweep failed:", out.stderr[-2000:], file=sys.stderr)
-    return wall
+    per_config = []
+    for line in out.stdout.splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        found = msg.get("configs") or (msg.get("result") or {}).get("configs")
+        if isinstance(found, list):
+            per_config = [float(e.get("wall_s") or 0.0) for e in found]
+    return wall, per_config
 
 
 def main() -> int:
@@ -153,7 +164,7 @@ def main() -> int:
     )
     # 1. serial baseline first, cold Triton cache of its own
     serial_configs = configs[: args.serial_configs]
-    serial_s = serial_sweep(
+    serial_s, serial_each = serial_sweep(
         tmp / "ws_serial", serial_configs, tmp / "tc_serial", tmp / "state_serial"
     )
     # 2. over SSH: fresh-process calls, then warm calls + the parallel sweep (cold cache B)
@@ -184,12 +195,16 @@ def main() -> int:
     print(f"warm vs fresh | {fresh_med / warm_med:.1f}x faster")
     if sweep:
         cpm = (sweep["tried"] or 0) / sweep["wall_s"] * 60
-        serial_cpm = len(serial_configs) / serial_s * 60
+        # The serial path pays one process start (torch import, CUDA init); spread over the
+        # same number of configs as the sweep, not over the fewer it actually ran.
+        startup = serial_s - sum(serial_each) if len(serial_each) == len(serial_configs) else 0.0
+        per = (serial_s - startup) / max(len(serial_configs), 1)
+        serial_cpm = (sweep["tried"] or 0) / (startup + per * (sweep["tried"] or 0)) * 60
         print(
             f"sweep over SSH: {sweep['tried']} configs ({sweep['ok']} ok) | {sweep['wall_s']:.1f} s = {cpm:.1f} configs/min (compile {sweep['compile_s']:.1f} s, timing {sweep['timing_s']:.1f} s)"
         )
         print(
-            f"serial compile+time in one process: {len(configs)} configs | {serial_s:.1f} s = {serial_cpm:.1f} configs/min"
+            f"serial compile+time in one process: {len(serial_configs)} configs | {serial_s:.1f} s (start {startup:.1f} s + {per:.2f} s/config) = {serial_cpm:.1f} configs/min at {sweep['tried']} configs"
         )
         print(f"sweep speedup | {cpm / serial_cpm:.1f}x  best {json.dumps(sweep['best'])}")
     print("scores:", [round(s, 1) if s else s for s in scores])

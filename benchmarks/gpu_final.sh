@@ -36,11 +36,11 @@ except Exception as e: print('autopilot summary unreadable', e); print(open('$OU
 fi
 if has lab; then
 el "== issue 8: lab matrix"
-timeout ${LAB_S:-350} python3 benchmarks/lab_gpu.py --out /tmp/lab --budget-s $(( ${LAB_S:-350} - 20 )) 2>/tmp/lab.err | tail -30; echo "lab rc=$?"
+timeout ${LAB_S:-350} python3 benchmarks/lab_gpu.py --out /tmp/lab --budget-s $(( ${LAB_S:-350} - 20 )) 2>/tmp/lab.err | tee "$OUT/lab.txt" | tail -30; echo "lab rc=$?"
 cp /tmp/lab/results.json "$OUT/lab_results.json" 2>/dev/null || tail -5 /tmp/lab.err
 fi
 if has integrity; then
 el "== issue 5: guarded verify on the GPU"
-timeout ${INT_S:-220} python3 benchmarks/integrity_gpu.py --parts ${INT_PARTS:-corpus,honest,repeat,cost} --repeats 20 --budget-s $(( ${INT_S:-220} - 30 )) --json "$OUT/integrity${INT_TAG:-}.json" 2>"$OUT/integrity${INT_TAG:-}.err" | tail -40; echo "integrity rc=$?"
+timeout ${INT_S:-220} python3 benchmarks/integrity_gpu.py --parts ${INT_PARTS:-corpus,honest,repeat,cost} --repeats 20 --budget-s $(( ${INT_S:-220} - 30 )) --json "$OUT/integrity${INT_TAG:-}.json" 2>"$OUT/integrity${INT_TAG:-}.err" | tee "$OUT/integrity${INT_TAG:-}.txt" | tail -60; echo "integrity rc=$?"
 fi
 el "done"

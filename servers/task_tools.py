@@ -323,7 +323,8 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         description=(
             "Evaluate many kernel_config.json launch configs in one GPU session: the task's "
             "declared space (sampled to max_configs) or a given sub-space, on all or some dev "
-            "cases. Compiles in parallel, times serially under the GPU lock; every config gets "
+            "cases. Compiles in parallel, times serially under the GPU lock (10 samples a case: "
+            "enough to rank; run_objective's score takes 30); every config gets "
             "ok / compile_error / wrong_result / timeout, and one bad config never fails the "
             "sweep. apply=true writes the best correct config (the old files are checkpointed). "
             "Costs ~1-2 s of GPU per config (minutes for the full space). Progress per config. "

@@ -55,12 +55,16 @@ class Kid:
         child_conn.close()
         self.names: set[str] = set()  # the candidate's own Triton kernels seen launching
 
-    def ask(self, *msg: Any, timeout_s: float | None = None) -> tuple[dict[str, Any], float]:
-        """Send a request, wait for the JSON answer; returns (answer, wall-clock us here)."""
+    def ask(
+        self, *msg: Any, timeout_s: float | None = None, spin: bool = False
+    ) -> tuple[dict[str, Any], float]:
+        """Send a request, wait for the JSON answer; returns (answer, wall-clock us here).
+        `spin` busy-waits instead of sleeping: a sleeping CPU's wake-up (hundreds of us on some
+        hosts) would otherwise land in the wall clock of a timed sample."""
         t0 = _perf()
         try:
             self.conn.send(msg)
-            if not self.conn.poll(timeout_s or self.timeout_s):
+            if not self._wait(timeout_s or self.timeout_s, spin):
                 raise KidFailed("timeout", f"no answer to {msg[0]!r} in time", self.role)
             raw = self.conn.recv_bytes(maxlength=8 << 20)
         except (EOFError, OSError, BrokenPipeError) as exc:
@@ -75,6 +79,15 @@ class Kid:
         if "fatal" in reply:
             raise KidFailed("candidate_crashed", str(reply["fatal"]), self.role)
         return reply, wall_us
+
+    def _wait(self, timeout_s: float, spin: bool) -> bool:
+        if not spin:
+            return self.conn.poll(timeout_s)
+        deadline = _perf() + timeout_s
+        while not self.conn.poll(0):
+            if _perf() > deadline:
+                return False
+        return True
 
     def close(self) -> None:
         try:

@@ -8,7 +8,8 @@ pool (their own pristine contents plus one more set) in a random order, so a res
 address goes stale; the child poisons every output with NaN before the sample; after it, every
 call's output is compared here, with a fused Triton kernel, against the expected values of the
 set its buffer held. The parent's wall clock around each sample, less the same request with an
-empty window, bounds what the child may claim.
+empty window, bounds what the child may claim; both sides busy-wait around a sample (an empty
+request wakes the child first), so no CPU wake-up latency lands in that wall clock.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def time_samples(run, sets, extra, spec, tol, device_us: float, load_codes) -> d
             "capture_error": reply.get("error"),
             "samples_us": [],
             "parent_wall_us": [],
+            "wake_wall_us": [],  # evidence: the empty request just before each sample
             "bad_calls": 0,
             "checked_calls": 0,
             "calls_per_sample": calls,
@@ -47,7 +49,11 @@ def time_samples(run, sets, extra, spec, tol, device_us: float, load_codes) -> d
             "codes": load_codes(reply),
         }
     # The cost of a sample request with an empty window: what the wall clock may add.
-    overhead = {k.role: statistics.median(k.ask("replay", True)[1] for _ in range(5)) for k in kids}
+    spin = dev == "cuda"  # busy-waiting only where wall clocks are compared (a GPU)
+    overhead = {
+        k.role: statistics.median(k.ask("replay", True, spin=spin)[1] for _ in range(5))
+        for k in kids
+    }
     bad = torch.zeros(calls, dtype=torch.int32, device=dev)
     for s in range(SAMPLES + 1):  # sample 0 of each child is a warm-up (still checked)
         for kid in kids[:: 1 if s % 2 == 0 else -1]:
@@ -57,7 +63,8 @@ def time_samples(run, sets, extra, spec, tol, device_us: float, load_codes) -> d
                     if isinstance(buf, torch.Tensor):
                         buf.copy_(src)
             run.env.sync()
-            timed, wall_us = kid.ask("replay")
+            _, wake_us = kid.ask("replay", True, spin=spin)  # wakes the child; not timed
+            timed, wall_us = kid.ask("replay", spin=spin)
             reply, _ = kid.ask("collect")
             bad.zero_()
             for k in range(calls):
@@ -76,6 +83,7 @@ def time_samples(run, sets, extra, spec, tol, device_us: float, load_codes) -> d
             if s > 0:
                 rec["samples_us"].append(float(timed.get("us", 0.0)) / calls)
                 rec["parent_wall_us"].append(wall_us - overhead[kid.role])
+                rec["wake_wall_us"].append(wake_us)
     for j, s in enumerate(sets):  # leave the buffers as the check calls saw them
         for buf, src in zip(s[0], pool[j][0], strict=True):
             if isinstance(buf, torch.Tensor):

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 RUNNER_VERSION = "1"
+SWEEP_WARMUP, SWEEP_REPEATS = 3, 10  # per case in sweeps (a score takes 10 and 30: time_case)
 _OUT = sys.stdout  # replaced in main() by a dup of fd 1 before candidate code can print
 
 # ----------------------------------------------------------------------------------------------
@@ -616,7 +617,11 @@ class Evaluator:
         }
 
     def sweep(self) -> dict[str, Any]:
-        """Evaluate every config in req['configs']; one bad config never fails the sweep."""
+        """Evaluate every config in req['configs']; one bad config never fails the sweep.
+        Ranking needs fewer samples than a score: unless the request says otherwise, each
+        case takes SWEEP_REPEATS samples after SWEEP_WARMUP calls."""
+        self.req.setdefault("warmup", SWEEP_WARMUP)
+        self.req.setdefault("repeats", SWEEP_REPEATS)
         out = []
         compile_only = bool(self.req.get("compile_only"))
         for i, config in enumerate(self.req["configs"]):
