@@ -45,6 +45,8 @@ class Executor(ABC):
 
     name: str = "executor"
     host: str = "local"
+    # Commands that can run here at once (None: no bound beside the host's own resources).
+    max_parallel: int | None = None
 
     @abstractmethod
     async def run(

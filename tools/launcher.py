@@ -122,6 +122,18 @@ class Launcher:
             seen.setdefault(id(s.executor), s.executor)
         return list(seen.values())
 
+    def parallel_capacity(self) -> int | None:
+        """Commands that can start at once beside the warm workers the executors hold, one
+        channel per executor kept free for a kill (None: no executor bounds it). A sweep that
+        asked for more compile processes would wait a whole wave for the last one."""
+        total = 0
+        for ex in self.executors:
+            if ex.max_parallel is None:
+                return None
+            held = sum(1 for s in self.slots if s.executor is ex and s.worker is not None)
+            total += max(1, ex.max_parallel - held - 1)
+        return total
+
     # -- staging ------------------------------------------------------------------------------
     def _stage_common(self, task: TaskSpec) -> None:
         for name in RUNNER_FILES:

@@ -113,13 +113,14 @@ class SSHExecutor(Executor):
         self,
         target: SSHTarget,
         *,
-        max_connections: int = 2,
+        max_connections: int = 3,
         channels_per_connection: int = 8,
         kill_grace_s: float = KILL_GRACE_S,
     ) -> None:
         self.target = target
         self.host = target.label
         self.kill_grace_s = kill_grace_s
+        self.max_parallel = max_connections * channels_per_connection
         self.pool = ConnectionPool(
             target,
             max_connections=max_connections,

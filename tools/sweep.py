@@ -151,7 +151,8 @@ async def sweep(
     interpreted = launcher.probably_interpreted()
     if not interpreted and len(configs) > 1:
         # Phase 1: compile in parallel, spread over the host's cores and every slot.
-        workers = compile_workers or max(1, min(len(configs), (os.cpu_count() or 2), 16))
+        bound = min(len(configs), (os.cpu_count() or 2), 16, launcher.parallel_capacity() or 16)
+        workers = compile_workers or max(1, bound)
         chunks = [configs[i::workers] for i in range(workers)]
         t0 = anyio.current_time()
 

@@ -46,3 +46,24 @@ def test_values_outside_the_declared_space_are_refused_naming_the_allowed_ones(
     ws = make_workspace(tmp_path)
     with pytest.raises(UsageError, match=message):
         expand_space(ws, space, 32, ws.read_config())
+
+
+def test_compile_parallelism_stays_within_what_the_ssh_channels_allow(tmp_path):
+    # 2 connections x 8 channels on each of two hosts; a warm worker holds one channel on the
+    # first; one channel per host stays free for kills: 14 + 15 compile processes at once.
+    from harnesslab.tools.launcher import Launcher
+    from harnesslab.tools.settings import Settings
+    from harnesslab.tools.ssh import SSHExecutor
+    from harnesslab.tools.ssh_pool import SSHTarget
+
+    hosts = [
+        SSHExecutor(
+            SSHTarget(host=h, port=22, ssh_config=None, remote_root="/tmp/x"), max_connections=2
+        )
+        for h in ("gpu-a", "gpu-b")
+    ]
+    launcher = Launcher(Settings(state_dir=tmp_path / "state"), hosts)
+    assert launcher.parallel_capacity() == 30
+    launcher.slots[0].worker = object()  # type: ignore[assignment]
+    assert launcher.parallel_capacity() == 29
+    assert Launcher(Settings(state_dir=tmp_path / "local")).parallel_capacity() is None
