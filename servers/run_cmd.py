@@ -159,6 +159,14 @@ def result_table(summary: dict[str, Any]) -> Table:
         t.add_row(
             "tool calls", str(sum(calls.values())), ", ".join(f"{k} x{v}" for k, v in calls.items())
         )
+    gpu = summary.get("gpu_work_s") or {}
+    if gpu:
+        t.add_row(
+            "GPU-backed work",
+            f"{gpu.get('total', 0):.0f} s",
+            f"tools {gpu.get('tools', 0):.0f} s + scoring {gpu.get('scoring', 0):.0f} s "
+            f"of {summary.get('wall_s', 0):.0f} s wall",
+        )
     t.add_row("workspace", "", f"{summary['workspace']} ({summary.get('wall_s', 0):.0f}s)")
     return t
 

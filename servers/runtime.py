@@ -278,6 +278,7 @@ def register_builtin(
                 result_bytes=size,
                 error=error,
                 server=state.name,
+                gpu=tool.gpu,
             )
 
     call.__signature__ = inspect.Signature(params, return_annotation=tool.output_model)  # type: ignore[attr-defined]

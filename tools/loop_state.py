@@ -202,13 +202,23 @@ def kill_leftovers(procs: list[dict[str, Any]]) -> list[int]:
 
 def tool_calls(telemetry: Path, start: float, end: float | None) -> dict[str, int]:
     """MCP tool calls recorded in telemetry.jsonl between start and end, per server.tool."""
+    return _telemetry_window(telemetry, start, end)[0]
+
+
+def _telemetry_window(
+    telemetry: Path, start: float, end: float | None
+) -> tuple[dict[str, int], float]:
+    """(calls per server.tool, seconds spent in GPU tools) between start and end."""
     counts: Counter[str] = Counter()
+    gpu_s = 0.0
     for rec in read_jsonl(telemetry):
         t = rec.get("time")
         if not isinstance(t, int | float) or t < start or (end is not None and t > end):
             continue
         counts[f"{rec.get('server', '?')}.{rec.get('tool', '?')}"] += 1
-    return dict(sorted(counts.items()))
+        if rec.get("gpu") is True and isinstance(rec.get("duration_ms"), int | float):
+            gpu_s += rec["duration_ms"] / 1e3
+    return dict(sorted(counts.items())), gpu_s
 
 
 def summarize(state: RunState, telemetry: Path) -> dict[str, Any]:
@@ -236,6 +246,9 @@ def summarize(state: RunState, telemetry: Path) -> dict[str, Any]:
             }
         )
     start = state.iterations[0].started_at if state.iterations else state.created_at
+    calls, tool_gpu_s = _telemetry_window(telemetry, start, None)
+    scores = [state.baseline, state.final, *(it.score for it in state.iterations)]
+    scoring_s = sum(s.wall_s for s in scores if s is not None)
     meaningful = any(s.meaningful for s in (state.baseline, state.final) if s is not None)
     return {
         "run_id": state.run_id,
@@ -255,7 +268,14 @@ def summarize(state: RunState, telemetry: Path) -> dict[str, Any]:
         "final": state.final.model_dump() if state.final else None,
         "iterations": iterations,
         "servers_built": [s.model_dump() for it in state.iterations for s in it.servers],
-        "tool_calls": tool_calls(telemetry, start, None),
+        "tool_calls": calls,
+        # Wall seconds of GPU-backed work: calls of tools that take the GPU lock plus every
+        # scoring verify (process start included, so an upper bound on GPU-held time).
+        "gpu_work_s": {
+            "tools": round(tool_gpu_s, 1),
+            "scoring": round(scoring_s, 1),
+            "total": round(tool_gpu_s + scoring_s, 1),
+        },
         "wall_s": round(state.updated_at - state.created_at, 1),
         "error": state.error,
     }

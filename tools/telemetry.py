@@ -47,6 +47,7 @@ class Telemetry:
         result_bytes: int = 0,
         error: str = "",
         server: str | None = None,
+        gpu: bool = False,
     ) -> dict[str, Any] | None:
         rec: dict[str, Any] = {
             "time": time.time(),
@@ -59,6 +60,8 @@ class Telemetry:
         }
         if error:
             rec["error"] = error[:80]
+        if gpu:  # a tool that takes the GPU lock: its duration counts as GPU-backed work
+            rec["gpu"] = True
         if self.guard is not None and not self.guard.is_dir():
             log.warning("telemetry not written: %s is gone", self.guard)
             return None

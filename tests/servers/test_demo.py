@@ -50,6 +50,11 @@ def test_demo_runs_two_autopilot_iterations_builds_a_server_and_uses_it(tmp_path
     # iteration 2: a fresh session got the generated server and called it
     assert "rmsnorm-gate-tuned" in second["active_servers"]
     assert second["tool_calls"].get("rmsnorm-gate-tuned.sweep_winning_region") == 1
+    # GPU-backed work is accounted: the task server's GPU tools plus the loop's scoring
+    gpu = summary["gpu_work_s"]
+    assert gpu["tools"] > 0 and gpu["scoring"] > 0
+    assert gpu["total"] == pytest.approx(gpu["tools"] + gpu["scoring"], abs=0.11)
+    assert gpu["total"] < summary["wall_s"]
     # the best verified checkpoint is in the workspace, re-verified on a new hidden case set
     assert open_workspace(ws).candidate_hash() == summary["best"]["candidate"]
     assert summary["final"]["verdict"] == "passed"

@@ -32,7 +32,6 @@ import torch
 import triton
 import triton.language as tl
 
-
 # Variants `lab_gpu.py --tune` times (each overrides launch_params for every width).
 TUNE_CASES = ["4096x4096_fp16", "4096x8192_bf16", "8192x3000_bf16", "4096x5120_fp16"]
 TUNE_SPACE = [{"num_warps": w, "num_stages": s} for w in (4, 8, 16, 32) for s in (1, 2)]
