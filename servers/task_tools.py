@@ -327,7 +327,8 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "enough to rank; run_objective's score takes 30); every config gets "
             "ok / compile_error / wrong_result / timeout, and one bad config never fails the "
             "sweep. apply=true writes the best correct config (the old files are checkpointed). "
-            "Costs ~1-2 s of GPU per config (minutes for the full space). Progress per config. "
+            "Costs ~1.2 s per config (H200, rmsnorm_gate's 9 dev cases: 32 configs in 38 s; "
+            "minutes for the full space). Progress per config. "
             "Next: run_objective after apply, then guarded_final_verify."
         ),
         input_model=SweepIn,
