@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # GPU evidence for issue 4 (SSH end to end), issue 7 (autopilot loop on the GPU), issue 5
 # (guarded verify on the GPU) and issue 8 (full lab matrix), each capped in time. A device call
-# is limited to 10 minutes, so run it in two calls:
-#   PARTS=ssh,autopilot bash benchmarks/gpu_final.sh                                   (~8 min)
-#   PARTS=integrity INT_PARTS=repeat,cost,honest INT_S=560 bash benchmarks/gpu_final.sh (~9 min)
-#   PARTS=lab,integrity INT_PARTS=corpus INT_TAG=_corpus bash benchmarks/gpu_final.sh  (~9 min)
+# is limited to 10 minutes; measured on an H200 (2026-11-21), two calls hold it all:
+#   PARTS=ssh,autopilot,lab SSH_S=140 AP_S=140 LAB_S=300 bash benchmarks/gpu_final.sh  (~5 min)
+#   PARTS=integrity INT_PARTS=repeat,cost,honest,corpus INT_S=560 bash benchmarks/gpu_final.sh
+#                                                                                  (~9 min)
 # carrying .whl (mcp, asyncssh, pydantic... as cp312 wheels). Everything lands in $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
