@@ -13,6 +13,9 @@ replay over inputs rotated past the L2; this kernel vs the untuned baseline):
   power-of-two tail block (5120 = 4096 + 1024, 6144 = 4096 + 2048) with 8 warps, instead of one
   8192 block: 4096x5120 fp16 88% vs 70%, 4096x6144 bf16 91% vs 80%. (For 1536 and 3000 the
   split measured slower than one padded block, so they keep one block.)
+- Half the warps when the padded block is under 75% full (dim 3000 in a 4096 block: 8 warps,
+  not 16). Measured on an H200: 8192x3000 bf16 86% vs 77% of copy (4 warps 79%); not measured
+  on the H100, where 16 warps gave 95-97%.
 - One row per program: several rows per program (a 2-D tile) was slower at every dim from
   1024 to 8192, e.g. 16384x1024: 84% with 4 rows, 90% with 1.
 - No cache hints: evict_first on x and gate plus evict_last on the weight measured 2-4% slower
