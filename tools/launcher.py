@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 import uuid
@@ -121,6 +122,11 @@ class Launcher:
         for s in self.slots:
             seen.setdefault(id(s.executor), s.executor)
         return list(seen.values())
+
+    def host_cpus(self) -> int:
+        """Cores of the machine the runner runs on (from its last result; before any, here)."""
+        cpus = (self.last_env or {}).get("cpu_count")
+        return cpus if isinstance(cpus, int) and cpus > 0 else (os.cpu_count() or 2)
 
     def parallel_capacity(self) -> int | None:
         """Commands that can start at once beside the warm workers the executors hold, one

@@ -185,6 +185,7 @@ class Env:
             "interpret": self.interpret,
             "meaningful": not self.interpret,
             "runner_version": RUNNER_VERSION,
+            "cpu_count": os.cpu_count(),  # the GPU host's cores: what sweeps compile on
         }
         if not self.interpret:
             info["driver"] = _driver_version()

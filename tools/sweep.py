@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
 import secrets
 from typing import Any, Literal
@@ -151,7 +150,7 @@ async def sweep(
     interpreted = launcher.probably_interpreted()
     if not interpreted and len(configs) > 1:
         # Phase 1: compile in parallel, spread over the host's cores and every slot.
-        bound = min(len(configs), (os.cpu_count() or 2), 16, launcher.parallel_capacity() or 16)
+        bound = min(len(configs), launcher.host_cpus(), 16, launcher.parallel_capacity() or 16)
         workers = compile_workers or max(1, bound)
         chunks = [configs[i::workers] for i in range(workers)]
         t0 = anyio.current_time()

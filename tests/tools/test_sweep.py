@@ -67,3 +67,15 @@ def test_compile_parallelism_stays_within_what_the_ssh_channels_allow(tmp_path):
     launcher.slots[0].worker = object()  # type: ignore[assignment]
     assert launcher.parallel_capacity() == 29
     assert Launcher(Settings(state_dir=tmp_path / "local")).parallel_capacity() is None
+
+
+def test_sweeps_compile_on_the_gpu_hosts_cores_once_a_result_named_them(tmp_path):
+    from harnesslab.tools.launcher import Launcher
+    from harnesslab.tools.settings import Settings
+
+    launcher = Launcher(Settings(state_dir=tmp_path / "state"))
+    assert launcher.host_cpus() >= 1  # no result yet: this machine's count
+    launcher.last_env = {"cpu_count": 64}
+    assert launcher.host_cpus() == 64
+    launcher.last_env = {"cpu_count": None}  # an older runner: fall back to this machine
+    assert launcher.host_cpus() >= 1
