@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent(
         def __init__(self, mode, sets):
             self.role, self.mode, self.sets, self.stale = "candidate", mode, sets, {}
 
-        def ask(self, op, *a):
+        def ask(self, op, *a, spin=False):
             if op == "slots":
                 self.slots = a[0]
             elif op == "capture":
