@@ -338,7 +338,9 @@ async def test_telemetry_records_every_call_with_argument_names_but_no_values(ca
         assert {"time", "server", "tool", "args", "duration_ms", "status", "result_bytes"} <= set(r)
         assert r["server"] == "test-server"
     allowed = {"time", "server", "tool", "args", "duration_ms", "status", "result_bytes", "error"}
-    assert all(set(r) <= allowed for r in recs)
+    assert all(set(r) <= allowed | {"gpu"} for r in recs)
+    # GPU tools are marked (the loop sums their time); the others are not
+    assert [r.get("gpu") for r in recs] == [True, True, None]
     raw = state.workspace.telemetry_path.read_text()
     assert SMALL not in raw and "no-such-case" not in raw  # names only, never values
 
