@@ -137,9 +137,8 @@ def serial_sweep(
             msg = json.loads(line)
         except ValueError:
             continue
-        found = msg.get("configs") or (msg.get("result") or {}).get("configs")
-        if isinstance(found, list):
-            per_config = [float(e.get("wall_s") or 0.0) for e in found]
+        if msg.get("event") == "result" and isinstance(msg.get("configs"), list):
+            per_config = [float(e.get("wall_s") or 0.0) for e in msg["configs"]]
     return wall, per_config
 
 

@@ -10,6 +10,7 @@ import signal
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -202,16 +203,16 @@ def kill_leftovers(procs: list[dict[str, Any]]) -> list[int]:
 
 def tool_calls(telemetry: Path, start: float, end: float | None) -> dict[str, int]:
     """MCP tool calls recorded in telemetry.jsonl between start and end, per server.tool."""
-    return _telemetry_window(telemetry, start, end)[0]
+    return _window(read_jsonl(telemetry), start, end)[0]
 
 
-def _telemetry_window(
-    telemetry: Path, start: float, end: float | None
+def _window(
+    records: Iterable[dict[str, Any]], start: float, end: float | None
 ) -> tuple[dict[str, int], float]:
     """(calls per server.tool, seconds spent in GPU tools) between start and end."""
     counts: Counter[str] = Counter()
     gpu_s = 0.0
-    for rec in read_jsonl(telemetry):
+    for rec in records:
         t = rec.get("time")
         if not isinstance(t, int | float) or t < start or (end is not None and t > end):
             continue
@@ -229,6 +230,7 @@ def summarize(state: RunState, telemetry: Path) -> dict[str, Any]:
     improvement = None
     if base and best is not None:
         improvement = 100.0 * (best - base) / base * (1 if cfg.higher_is_better else -1)
+    records = list(read_jsonl(telemetry))  # read once: every window below is a slice of it
     iterations = []
     for it in state.iterations:
         iterations.append(
@@ -241,12 +243,12 @@ def summarize(state: RunState, telemetry: Path) -> dict[str, Any]:
                 "repair": _turn(it.repair) if it.repair else None,
                 "servers": [s.model_dump() for s in it.servers],
                 "active_servers": it.active_servers,
-                "tool_calls": tool_calls(telemetry, it.started_at, it.finished_at),
+                "tool_calls": _window(records, it.started_at, it.finished_at)[0],
                 "wall_s": round((it.finished_at or time.time()) - it.started_at, 1),
             }
         )
     start = state.iterations[0].started_at if state.iterations else state.created_at
-    calls, tool_gpu_s = _telemetry_window(telemetry, start, None)
+    calls, tool_gpu_s = _window(records, start, None)
     scores = [state.baseline, state.final, *(it.score for it in state.iterations)]
     scoring_s = sum(s.wall_s for s in scores if s is not None)
     meaningful = any(s.meaningful for s in (state.baseline, state.final) if s is not None)

@@ -39,7 +39,7 @@ PLAUSIBLE_PCT_OF_COPY = 125.0  # minimal bytes faster than this share of copy ba
 # The parent's wall clock around a sample, less the same request with an empty window, may
 # exceed the device time the child reports by 25% + 250 us on at least one sample (an H200
 # showed 440-580 us of request overhead per sample before that subtraction, windows of 1.0-1.1
-# ms, and up to ~530 us more when either process slept through the sample: both now spin).
+# ms, and up to ~530 us more, most likely a process waking from sleep: both now spin).
 WALL_SLACK = 1.25
 WALL_SLACK_US = 250.0
 
