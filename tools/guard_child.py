@@ -1,52 +1,61 @@
-"""Child side of the guarded verify: the only process that imports candidate code.
+"""The candidate's process in the guarded verify: the only process that imports agent Python.
 
-Started by guard.py before any input or expected value exists (on a GPU with "spawn", a fresh
-interpreter; on the CPU interpreter forked, with the runner's protocol stream closed first), so
-expected values never exist here. Standard library, torch and triton only. The
-parent shares input buffers and output slots with this process (CPU shared memory or CUDA IPC)
-and sends requests; this side calls the candidate, copies each output into its slot and answers
-with JSON facts. It never decides a verdict: the parent compares the slots with the expected
-values it computed before the candidate ran.
-
-Observers are installed BEFORE the candidate is imported, and cannot be removed silently:
-- an audit hook (PEP 578 hooks cannot be removed) attributes file reads of protected paths,
-  frame/gc/ctypes introspection, class attribute patches, subprocesses and dynamic code to the
-  candidate's own file;
-- Triton launches are recorded through the interpreter's GridExecutor or JITFunction.run on a
-  GPU (with the stream current at launch), so "the candidate's @triton.jit function ran" is an
-  observation, not a claim;
-- a TorchFunctionMode around each call lists torch calls outside Triton launches (the
-  reference's math done in torch shows as mul, rsqrt, silu, ...);
-- identities of the timers, synchronize, the launch hooks and Tensor.numpy are snapshotted and
-  re-checked after every call; the timers used here are bound before the import, so a patched
-  time.perf_counter never measures anything.
+Runs sandboxed (sandbox.py: Landlock, namespaces, seccomp; started by guard.py with nothing
+secret in its environment or arguments); standard library, torch and triton only. Nothing it
+says is evidence. Everything it sends back is a claim the trusted parent checks:
+- on the Triton CPU interpreter ("call"): the parent's inputs arrive in a shared memory arena
+  (a memfd the parent made); this process calls the candidate and copies the output into the
+  parent's slot; the parent compares it with expected values that never existed here;
+- on a GPU ("record"): this process calls the candidate on inputs of its own (random, of the
+  requested shapes and the exact scalar arguments) once to warm up, then records the next call:
+  every Triton launch (kernel binary, grid, scalar arguments, which input or allocation each
+  pointer names), every allocation and fill, and which allocation the output lives in. The
+  replay process (replay.py) launches exactly that on the parent's fresh inputs; nothing the
+  wrapper computes in Python or torch is replayed, so a result that needed it comes out wrong.
+Observations (torch math, foreign kernels, host transfers, threads, audit events) are reported
+as reason codes only: they can reject a candidate, never pass one, and no text written here
+reaches a verdict.
 """
 
 from __future__ import annotations
 
-import json
+import base64
+import builtins
+import importlib.util
+import mmap
 import os
+import struct
 import sys
 import threading
 import time
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import wire  # noqa: E402
+
 STDLIB = os.path.dirname(os.__file__)
-SPIN_S = 0.02  # busy-wait for the next request before blocking (keeps wake-ups out of timing)
 # torch functions and Tensor methods a host wrapper may call: allocation, metadata, views,
-# copies, casts. Anything else (mul, rsqrt, mean, silu, matmul, ...) is the math done in torch.
+# copies, casts. Anything else (mul, rsqrt, mean, silu, matmul, ...) is math done in torch.
 ALLOWED_FUNCS = {
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
     "zeros_like", "zero_", "fill_", "full", "full_like", "new_zeros", "new_full", "ones_like",
-    "view", "view_as", "reshape", "as_strided", "t", "transpose", "permute", "expand",
-    "contiguous", "clone", "copy_", "to", "float", "half", "bfloat16", "type", "detach",
-    "select", "unsqueeze", "squeeze", "split", "chunk", "narrow", "flatten", "unflatten",
-    "unbind", "__getitem__", "__setitem__", "__get__", "__len__", "__format__", "__repr__",
-    "__index__", "__int__", "__float__", "__bool__", "__hash__", "size", "stride", "dim",
-    "numel", "nelement", "element_size", "data_ptr", "is_contiguous", "storage_offset",
-    "untyped_storage", "is_floating_point", "is_complex", "get_device", "item", "tolist",
-    "numpy", "__array__", "cpu", "cuda", "record_stream", "ndimension", "__reduce_ex__",
-    "__deepcopy__", "is_pinned", "is_shared", "share_memory_", "tensor", "as_tensor",
+    "ones", "new_ones", "view", "view_as", "reshape", "as_strided", "t", "transpose", "permute",
+    "expand", "contiguous", "clone", "copy_", "to", "float", "half", "bfloat16", "type",
+    "detach", "select", "unsqueeze", "squeeze", "split", "chunk", "narrow", "flatten",
+    "unflatten", "unbind", "__getitem__", "__setitem__", "__get__", "__len__", "__format__",
+    "__repr__", "__index__", "__int__", "__float__", "__bool__", "__hash__", "size", "stride",
+    "dim", "numel", "nelement", "element_size", "data_ptr", "is_contiguous", "storage_offset",
+    "untyped_storage", "is_floating_point", "is_complex", "get_device", "ndimension",
+    "record_stream", "is_pinned", "is_shared", "__reduce_ex__", "__deepcopy__",
+    "__eq__", "__ne__",
+}  # fmt: skip
+# Functions that make a new allocation the replay must make too: name -> fill kind.
+ALLOCATORS = {
+    "empty": "poison", "empty_like": "poison", "empty_strided": "poison",
+    "new_empty": "poison", "new_empty_strided": "poison", "zeros": 0, "zeros_like": 0,
+    "new_zeros": 0, "ones": 1, "ones_like": 1, "new_ones": 1, "full": "arg", "full_like": "arg",
+    "new_full": "arg",
 }  # fmt: skip
 FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "__globals__"}
 INTROSPECTION = {
@@ -55,123 +64,74 @@ INTROSPECTION = {
     "ctypes.cdata", "sys.settrace", "sys.setprofile", "sys._getframemodulename",
 }  # fmt: skip
 SPAWNS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.fork", "os.kill",
-          "os.spawn", "pty.spawn"}  # fmt: skip
-READS = {"open", "os.listdir", "os.scandir", "os.walk", "glob.glob", "shutil.copyfile"}
-WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND
-WATCHED = (
-    INTROSPECTION
-    | SPAWNS
-    | READS
-    | {
-        "object.__getattr__",
-        "object.__setattr__",
-        "object.__delattr__",
-        "exec",
-        "compile",
-        "import",
-        "socket.connect",  # the exfiltration check below needs it: unwatched events return early
-    }
-)
+          "os.spawn", "pty.spawn", "os.killpg", "signal.pthread_kill"}  # fmt: skip
+WATCHED = INTROSPECTION | SPAWNS | {
+    "object.__getattr__", "object.__setattr__", "object.__delattr__", "exec", "compile",
+    "import", "socket.connect", "open",
+}  # fmt: skip
 IMPORT_CODES = {"threading": "background_thread", "_thread": "background_thread",
                 "multiprocessing": "background_thread", "concurrent": "background_thread",
                 "ctypes": "introspection", "gc": "introspection", "inspect": "introspection",
-                "numpy": "host_compute", "subprocess": "subprocess"}  # fmt: skip
+                "numpy": "host_compute", "subprocess": "subprocess",
+                **{m: "harness_access" for m in ("guard", "guard_child", "guard_gpu", "runner",
+                                                 "replay", "wire", "sandbox", "cudadrv",
+                                                 "harnesslab")}}  # fmt: skip
+LIBS = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in (os,))
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+          "uint8", "bool")  # fmt: skip
+
+
+def exception_kind(exc: BaseException) -> str:
+    """The exception's type name when it is a builtin or torch/triton class; else a fixed word
+    (a candidate-defined class name is text the candidate chose)."""
+    cls = type(exc)
+    mod = getattr(cls, "__module__", "")
+    if mod == "builtins" and getattr(builtins, cls.__name__, None) is cls:
+        return cls.__name__
+    if mod.split(".")[0] in ("torch", "triton"):
+        return f"{mod.split('.')[0]}.{cls.__name__}"[:80]
+    return "CandidateDefinedError"
 
 
 class Observer:
-    """Everything seen while candidate code runs (its import, then each call)."""
+    """What the candidate's code did while it ran (its import, then each call)."""
 
-    def __init__(self, torch, cand_dir: str, protected: list[str]) -> None:
+    def __init__(self, torch: Any, cand_dir: str) -> None:
         self.torch = torch
         self.cand_dir = os.path.realpath(cand_dir) + os.sep
-        self.protected = [os.path.realpath(p) for p in protected if p]
         self.recording = False
-        self.stream: int | None = None
-        self.in_launch = 0
         self.busy = False
-        self.launches: list[list[Any]] = []
-        self.ops: set[str] = set()
-        self.host: set[str] = set()
-        self.audit: list[list[str]] = []
+        self.in_launch = 0
+        self.stream: int | None = None
+        self.codes: set[str] = set()
+        self.own_launches = 0
 
     def reset(self) -> None:
-        self.launches, self.ops, self.host, self.audit = [], set(), set(), []
+        self.codes, self.own_launches = set(), 0
 
-    # -- launches --------------------------------------------------------------------------------
-    def launch(self, fn: Any, name: str) -> None:
-        code = getattr(fn, "__code__", None)
-        path = os.path.realpath(code.co_filename) if code is not None else "?"
-        stream_ok = True
-        if self.stream is not None:  # the stream current when the harness called the entry
-            stream_ok = self.torch.cuda.current_stream().cuda_stream == self.stream
-        self.launches.append([name, path.startswith(self.cand_dir), stream_ok])
-
-    def install_launch_hooks(self) -> list[tuple[Any, str]]:
-        """Record every Triton launch: the interpreter's GridExecutor, or JITFunction.run."""
-        if os.environ.get("TRITON_INTERPRET") == "1":
-            from triton.runtime.interpreter import GridExecutor as cls
-
-            attr = "__call__"
-        else:
-            from triton.runtime.jit import JITFunction as cls  # type: ignore[assignment]
-
-            attr = "run"
-        run = getattr(cls, attr)
-
-        def launched(obj, *args, **kwargs):
-            self.launch(obj.fn, getattr(obj.fn, "__name__", "?"))
-            self.in_launch += 1
-            try:
-                return run(obj, *args, **kwargs)
-            finally:
-                self.in_launch -= 1
-
-        setattr(cls, attr, launched)
-        watched: list[tuple[Any, str]] = [(cls, attr)]
-        tensor = self.torch.Tensor
-        for name in ("numpy", "tolist", "__array__"):
-            original = getattr(tensor, name)
-
-            def host_call(t, *a, _name=name, _orig=original, **k):
-                if self.recording and not self.in_launch:
-                    self.host.add(_name)
-                return _orig(t, *a, **k)
-
-            host_call.__name__ = name
-
-            setattr(tensor, name, host_call)
-            watched.append((tensor, name))
-        return watched
-
-    # -- audit -----------------------------------------------------------------------------------
-    def culprit(self) -> str | None:
-        """file:line of the candidate frame behind the current event, if the first frame outside
-        the standard library is the candidate's (a library doing its own work is not)."""
+    def culprit(self) -> bool:
+        """Whether the first frame outside the standard library behind this event is the
+        candidate's (a library doing its own work is not)."""
         f: Any = sys._getframe(2)
         while f is not None:
             name = f.f_code.co_filename
             if name.startswith("<") or name.startswith(STDLIB) or name == __file__:
                 f = f.f_back
                 continue
-            if os.path.realpath(name).startswith(self.cand_dir):
-                return f"{os.path.basename(name)}:{f.f_lineno}"
-            return None
-        return None
+            return os.path.realpath(name).startswith(self.cand_dir)
+        return False
 
-    def protected_path(self, path: Any) -> bool:
-        if isinstance(path, int) or path is None:
-            return False
-        try:
-            real = os.path.realpath(os.fsdecode(path))
-        except (TypeError, ValueError):
-            return False
-        if real.startswith(self.cand_dir):
-            return False
-        if real.startswith("/proc/") and not real.startswith(
-            ("/proc/self", f"/proc/{os.getpid()}")
-        ):
-            return real.split("/")[2].isdigit()
-        return any(real == p or real.startswith(p + os.sep) for p in self.protected)
+    def called_from_candidate(self) -> bool:
+        """Whether the nearest frame outside torch, triton and the standard library is the
+        candidate's (the interpreter's own torch calls inside a launch are not)."""
+        f: Any = sys._getframe(2)
+        while f is not None:
+            name = f.f_code.co_filename
+            if name.startswith("<") or name == __file__ or name.startswith(LIBS) or "/torch/" in name or "/triton/" in name:
+                f = f.f_back
+                continue
+            return os.path.realpath(name).startswith(self.cand_dir)
+        return False
 
     def hook(self, event: str, args: tuple) -> None:
         if not self.recording or self.busy or event not in WATCHED:
@@ -180,322 +140,551 @@ class Observer:
             return
         self.busy = True
         try:
-            if event in READS and args and self.protected_path(args[0]):
-                self.audit.append(["reads_verifier_files", f"{event} {os.fsdecode(args[0])}"])
+            if not self.culprit():
                 return
-            who = self.culprit()
-            if who is None:
-                return
-            if event == "socket.connect" or (event == "open" and _writes(args, self.cand_dir)):
-                self.audit.append(["exfiltration", f"{who}: {event} {str(args[:2])[:200]}"])
-            if event in INTROSPECTION or event == "object.__getattr__":
-                self.audit.append(["introspection", f"{who}: {event} {args[1:2]}"])
+            if event == "open":
+                return  # the sandbox decides what can be opened
+            if event == "socket.connect":
+                self.codes.add("exfiltration")
+            elif event in INTROSPECTION or event == "object.__getattr__":
+                self.codes.add("introspection")
             elif event in SPAWNS:
-                self.audit.append(["subprocess", f"{who}: {event}"])
+                self.codes.add("subprocess")
             elif event.startswith("object."):
-                self.audit.append(["monkey_patch", f"{who}: sets {args[1]!r} on {args[0]!r}"])
+                self.codes.add("monkey_patch")
             elif event in ("exec", "compile"):
-                self.audit.append(["dynamic_code", f"{who}: {event}"])
+                self.codes.add("dynamic_code")
             elif event == "import" and args:
                 root = str(args[0]).split(".")[0]
                 if root in IMPORT_CODES:
-                    self.audit.append([IMPORT_CODES[root], f"{who}: imports {args[0]}"])
+                    self.codes.add(IMPORT_CODES[root])
         finally:
             self.busy = False
 
+    def launch(self, fn: Any) -> None:
+        code = getattr(fn, "__code__", None)
+        path = os.path.realpath(code.co_filename) if code is not None else "?"
+        if path.startswith(self.cand_dir):
+            self.own_launches += 1
+        else:
+            self.codes.add("foreign_kernel")
+        if self.stream is not None:
+            if self.torch.cuda.current_stream().cuda_stream != self.stream:
+                self.codes.add("side_stream")
 
-def _writes(args: tuple, cand_dir: str) -> bool:
-    """An `open` audit event that writes outside the candidate's folder (a channel out)."""
-    path, mode, flags = (*args, None, None, None)[:3]
-    writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-        isinstance(flags, int) and flags & WRITE_FLAGS
-    )
-    if not writing or isinstance(path, int) or path is None:
-        return False
-    real = os.path.realpath(os.fsdecode(path))
-    return not real.startswith(cand_dir) and real != os.devnull
+    def install_interpreter_hook(self) -> None:
+        from triton.runtime.interpreter import GridExecutor
+
+        run = GridExecutor.__call__
+        obs = self
+
+        def launched(ex, *args, **kwargs):
+            obs.launch(ex.fn)
+            obs.in_launch += 1
+            try:
+                return run(ex, *args, **kwargs)
+            finally:
+                obs.in_launch -= 1
+
+        GridExecutor.__call__ = launched
+
+    def install_host_hooks(self) -> None:
+        tensor = self.torch.Tensor
+        for name in ("numpy", "tolist", "__array__", "item"):
+            original = getattr(tensor, name)
+
+            def host_call(t, *a, _orig=original, **k):
+                if self.recording and not self.in_launch:
+                    self.codes.add("host_compute")
+                return _orig(t, *a, **k)
+
+            host_call.__name__ = name
+            setattr(tensor, name, host_call)
 
 
-def _function_recorder(torch, obs: Observer):
-    """A TorchFunctionMode listing torch calls outside Triton launches. (A TorchDispatchMode
-    would see aten ops, but its first use imports torch._dynamo: 2 s per verify on a CPU.)"""
+class Recorder:
+    """Triton launches on a GPU, recorded at the launcher (what the driver would be asked)."""
+
+    def __init__(self, obs: Observer) -> None:
+        import torch
+        from triton.backends.nvidia.driver import CudaLauncher
+        from triton.compiler.compiler import CompiledKernel
+
+        self.torch, self.obs = torch, obs
+        self.active = False
+        self.by_function: dict[int, Any] = {}
+        self.kernels: dict[str, dict[str, Any]] = {}
+        self.steps: list[dict[str, Any]] = []
+        self.allocs: list[dict[str, Any]] = []
+        self.inputs: list[tuple[int, int]] = []  # (storage base, nbytes) per tensor argument
+        self.unsupported: set[str] = set()
+        rec = self
+        init_handles = CompiledKernel._init_handles
+
+        def _init_handles(ck):
+            init_handles(ck)
+            if getattr(ck, "function", None):
+                rec.by_function[int(ck.function)] = ck
+
+        CompiledKernel._init_handles = _init_handles
+        call = CudaLauncher.__call__
+
+        def launcher_call(launcher, gx, gy, gz, stream, function, *args):
+            if rec.active:
+                rec.on_launch(launcher, (gx, gy, gz), stream, function, args)
+            return call(launcher, gx, gy, gz, stream, function, *args)
+
+        CudaLauncher.__call__ = launcher_call
+
+    def begin(self, tensors: list[Any]) -> None:
+        self.steps, self.allocs, self.unsupported = [], [], set()
+        self.inputs = [
+            (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in tensors
+        ]
+        self.active = True
+
+    # -- pointers --------------------------------------------------------------------------------
+    def ref(self, value: Any) -> dict[str, Any]:
+        """Which buffer a pointer argument names: an input, an allocation of this call, or
+        something else (memory that existed before the call: not replayable)."""
+        if value is None:
+            return {"null": True}
+        if isinstance(value, int):
+            ptr = value
+        else:
+            try:
+                ptr = int(value.data_ptr())
+            except Exception:
+                self.unsupported.add("pointer_object")
+                return {"null": True}
+        if ptr == 0:
+            return {"null": True}
+        for i, (base, n) in enumerate(self.inputs):
+            if base <= ptr < base + max(n, 1):
+                return {"buf": f"in{i}", "offset": ptr - base}
+        for k, a in enumerate(self.allocs):
+            if a["base"] <= ptr < a["base"] + max(a["nbytes"], 1):
+                return {"buf": f"a{k}", "offset": ptr - a["base"]}
+        self.unsupported.add("foreign_memory")
+        return {"null": True}
+
+    def on_alloc(self, tensor: Any, fill: Any, dtype: Any) -> None:
+        st = tensor.untyped_storage()
+        base, nbytes = st.data_ptr(), st.nbytes()
+        if any(a["base"] == base for a in self.allocs) or not nbytes:
+            return
+        entry = {"base": base, "nbytes": nbytes}
+        self.allocs.append(entry)
+        if fill != "poison":
+            self.on_fill(tensor, fill)
+
+    def on_fill(self, tensor: Any, value: Any) -> None:
+        """A fill of a contiguous tensor of 1, 2 or 4-byte elements, as a memset step."""
+        ref = self.ref(tensor)
+        if "buf" not in ref:
+            return
+        if not tensor.is_contiguous() or tensor.element_size() not in (1, 2, 4):
+            self.unsupported.add("fill")
+            return
+        width = tensor.element_size()
+        bits = _bits(self.torch, value, tensor.dtype)
+        if bits is None:
+            self.unsupported.add("fill")
+            return
+        self.steps.append({"op": "memset", "buf": ref["buf"], "offset": ref["offset"],
+                           "width": width, "value": bits, "count": tensor.numel()})  # fmt: skip
+
+    # -- launches --------------------------------------------------------------------------------
+    def on_launch(self, launcher: Any, grid, stream, function, args: tuple) -> None:
+        ck = self.by_function.get(int(function))
+        if ck is None:
+            self.unsupported.add("unknown_kernel")
+            return
+        src = getattr(ck, "src", None)
+        fn = getattr(src, "fn", None)
+        self.obs.launch(getattr(fn, "fn", fn))
+        meta = ck.metadata
+        cubin = ck.asm.get("cubin") if hasattr(ck, "asm") else None
+        if not isinstance(cubin, bytes | bytearray):
+            self.unsupported.add("no_binary")
+            return
+        kid = f"k{len(self.kernels)}_{meta.name}"[:120]
+        for existing, k in self.kernels.items():
+            if k["_cubin"] is cubin:
+                kid = existing
+                break
+        else:
+            self.kernels[kid] = {
+                "id": kid,
+                "name": meta.name,
+                "cubin": base64.b64encode(bytes(cubin)).decode(),
+                "_cubin": cubin,
+                "shared": int(meta.shared),
+                "num_warps": int(meta.num_warps),
+                "num_ctas": int(getattr(meta, "num_ctas", 1)),
+                "coop": bool(getattr(launcher, "launch_cooperative_grid", False)),
+                "pdl": bool(getattr(launcher, "launch_pdl", False)),
+            }
+        values = list(args[4:])  # after packed metadata, launch metadata and the two hooks
+        types = list(getattr(src, "signature", {}).values())
+        params = self.params(types, values, getattr(meta, "tensordesc_meta", None))
+        for which, size, align in (
+            ("global", getattr(launcher, "global_scratch_size", 0), getattr(launcher, "global_scratch_align", 1)),
+            ("profile", getattr(launcher, "profile_scratch_size", 0), getattr(launcher, "profile_scratch_align", 1)),
+        ):  # fmt: skip
+            n = int(size or 0) * grid[0] * grid[1] * grid[2] * int(getattr(launcher, "num_ctas", 1))
+            params.append({"k": "scratch", "which": which, "nbytes": n, "align": int(align or 1)})
+        self.steps.append({"op": "launch", "kernel": kid, "grid": list(grid), "params": params})
+
+    def params(self, types: list[Any], values: list[Any], tdmeta: Any) -> list[dict[str, Any]]:
+        flat_t: list[Any] = []
+        flat_v: list[Any] = []
+        _flatten(types, values, flat_t, flat_v)
+        out: list[dict[str, Any]] = []
+        td_index = 0
+        for ty, v in zip(flat_t, flat_v, strict=False):
+            ty = str(ty)
+            if ty == "constexpr":
+                continue
+            if ty.startswith("*"):
+                out.append({"k": "ptr", **self.ref(v)})
+            elif ty.startswith("tensordesc"):
+                meta = tdmeta[td_index] if tdmeta else None
+                td_index += 1
+                out += self.tensordesc(v, meta)
+            else:
+                value = v.item() if hasattr(v, "item") and not isinstance(v, int | float) else v
+                if not isinstance(value, int | float | bool):
+                    self.unsupported.add("scalar")
+                    value = 0
+                out.append({"k": "scalar", "type": ty, "value": value})
+        return out
+
+    def tensordesc(self, desc: Any, meta: Any) -> list[dict[str, Any]]:
+        """A host TensorDescriptor as Triton's launcher expands it (driver.make_tensordesc_arg)."""
+        shape, strides = [int(s) for s in desc.shape], [int(s) for s in desc.strides]
+        scalars = [{"k": "scalar", "type": "i32", "value": s} for s in shape]
+        scalars += [{"k": "scalar", "type": "i64", "value": s} for s in strides]
+        if meta is None:
+            out = [{"k": "ptr", **self.ref(desc.base)}]
+            out += [{"k": "scalar", "type": "i64", "value": s} for s in shape + strides]
+            out.append({"k": "scalar", "type": "i1", "value": desc.padding == "nan"})
+            return out + scalars
+        if meta.get("fp4_padded"):
+            shape = [*shape[:-1], shape[-1] * 2]
+            scalars[len(shape) - 1]["value"] = shape[-1]
+        to_host = {8: 10, 9: 8, 10: 9}  # Triton's TMA_DTYPE_DEVICE_TO_HOST
+        elem_type = int(meta["elem_type"])
+        tma = {
+            "k": "tma",
+            **self.ref(desc.base),
+            "elem_type": to_host.get(elem_type, elem_type),
+            "elem_size": int(meta["elem_size"]),
+            "swizzle": int(meta["swizzle"]),
+            "block": [int(b) for b in meta["block_size"]],
+            "shape": shape,
+            "strides": strides,
+            "nan": desc.padding == "nan",
+        }
+        return [tma, *scalars]
+
+    def finish(self, out: Any) -> dict[str, Any]:
+        self.active = False
+        kernels = [{k: v for k, v in kern.items() if k != "_cubin"} for kern in self.kernels.values()]
+        used = {s["kernel"] for s in self.steps if s["op"] == "launch"}
+        output: dict[str, Any] | None = None
+        if type(out) is self.torch.Tensor and not out.numel():
+            output = {"empty": True, "shape": list(out.shape), "strides": list(out.stride()),
+                      "dtype": str(out.dtype).removeprefix("torch.")}  # fmt: skip
+        elif type(out) is self.torch.Tensor:
+            ref = self.ref(out)
+            if "buf" in ref:
+                output = {
+                    **ref,
+                    "shape": list(out.shape),
+                    "strides": list(out.stride()),
+                    "dtype": str(out.dtype).removeprefix("torch."),
+                    "offset": ref["offset"],
+                }
+        return {
+            "kernels": [k for k in kernels if k["id"] in used],
+            "allocs": [{"nbytes": a["nbytes"]} for a in self.allocs],
+            "steps": self.steps,
+            "output": output,
+            "unsupported": sorted(self.unsupported),
+        }
+
+
+def _flatten(types: Any, values: Any, ft: list[Any], fv: list[Any]) -> None:
+    for t, v in zip(types, values, strict=False):
+        if isinstance(t, tuple):
+            _flatten(list(t), list(v) if isinstance(v, list | tuple) else [v] * len(t), ft, fv)
+        else:
+            ft.append(t)
+            fv.append(v)
+
+
+def _bits(torch: Any, value: Any, dtype: Any) -> int | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    if dtype == torch.float16:
+        return struct.unpack("<H", struct.pack("<e", v))[0]
+    if dtype == torch.bfloat16:
+        return struct.unpack("<I", struct.pack("<f", v))[0] >> 16
+    if dtype == torch.float32:
+        return struct.unpack("<I", struct.pack("<f", v))[0]
+    if dtype in (torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool):
+        size = torch.tensor([], dtype=dtype).element_size()
+        return int(v) & ((1 << (8 * size)) - 1)
+    return None
+
+
+def _function_mode(torch: Any, obs: Observer, child: Child):
+    """A TorchFunctionMode: torch calls outside Triton launches (observation), and what the
+    recording needs (allocations and fills)."""
     from torch.overrides import TorchFunctionMode
 
-    class Recorder(TorchFunctionMode):
+    class Watch(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            if not obs.in_launch:
-                name = getattr(func, "__name__", str(func))
-                if name not in ALLOWED_FUNCS:
-                    obs.ops.add(name)
-            return func(*args, **(kwargs or {}))
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            if name not in ALLOWED_FUNCS and (not obs.in_launch or obs.called_from_candidate()):
+                obs.codes.add("torch_compute")  # in a launch: the kernel body's own torch call
+            out = func(*args, **kwargs)
+            rec = child.recorder
+            if rec is not None and rec.active and not obs.in_launch:
+                if name in ALLOCATORS and type(out) is torch.Tensor and out.is_cuda:
+                    fill = ALLOCATORS[name]
+                    if fill == "arg":
+                        fill = args[-1] if name.startswith("new_") or name == "full_like" else (
+                            args[1] if len(args) > 1 else kwargs.get("fill_value"))
+                    rec.on_alloc(out, fill, out.dtype)
+                elif name in ("zero_", "fill_") and args and type(args[0]) is torch.Tensor:
+                    rec.on_fill(args[0], 0 if name == "zero_" else args[1])
+                elif name in ("copy_", "clone", "contiguous", "to") and out is not args[0]:
+                    rec.unsupported.add("copy")
+            return out
 
-    return Recorder
+    return Watch
 
 
 class Child:
-    """The request loop. Replies are JSON: the parent never unpickles anything from here."""
-
-    def __init__(self, conn, cfg: dict[str, Any]) -> None:
+    def __init__(self, cfg: dict[str, Any], fd_out: int) -> None:
         import torch
-        import triton  # noqa: F401 - imported before the candidate, hooks go in below
+        import triton  # noqa: F401 - imported before the candidate: the hooks go in below
 
-        self.conn, self.torch, self.cfg = conn, torch, cfg
-        self.perf = time.perf_counter  # bound before the candidate can replace the module's
+        self.torch, self.cfg, self.fd_out = torch, cfg, fd_out
         self.cuda = cfg["device"] == "cuda"
-        self.sync = torch.cuda.synchronize if self.cuda else (lambda: None)
-        self.obs = Observer(torch, cfg["candidate_dir"], cfg.get("protected", []))
-        watched = self.obs.install_launch_hooks()
-        watched += [(time, n) for n in ("perf_counter", "perf_counter_ns", "time", "monotonic")]
+        self.obs = Observer(torch, cfg["candidate_dir"])
+        self.recorder: Recorder | None = None
         if self.cuda:
-            cuda = torch.cuda
-            watched += [(cuda, "synchronize"), (cuda, "Event"), (cuda.CUDAGraph, "replay")]
-            watched += [(cuda.Event, "elapsed_time"), (cuda.Event, "record")]
-        self.watched = [(o, n, getattr(o, n)) for o, n in watched]
-        self.module = sys.modules[__name__]
-        self.own = dict(vars(self.module))  # this module's globals, as imported
-        self.Recorder = _function_recorder(torch, self.obs)
+            self.recorder = Recorder(self.obs)
+        else:
+            self.obs.install_interpreter_hook()
+        self.obs.install_host_hooks()
+        self.Watch = _function_mode(torch, self.obs, self)
+        # Wake torch's thread pools (and CUDA's) now, so that every OS thread seen later that
+        # is not in this baseline was started by the candidate (a raw _thread included).
+        (torch.randn(1 << 16) * 2).sum()
+        torch.randn(64, 64) @ torch.randn(64, 64)
+        if self.cuda:
+            (torch.ones(1 << 16, device="cuda") * 2).sum().item()
         self.threads = set(threading.enumerate())
+        self.os_threads = len(os.listdir("/proc/self/task"))
+        watched: list[tuple[Any, str]] = [(time, n) for n in ("perf_counter", "perf_counter_ns",
+                                                               "time", "monotonic")]  # fmt: skip
+        watched += [(torch.Tensor, n) for n in ("numpy", "tolist", "__array__", "item")]
+        if self.cuda:
+            watched += [(torch.cuda, "synchronize"), (torch.cuda.Event, "elapsed_time"),
+                        (torch.cuda.Event, "record"), (torch.cuda.CUDAGraph, "replay")]  # fmt: skip
+        else:
+            from triton.runtime.interpreter import GridExecutor
+
+            watched.append((GridExecutor, "__call__"))
+        self.watched = [(o, n, getattr(o, n)) for o, n in watched]
         sys.addaudithook(self.obs.hook)
-        self.sets: list[Any] = []
-        self.slots: Any = None
-        self.held: list[Any] = []  # this case's outputs, kept alive (reuse detection)
-        self.graph = None
-        self.outs: list[Any] = []
+        self.fn: Any = None
+        self.arena: mmap.mmap | None = None
+        self.held: list[Any] = []
 
     def reply(self, **msg: Any) -> None:
-        self.conn.send_bytes(json.dumps(msg, default=str).encode())
+        wire.send(self.fd_out, msg)
 
-    def tampered(self) -> list[str]:
-        """Watched functions and this module's globals that are not what they were."""
-        bad = [
-            f"{getattr(o, '__name__', o)}.{n}" for o, n, f in self.watched if getattr(o, n) is not f
-        ]
-        now = vars(self.module)
-        bad += [f"guard_child.{k}" for k in {*now, *self.own} if now.get(k) is not self.own.get(k)]
-        if self.torch._C._len_torch_dispatch_stack() or self.torch._C._len_torch_function_stack():
-            bad.append("a torch dispatch/function mode left active")
-        return bad
+    def tampered(self) -> bool:
+        """Timers, synchronize and the launch hooks are the objects they were at start."""
+        return any(getattr(o, n, None) is not f for o, n, f in self.watched)
 
-    def observed(self, **facts: Any) -> None:
-        """Reply with facts plus what the observers saw since the last reset."""
-        obs = self.obs
-        threads = [t.name for t in threading.enumerate() if t not in self.threads and t.is_alive()]
-        facts.update(launches=obs.launches, torch_ops=sorted(obs.ops), host=sorted(obs.host))
-        facts.update(audit=obs.audit, tampered=self.tampered(), threads=sorted(threads))
-        self.reply(os_threads=len(os.listdir("/proc/self/task")), **facts)
-        obs.reset()
+    def codes(self) -> list[str]:
+        codes = set(self.obs.codes)
+        if self.tampered():
+            codes.add("monkey_patch")
+        if [t for t in threading.enumerate() if t not in self.threads and t.is_alive()]:
+            codes.add("background_thread")
+        if len(os.listdir("/proc/self/task")) > self.os_threads:
+            codes.add("background_thread")
+        return sorted(codes)
 
-    def load(self, candidate_dir: str, entry: str) -> None:
-        import importlib.util
-
-        file_name, func = entry.split(":", 1)
-        path = os.path.join(candidate_dir, file_name)
+    def load(self) -> None:
+        cfg = self.cfg
+        file_name, func = cfg["entry"].split(":", 1)
         self.obs.recording = True
+        error = ""
         try:
-            spec = importlib.util.spec_from_file_location("_hl_candidate", path)
+            spec = importlib.util.spec_from_file_location(
+                "_hl_candidate", os.path.join(cfg["candidate_dir"], file_name)
+            )
             mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
             sys.modules["_hl_candidate"] = mod
             spec.loader.exec_module(mod)  # type: ignore[union-attr]
-            self.fn = getattr(mod, func)
-            error = "" if callable(self.fn) else f"{file_name} defines no {func}()"
+            self.fn = getattr(mod, func, None)
+            if not callable(self.fn):
+                error = "no_entry"
         except BaseException as exc:  # the candidate's import failing is a result, not a crash
-            error = f"import failed: {type(exc).__name__}: {str(exc)[:300]}"
+            error = exception_kind(exc)
         finally:
             self.obs.recording = False
-        self.observed(ok=not error, error=error)
-
-    def poison(self, nbytes: int) -> None:
-        """Hand the caching allocator a NaN-filled block so that unwritten output shows up."""
-        if nbytes > 0:
-            device = "cuda" if self.cuda else "cpu"
-            junk = self.torch.empty(nbytes // 2 + 1, dtype=self.torch.float16, device=device)
-            junk.fill_(float("nan"))
-            del junk
-
-    def call(self, set_idx: int, slot_idx: int, profile: bool = False) -> None:
-        args, kwargs = self.sets[set_idx]
-        self.poison(self.slots[slot_idx].numel() * self.slots[slot_idx].element_size())
+        self.reply(ok=not error, error=error, codes=self.codes())
         self.obs.reset()
-        self.obs.recording = True
-        error, out, kernels = "", None, None
-        prof = None
-        if profile:
-            from torch.profiler import ProfilerActivity
-            from torch.profiler import profile as profiler
 
-            prof = profiler(activities=[ProfilerActivity.CUDA])
-            prof.__enter__()
-        if self.cuda:
-            self.obs.stream = self.torch.cuda.current_stream().cuda_stream
-        t0 = self.perf()
-        try:
-            with self.Recorder():
-                out = self.fn(*args, **kwargs)
-            self.sync()
-        except BaseException as exc:
-            error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        wall_us = (self.perf() - t0) * 1e6
-        self.obs.recording, self.obs.stream = False, None
-        if prof is not None:
-            prof.__exit__(None, None, None)
-            cuda = self.torch.autograd.DeviceType.CUDA
-            kernels = [
-                [e.name, int(getattr(e, "device_resource_id", 0) or 0), e.device_time]
-                for e in prof.events()
-                if e.device_type == cuda
-            ]
-        facts = self.describe(out, args, slot_idx)
-        if out is not None:
-            self.held.append(out)
-        self.observed(error=error, wall_us=wall_us, kernels=kernels, **facts)
-
-    def describe(self, out: Any, args: tuple, slot_idx: int) -> dict[str, Any]:
+    # -- arguments -------------------------------------------------------------------------------
+    def tensor_from_arena(self, spec: dict[str, Any]) -> Any:
         torch = self.torch
-        facts: dict[str, Any] = {"type": type(out).__name__, "plain": type(out) is torch.Tensor}
-        if not facts["plain"]:
-            return facts  # not a tensor, or a subclass: touching it would run its code
-        dtype = str(out.dtype).removeprefix("torch.")
-        facts.update(shape=list(out.shape), dtype=dtype, device=out.device.type)
-        base = out.untyped_storage().data_ptr()
-        facts["aliases_input"] = any(
-            isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == base for a in args
-        )
-        facts["reused_output"] = any(h.untyped_storage().data_ptr() == base for h in self.held)
-        slot = self.slots[slot_idx]
-        if list(out.shape) == list(slot.shape) and out.dtype == slot.dtype:
-            slot.copy_(out)
-            self.sync()
+        dtype = getattr(torch, spec["dtype"])
+        numel = 1
+        for s in spec["shape"]:
+            numel *= int(s)
+        if not numel:
+            return torch.empty([int(s) for s in spec["shape"]], dtype=dtype)
+        assert self.arena is not None
+        t = torch.frombuffer(self.arena, dtype=dtype, count=numel, offset=int(spec["offset"]))
+        return t.view(*spec["shape"]) if spec["shape"] else t.view(())
+
+    def random_tensor(self, spec: dict[str, Any], gen: Any) -> Any:
+        torch = self.torch
+        dtype = getattr(torch, spec["dtype"])
+        shape = [int(s) for s in spec["shape"]]
+        if dtype.is_floating_point:
+            return torch.randn(shape, generator=gen, device="cuda").to(dtype)
+        return torch.randint(0, 2, shape, generator=gen, device="cuda").to(dtype)
+
+    # -- requests --------------------------------------------------------------------------------
+    def call(self, msg: dict[str, Any]) -> None:
+        """CPU: the parent's inputs from the arena, the output copied into the parent's slot."""
+        args = [self.tensor_from_arena(a["tensor"]) if "tensor" in a else a["value"]
+                for a in msg["args"]]  # fmt: skip
+        facts = self._invoke(args, msg.get("kwargs") or {})
+        out = facts.pop("out")
+        slot = msg["slot"]
+        if facts["plain"] and facts["shape"] == slot["shape"] and facts["dtype"] == slot["dtype"]:
+            if out.numel():
+                self.tensor_from_arena(slot).copy_(out)
             facts["copied"] = True
+        self.reply(**facts, codes=self.codes())
+        self.obs.reset()
+
+    def record(self, msg: dict[str, Any]) -> None:
+        """GPU: warm-up call, then the recorded call, on inputs of our own."""
+        torch = self.torch
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(int(msg.get("seed", 0)))
+        kwargs = msg.get("kwargs") or {}
+        results = []
+        for phase in ("warmup", "record"):
+            args = [self.random_tensor(a["tensor"], gen) if "tensor" in a else a["value"]
+                    for a in msg["args"]]  # fmt: skip
+            tensors = [a for a in args if type(a) is torch.Tensor]
+            assert self.recorder is not None
+            if phase == "record":
+                self.recorder.begin(tensors)
+            facts = self._invoke(args, kwargs)
+            out = facts.pop("out")
+            recording = self.recorder.finish(out) if phase == "record" else None
+            results.append((facts, recording))
+            del out
+        facts, recording = results[1]
+        self.reply(**facts, recording=recording, codes=self.codes())
+        self.obs.reset()
+
+    def _invoke(self, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        torch = self.torch
+        self.obs.reset()
+        if self.cuda:
+            self.obs.stream = torch.cuda.current_stream().cuda_stream
+        self.obs.recording = True
+        error, out = "", None
+        try:
+            with self.Watch():
+                out = self.fn(*args, **kwargs)
+            if self.cuda:
+                torch.cuda.synchronize()
+        except BaseException as exc:
+            error = exception_kind(exc)
+        finally:
+            self.obs.recording, self.obs.stream = False, None
+        facts: dict[str, Any] = {"error": error, "plain": type(out) is torch.Tensor, "out": out}
+        if facts["plain"]:
+            facts["shape"] = list(out.shape)
+            facts["dtype"] = str(out.dtype).removeprefix("torch.")
+            base = out.untyped_storage().data_ptr()
+            facts["aliases_input"] = any(
+                type(a) is torch.Tensor and a.untyped_storage().data_ptr() == base and a.numel()
+                for a in args
+            )
+            facts["reused_output"] = any(h.untyped_storage().data_ptr() == base for h in self.held)
+            if not self.cuda:
+                self.held.append(out)
+        facts["own_launches"] = self.obs.own_launches
         return facts
 
-    # -- GPU timing: the one protocol of runner.py, with this process's bound timers -------------
-    def window(self, work) -> float:
-        """Microseconds for `work`, whole device synchronised inside the window."""
-        torch = self.torch
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        work()
-        self.sync()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3
-
-    def capture(self, calls: int, n_sets: int) -> None:
-        torch = self.torch
-        self.outs, self.graph, method, error = [], None, "cuda_graph", ""
-        self.calls, self.n_sets = calls, n_sets
-        self.obs.reset()
-        self.obs.recording = True
-        try:
-            side = torch.cuda.Stream()  # warm-up on a side stream, as graph capture requires
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for i in range(n_sets):
-                    self.fn(*self.sets[i][0], **self.sets[i][1])
-            torch.cuda.current_stream().wait_stream(side)
-            self.sync()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(calls):
-                    args, kwargs = self.sets[i % n_sets]
-                    self.outs.append(self.fn(*args, **kwargs))
-            self.graph = graph
-        except Exception as exc:
-            method, error, self.outs = "eager_back_to_back", f"{type(exc).__name__}: {exc}", []
-        self.sync()
-        self.obs.recording = False
-        self.poison_outs()
-        self.observed(method=method, error=error[:300])
-
-    def poison_outs(self) -> None:
-        """NaN into every output the next sample writes (graph), or into the allocator (eager)."""
-        if self.graph is not None:
-            for o in self.outs:
-                if type(o) is self.torch.Tensor:
-                    o.fill_(float("nan"))
-        else:
-            self.outs = []
-            self.poison(self.slots[0].numel() * self.slots.element_size() * 4)
-        self.sync()
-
-    def replay(self, empty: bool = False) -> None:
-        """One timed sample and nothing else: the parent's wall clock brackets this request.
-        `empty` times an empty window: the parent's measure of this request's own overhead."""
-        if empty:
-            us = self.window(lambda: None)
-        elif self.graph is not None:
-            us = self.window(self.graph.replay)
-        else:
-            outs: list[Any] = []
-
-            def work() -> None:
-                for i in range(self.calls):
-                    args, kwargs = self.sets[i % self.n_sets]
-                    outs.append(self.fn(*args, **kwargs))
-
-            self.obs.recording = True
-            us = self.window(work)
-            self.obs.recording = False
-            self.outs = outs
-        self.reply(us=us)
-
-    def collect(self) -> None:
-        """Copy the sample's outputs into the parent's slots, then poison for the next one."""
-        plain = [o for o in self.outs if type(o) is self.torch.Tensor]
-        copied = 0
-        for k, o in enumerate(self.outs):
-            if type(o) is self.torch.Tensor and o.shape == self.slots[k].shape:
-                self.slots[k].copy_(o)
-                copied += 1
-        distinct = len({o.untyped_storage().data_ptr() for o in plain})
-        self.sync()
-        self.poison_outs()
-        self.observed(copied=copied, distinct=distinct)
-
-    def serve(self) -> None:
+    def serve(self, fd_in: int) -> None:
         while True:
             try:
-                # Spin briefly before blocking: the parent's next request (a timed sample
-                # after its wake-up request) then finds this process awake.
-                spin_until = self.perf() + (SPIN_S if self.cuda else 0.0)
-                while not self.conn.poll(0) and self.perf() < spin_until:
-                    pass
-                msg = self.conn.recv()
-            except EOFError:
+                msg = wire.recv(fd_in)
+            except wire.WireError:
                 return
-            op = msg[0]
-            if op in ("load", "call", "capture", "replay", "collect"):
-                getattr(self, op)(*msg[1:])
-            elif op in ("case", "end_case"):  # a case's shared buffers and slots, or none
-                self.sets, self.slots = (msg[1], msg[2]) if op == "case" else ([], None)
-                self.held, self.graph, self.outs = [], None, []
-                if self.cuda and op == "end_case":
+            op = msg.get("op")
+            if op == "load":
+                self.load()
+            elif op == "arena":
+                fd = int(self.cfg["memfd"])
+                self.arena = mmap.mmap(fd, int(msg["size"]))
+                self.held = []
+                self.reply(ok=True)
+            elif op == "call":
+                self.call(msg)
+            elif op == "record":
+                self.record(msg)
+            elif op == "end_case":
+                self.held = []
+                if self.cuda:
                     self.torch.cuda.empty_cache()
-                self.reply(ok=True)
-            elif op == "slots":
-                self.slots = msg[1]
-                self.reply(ok=True)
-            elif op == "ping":
                 self.reply(ok=True)
             else:
                 return
 
 
-def main(conn, cfg: dict[str, Any]) -> None:
-    """Entry point of the child process (multiprocessing target)."""
-    for fd in cfg.get("close_fds", []):  # a forked child: the runner's protocol stream
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    child = Child(conn, cfg)
+def main() -> int:
+    out = os.dup(1)
+    os.dup2(2, 1)  # candidate prints go to stderr, never into the protocol
     try:
-        child.serve()
-    except Exception as exc:  # anything here ends the child; the parent sees EOF and says why
+        cfg = wire.recv(0, timeout_s=60)
+    except wire.WireError:
+        return 2
+    child = Child(cfg, out)
+    try:
+        child.serve(0)
+    except Exception as exc:  # the parent sees EOF or this and says why in its own words
         try:
-            child.reply(fatal=f"{type(exc).__name__}: {str(exc)[:300]}")
-        except Exception:
+            wire.send(out, {"fatal": exception_kind(exc)})
+        except OSError:
             pass
     finally:
         sys.stdout.flush()
-        os._exit(0)  # skip atexit handlers the candidate may have registered
+        time.sleep(0)
+    os._exit(0)  # skip atexit handlers the candidate may have registered
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -29,8 +29,40 @@ from .tasks import TaskSpec
 EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 
 
-# Staged beside runner.py and hash-checked like it: the guarded verify's parent and child sides.
-RUNNER_FILES = ("runner.py", "guard.py", "guard_gpu.py", "guard_child.py")
+# The harness staged to the GPU host (stage/harness/), hash-checked against this package on
+# every call: the runner, the sandbox every agent-code process runs in, and the guarded
+# verify's trusted parent (guard*.py), candidate process (guard_child.py) and replayer.
+RUNNER_FILES = (
+    "runner.py",
+    "sandbox.py",
+    "wire.py",
+    "cudadrv.py",
+    "guard.py",
+    "guard_gpu.py",
+    "guard_child.py",
+    "replay.py",
+)
+HARNESS = "harness"
+# Modes that import agent code run inside the sandbox; "verify" is the trusted parent, which
+# sandboxes its own children.
+SANDBOXED_MODES = ("evaluate", "sweep", "probe", "profile_target", "health")
+
+
+# What a sandboxed runner keeps of the environment (everything else, API keys and agent sockets
+# included, stays outside); the launcher sets these for every runner.
+RUNNER_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "HARNESSLAB_RUNNER_INTERPRET",
+    "HARNESSLAB_WORKER_IDLE_S",
+    "PYTHONUNBUFFERED",
+    "TRITON_INTERPRET",
+)
+
+
+def sandbox_level(report: dict[str, Any]) -> str:
+    """"full" (Landlock + PID and network namespaces), "partial", or "none"."""
+    level = report.get("level")
+    return level if level in ("full", "partial") else "none"
 
 
 def runner_source(name: str = "runner.py") -> bytes:
@@ -54,6 +86,7 @@ class RunnerCall(BaseModel):
     host: str
     gpu_index: int
     wall_s: float
+    sandbox: dict[str, Any] = {}
 
     def failure(self) -> str:
         if self.timed_out:
@@ -71,11 +104,13 @@ class _nullcontext:
 
 
 class Worker:
-    """A warm runner process on one slot."""
+    """A warm runner process on one slot (sandboxed: it imports candidates of one task)."""
 
-    def __init__(self, proc: InteractiveProcess, digest: str) -> None:
+    def __init__(self, proc: InteractiveProcess, digest: str, task: str = "") -> None:
         self.proc = proc
         self.digest = digest
+        self.task = task
+        self.sandbox: dict[str, Any] = {}
         self.served = 0
         self.last_used = time.monotonic()
 
@@ -142,9 +177,10 @@ class Launcher:
 
     # -- staging ------------------------------------------------------------------------------
     def _stage_common(self, task: TaskSpec) -> None:
+        (self.stage / HARNESS).mkdir(parents=True, exist_ok=True)
         for name in RUNNER_FILES:
             src = runner_source(name)
-            target = self.stage / name
+            target = self.stage / HARNESS / name
             if not target.is_file() or target.read_bytes() != src:
                 target.write_bytes(src)
             # The pristine runner is what runs: check the staged copy against the package's hash.
@@ -184,6 +220,39 @@ class Launcher:
         return min(free or self.slots, key=lambda s: s.calls)
 
     # -- calls --------------------------------------------------------------------------------
+    def harness(self, slot: Slot, name: str = "runner.py") -> str:
+        return slot.executor.path("stage", HARNESS, name)
+
+    def runner_argv(self, slot: Slot, mode: str, task: TaskSpec, *, worker: bool) -> list[str]:
+        """The runner's command line: `-I` (no user site, no PYTHON* variables), bytecode
+        never written beside the staged files, the request on stdin. Modes that import agent
+        code start inside the sandbox (sandbox.py), whose policy grants read access to the
+        harness, the task's reference and the staged candidates only, and write access to a
+        private scratch folder only."""
+        py = self._python(slot)
+        tail = [self.harness(slot), "--worker" if worker else "-"]
+        if mode not in SANDBOXED_MODES:
+            cache = slot.executor.path("stage", "pycache-trusted")
+            return [py, "-I", "-B", "-X", f"pycache_prefix={cache}", *tail]
+        profile = mode == "profile_target"
+        policy: dict[str, Any] = {
+            "read": [
+                slot.executor.path("stage", HARNESS),
+                slot.executor.path("stage", "tasks", task.name),
+                slot.executor.path("stage", "candidates"),
+            ],
+            "scratch_root": slot.executor.path("stage", "scratch"),
+            "require": False,  # dev runs go on unsandboxed where nothing can be applied; say so
+            "env_allow": list(RUNNER_ENV),
+            # Nsight Compute talks to its target through sockets and /dev/shm: a profiled run
+            # keeps Landlock's file rules but no network namespace and no socket filter.
+            **({"namespaces": False, "seccomp": False, "write": ["/dev/shm"]} if profile else {}),
+        }
+        return [
+            py, "-I", "-B", self.harness(slot, "sandbox.py"), "--policy", json.dumps(policy),
+            "--", py, "-I", "-B", "-X", "pycache_prefix={scratch}/pycache", *tail,
+        ]  # fmt: skip
+
     async def call(
         self,
         request: dict[str, Any],
@@ -199,10 +268,12 @@ class Launcher:
         """Run one request on a slot, holding that GPU's lock (a warm worker when enabled).
 
         `request` may use the placeholders "@stage/<rel>" for staged paths; they are resolved to
-        executor-side paths here. `exclusive=False` (compile-only work, no timing) skips the GPU
-        lock so compiles overlap with each other and with a timing run. `argv_prefix` wraps the
-        runner in another program on the executor (profile_kernel runs it under ncu) and always
-        uses a fresh process, as does `fresh=True` (the guarded verify)."""
+        executor-side paths here. The request travels on the runner's stdin (or inline to a
+        warm worker): hidden cases are never written to a file on the GPU host.
+        `exclusive=False` (compile-only work, no timing) skips the GPU lock so compiles overlap
+        with each other and with a timing run. `argv_prefix` wraps the runner in another program
+        on the executor (profile_kernel runs it under ncu) and always uses a fresh process, as
+        does `fresh=True` (the guarded verify)."""
         slot = slot or self.pick()
         timeout_s = timeout_s or self.settings.eval_timeout_s
         connect = getattr(slot.executor, "connect", None)
@@ -210,9 +281,12 @@ class Launcher:
             await connect()
         self._stage_common(task)
         req = json.loads(json.dumps(request))
+        mode = str(req.get("mode", "evaluate"))
         req.setdefault("request_id", uuid.uuid4().hex[:12])
         req.setdefault("case_timeout_s", self.settings.case_timeout_s)
         req["reference"] = self.remote(slot, f"tasks/{task.name}/reference.py")
+        req["harness_sha256"] = {n: runner_digest(n) for n in RUNNER_FILES}
+        req["sandbox_required"] = not self.settings.allow_unsandboxed
         for key in ("candidate_dir", "baseline_dir"):
             if isinstance(req.get(key), str) and req[key].startswith("@stage/"):
                 req[key] = self.remote(slot, req[key][len("@stage/") :])
@@ -223,8 +297,12 @@ class Launcher:
             ],
             "HARNESSLAB_WORKER_IDLE_S": str(self.settings.worker_idle_s),
             "PYTHONUNBUFFERED": "1",
+            # The trusted side's Triton cache, apart from every candidate's: nothing a
+            # candidate compiles can land where the verifier's own kernels are looked up.
+            "TRITON_CACHE_DIR": slot.executor.path("stage", "tcache", "_trusted"),
         }
         events: list[dict[str, Any]] = []
+        sandbox: dict[str, Any] = {}
 
         async def line_in(line: str) -> None:
             try:
@@ -232,6 +310,9 @@ class Launcher:
             except json.JSONDecodeError:
                 return
             if isinstance(ev, dict):
+                if ev.get("event") == "sandbox":
+                    sandbox.update({k: v for k, v in ev.items() if k != "event"})
+                    return
                 events.append(ev)
                 if on_event is not None and ev.get("event") not in ("result", "ready"):
                     maybe = on_event(ev)
@@ -246,48 +327,43 @@ class Launcher:
             and not fresh
             and not argv_prefix
             and slot.warm_supported
+            and mode in SANDBOXED_MODES
         )
         exit_code: int | None = 0
         timed_out = False
         stderr_tail = ""
         started = time.perf_counter()
-        # The request file travels with the one sync below; a warm worker gets it inline instead.
-        rel_req = f"requests/{req['request_id']}.json"
-        (self.stage / "requests").mkdir(exist_ok=True)
-        (self.stage / rel_req).write_text(json.dumps(req))
-        try:
-            async with slot.lock if exclusive else _nullcontext():
-                slot.calls += 1
-                async with self._sync_locks[id(slot.executor)]:
-                    await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
-                started = time.perf_counter()
-                outcome = None
-                if warm:
-                    outcome = await self._call_worker(slot, req, env, timeout_s, line_in)
-                if outcome is not None:
-                    timed_out, stderr_tail = outcome
-                    got_result = any(e.get("event") == "result" for e in events)
-                    exit_code = 0 if got_result and not timed_out else None
-                else:  # fresh process (or a backend without interactive processes)
-                    res = await slot.executor.run(
-                        [
-                            *(argv_prefix or []),
-                            self._python(slot),
-                            self.remote(slot, "runner.py"),
-                            self.remote(slot, rel_req),
-                        ],
-                        cwd=slot.executor.path("stage"),
-                        env=env,
-                        timeout_s=timeout_s,
-                        on_line=line_in,
-                    )
-                    exit_code, timed_out = res.exit_code, res.timed_out
-                    stderr_tail = res.stderr_tail()
-        finally:
-            (self.stage / rel_req).unlink(missing_ok=True)
+        async with slot.lock if exclusive else _nullcontext():
+            slot.calls += 1
+            async with self._sync_locks[id(slot.executor)]:
+                await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
+            started = time.perf_counter()
+            outcome = None
+            if warm:
+                outcome = await self._call_worker(slot, req, env, timeout_s, line_in, task)
+                if slot.worker is not None:
+                    sandbox.update(slot.worker.sandbox)
+            if outcome is not None:
+                timed_out, stderr_tail = outcome
+                got_result = any(e.get("event") == "result" for e in events)
+                exit_code = 0 if got_result and not timed_out else None
+            else:  # fresh process (or a backend without interactive processes)
+                res = await slot.executor.run(
+                    [*(argv_prefix or []), *self.runner_argv(slot, mode, task, worker=False)],
+                    cwd=slot.executor.path("stage"),
+                    env=env,
+                    timeout_s=timeout_s,
+                    stdin=json.dumps(req).encode(),
+                    on_line=line_in,
+                )
+                exit_code, timed_out = res.exit_code, res.timed_out
+                stderr_tail = res.stderr_tail()
         result = next((ev for ev in reversed(events) if ev.get("event") == "result"), None)
         if result is not None and isinstance(result.get("env"), dict):
             self.last_env = result["env"]
+            # What the sandbox's outer (trusted) process reported, never the runner's own claim.
+            result["env"]["sandbox"] = sandbox_level(sandbox) if mode in SANDBOXED_MODES else (
+                "verify" if mode == "verify" else "none")  # fmt: skip
         return RunnerCall(
             result=result,
             events=events,
@@ -297,6 +373,7 @@ class Launcher:
             host=slot.executor.host,
             gpu_index=slot.gpu_index,
             wall_s=time.perf_counter() - started,
+            sandbox=sandbox,
         )
 
     def _python(self, slot: Slot) -> str:
@@ -305,16 +382,18 @@ class Launcher:
         return self.settings.remote_python
 
     async def _call_worker(
-        self, slot: Slot, req: dict[str, Any], env: dict[str, str], timeout_s: float, line_in
+        self, slot: Slot, req: dict[str, Any], env: dict[str, str], timeout_s: float, line_in,
+        task: TaskSpec,
     ) -> tuple[bool, str] | None:
-        """Serve one request on the slot's warm worker. Returns (timed_out, stderr_tail), or
-        None when the backend cannot keep a worker. A crash, timeout or cancel kills it; the
-        next call starts a new one."""
+        """Serve one request on the slot's warm worker (a sandboxed runner). Returns (timed_out,
+        stderr_tail), or None when the backend cannot keep a worker. A crash, timeout or cancel
+        kills it; the next call starts a new one."""
         worker = slot.worker
         digest = runner_digest()
         if worker is not None and (
             worker.served >= self.settings.worker_max_calls
             or worker.digest != digest
+            or worker.task != task.name
             or time.monotonic() - worker.last_used > self.settings.worker_idle_s * 0.9
         ):
             await worker.proc.kill()
@@ -322,7 +401,7 @@ class Launcher:
         if worker is None:
             try:
                 proc = await slot.executor.start(
-                    [self._python(slot), self.remote(slot, "runner.py"), "--worker"],
+                    self.runner_argv(slot, "evaluate", task, worker=True),
                     cwd=slot.executor.path("stage"),
                     env=env,
                     stderr_path=slot.executor.path("stage", f"worker-gpu{slot.gpu_index}.log"),
@@ -330,11 +409,22 @@ class Launcher:
             except NotImplementedError:
                 slot.warm_supported = False
                 return None
-            worker = Worker(proc, digest)
+            worker = Worker(proc, digest, task.name)
             with anyio.move_on_after(min(timeout_s, 180)):
-                line = await proc.receive_line()
-                if line is not None and '"ready"' in line:
-                    slot.worker = worker
+                while True:  # the sandbox's report comes first, then the runner's "ready"
+                    line = await proc.receive_line()
+                    if line is None:
+                        break
+                    if '"sandbox"' in line:
+                        try:
+                            worker.sandbox = json.loads(line)
+                        except json.JSONDecodeError:
+                            pass
+                        worker.sandbox.pop("event", None)
+                        continue
+                    if '"ready"' in line:
+                        slot.worker = worker
+                        break
             if slot.worker is None:
                 await proc.kill()
                 return (False, "warm worker did not start (see worker log on the host)")

@@ -50,7 +50,10 @@ def case_events_progress(total: int, progress: Progress | None):
     async def on_event(ev: dict[str, Any]) -> None:
         if ev.get("event") in ("case", "config", "probe") and progress is not None:
             done[0] += 1
-            label = ev.get("name") or ev.get("probe") or f"config {ev.get('index')}"
+            if ev.get("event") == "case" and "name" not in ev:  # a hidden case: index only
+                label = f"case {done[0]} of {total}"
+            else:
+                label = ev.get("name") or ev.get("probe") or f"config {ev.get('index')}"
             maybe = progress(done[0], total, f"{label}: {ev.get('status', '')}")
             if maybe is not None:
                 await maybe

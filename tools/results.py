@@ -48,6 +48,11 @@ class EnvInfo(BaseModel):
     host: str | None = None
     gpu_index: str | None = None
     meaningful: bool = False
+    sandbox: str = Field(
+        default="none",
+        description="how the process that ran the candidate was contained (full: Landlock, "
+        "namespaces, seccomp; partial; none), as the sandbox itself reported it",
+    )
 
 
 class EvalResult(BaseModel):

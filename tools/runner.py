@@ -43,7 +43,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-RUNNER_VERSION = "1"
+RUNNER_VERSION = "2"
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # started with -I: the staged siblings (guard.py, ...) by path
+    sys.path.insert(0, HERE)
 SWEEP_WARMUP, SWEEP_REPEATS = 3, 10  # per case in sweeps (a score takes 10 and 30: time_case)
 _OUT = sys.stdout  # replaced in main() by a dup of fd 1 before candidate code can print
 
@@ -714,9 +717,26 @@ class Evaluator:
         }
 
 
+def check_harness(expected: dict[str, str]) -> None:
+    """The staged files this process may import are the ones the host's package holds (a
+    file changed on the GPU host after staging is never imported)."""
+    for name, digest in expected.items():
+        path = os.path.join(HERE, os.path.basename(name))
+        try:
+            with open(path, "rb") as fh:
+                actual = hashlib.sha256(fh.read()).hexdigest()
+        except OSError:
+            actual = ""
+        if actual != digest:
+            raise RuntimeError(f"staged harness file {os.path.basename(name)} does not match "
+                               "the installed package; the host re-stages it on the next call")
+
+
 def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
     mode = req.get("mode", "evaluate")
     t0 = time.perf_counter()
+    if isinstance(req.get("harness_sha256"), dict):
+        check_harness(req["harness_sha256"])
     if mode == "health":
         result: dict[str, Any] = {"status": "passed"}
         if req.get("measure_copy", True):

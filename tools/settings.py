@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     remote_root: str = Field(
         default="~/.cache/harnesslab", description="Folder on the GPU host for synced workspaces."
     )
+    allow_unsandboxed: bool = Field(
+        default=False,
+        description="Run guarded verification even where no sandbox (Landlock) can be applied. "
+        "Only for a machine whose agent-written code you trust; every result says sandbox: none.",
+    )
     gpus: str = Field(
         default="",
         description="GPU indices to use per host, e.g. '0,1'; empty = one GPU (index 0).",

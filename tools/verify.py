@@ -82,6 +82,10 @@ REASONS: dict[str, str] = {
     "implausible_speed": "faster than its minimal bytes over the measured copy bandwidth",
     "timing_mismatch": "the parent's wall clock disagrees with the child's device time",
     "null_control": "a null output (zeros / input copy) passed the checker: case is void",
+    "unreplayable": "the wrapper does work the replay cannot reproduce (torch copies or casts, "
+    "memory from before the call, launches outside Triton)",
+    "forged_recording": "the candidate's process sent a recording that breaks the schema",
+    "sandbox_unavailable": "no sandbox can be applied on the GPU host (no Landlock): refused",
 }
 
 
@@ -103,6 +107,16 @@ class Verdict(BaseModel):
     meaningful: bool = False
     incumbent: dict[str, Any] | None = Field(
         default=None, description="ABBA comparison with the best final checkpoint"
+    )
+    certifies: Literal["correctness", "correctness_and_speed", "nothing"] = Field(
+        default="nothing",
+        description="what this verdict certifies: on the Triton CPU interpreter a kernel body "
+        "is Python, so only correctness; on a GPU the trusted replay also certifies the timing",
+    )
+    sandbox: str = Field(
+        default="none",
+        description="sandbox the candidate ran in (full: Landlock + PID/network namespaces + "
+        "seccomp; partial; none), as reported by the sandbox itself",
     )
     result: EvalResult
     evidence: dict[str, Any] = Field(default_factory=dict)
@@ -126,6 +140,7 @@ def _timing(case: dict[str, Any], role: str, meaningful: bool) -> dict[str, Any]
         if not rec or not rec.get("samples_us"):
             return None
         return rec
+    # The interpreter: the parent's wall clock around each checked call (its own measure).
     calls = [c for c in case.get("calls", []) if c.get("role") == role and c.get("kind") == "check"]
     walls = [c.get("wall_us") for c in calls]
     return {
@@ -152,7 +167,7 @@ def judge_case(
     calls = [c for c in case.get("calls", []) if c.get("role") == "candidate"]
     for c in calls:
         for code, detail in c.get("codes", []):
-            add(str(code), f"{c.get('kind')} call {c.get('set')}: {detail}")
+            add(str(code), str(detail))
     nc = case.get("null_control") or {}
     if nc and not all(nc.values()):
         add("null_control", f"the checker accepts a null output: {nc}")
@@ -173,6 +188,8 @@ def judge_case(
     if timing is not None:
         for code, detail in timing.get("codes", []):
             add(str(code), detail)
+        if timing.get("inputs_modified"):
+            add("inputs_modified", f"{timing['inputs_modified']} timed calls changed their inputs")
         if timing.get("bad_calls"):
             add(
                 "wrong_output_timed",
@@ -267,6 +284,11 @@ def judge(
             else str(raw.get("reason", "runner error"))
         )
         return "error", [*reasons, {"code": "runner_failed", "detail": why}], [], {}
+    if raw.get("error_code") == "sandbox_unavailable":
+        return "error", [{"code": "sandbox_unavailable", "detail": (
+            "no sandbox (Landlock) can be applied on the GPU host, so agent-written code would "
+            "run unconfined: refused. Run on a Linux kernel with Landlock, or set "
+            "HARNESSLAB_ALLOW_UNSANDBOXED=1 to verify anyway")}], [], {}  # fmt: skip
     if raw.get("nonce") != nonce:
         return "error", [*reasons, {"code": "forged_result", "detail": "nonce mismatch"}], [], {}
     for code, detail in (raw.get("load", {}).get("candidate") or {}).get("codes", []):
@@ -362,7 +384,6 @@ async def guarded_verify(
             seed=seed,
             checks=checks,
             nonce=nonce,
-            protected_paths=[str(settings.state_dir), str(ws.state)],
         )
         if incumbent and ckpt.exists(incumbent):
             inc_files = ckpt.files(incumbent)
@@ -412,7 +433,10 @@ async def guarded_verify(
         versions={"torch": env.torch, "triton": env.triton, "cuda": env.cuda},
         checks=stats,
         runner_wall_s=raw.get("wall_s"),
+        sandbox=raw.get("sandbox"),
     )
+    cand_sandbox = (raw.get("sandbox") or {}).get("candidate") or {}
+    certifies = raw.get("certifies") if verdict == "passed" else "nothing"
     return Verdict(
         verdict=verdict,  # type: ignore[arg-type]
         reasons=reasons,
@@ -426,6 +450,8 @@ async def guarded_verify(
         incumbent=comparison,
         result=result,
         evidence=evidence,
+        certifies=certifies if certifies in ("correctness", "correctness_and_speed") else "nothing",
+        sandbox=str(cand_sandbox.get("level") or "none"),
     )
 
 

@@ -123,6 +123,57 @@ def _shape_probe(rows: int, dim: int) -> Callable[[torch.dtype, str, torch.Gener
     return probe
 
 
+def edge_cases(
+    shape: dict[str, int], dtype: torch.dtype, device: str, generator: torch.Generator
+) -> list[tuple[str, Inputs]]:
+    """Edge inputs for one hidden case, drawn by the verifier with its own secret-mixed seed:
+    the case's size, with the rows and positions that carry the edge values chosen at random,
+    plus one size edge (an odd dim, a single row, or an empty batch). A kernel that is right
+    only on the fixed-shape PROBES, or only where values are ordinary, fails here."""
+    rows, dim = shape["rows"], shape["dim"]
+    g = generator
+
+    def base() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = _randn(rows, dim, g)
+        return x, 2.0 * _randn(rows, dim, g), 1.0 + 0.1 * _randn(1, dim, g)[0]
+
+    def some_rows() -> torch.Tensor:
+        picked = torch.rand(rows, 1, generator=g, device=g.device) < 0.3
+        picked[int(torch.randint(0, rows, (1,), generator=g, device=g.device))] = True
+        return picked
+
+    out: list[tuple[str, Inputs]] = []
+    x, gate, w = base()
+    hi = math.log10(3e4 if dtype == torch.float16 else 1e12)
+    log_scale = torch.empty(rows, 1, device=g.device).uniform_(-3.0, hi, generator=g)
+    wide = x * 10.0**log_scale
+    wide = wide.clamp(-6e4, 6e4) if dtype == torch.float16 else wide
+    out.append(("wide_range", _pack(wide, gate, w, dtype, device)))
+    x, gate, w = base()
+    tiny = torch.where(some_rows(), 1e-4 * x, x)
+    # Rows of x ~ 1e-4: mean(x*x) ~ 1e-8 is far below eps (a kernel that drops eps is off by
+    # 30x there), and with eps=1e-10 a sum of squares accumulated in fp16 underflows to 0.
+    out.append(("tiny_rows", _pack(tiny, gate, w, dtype, device)))
+    out.append(("tiny_rows_small_eps", _pack(tiny, gate, w, dtype, device, eps=1e-10)))
+    x, gate, w = base()
+    out.append(("zero_rows", _pack(torch.where(some_rows(), 0.0, x), gate, w, dtype, device)))
+    x, gate, w = base()
+    hot = torch.rand(rows, dim, generator=g, device=g.device) < 0.05
+    mag = torch.empty(rows, dim, device=g.device).uniform_(20.0, 100.0, generator=g)
+    sign = torch.where(torch.rand(rows, dim, generator=g, device=g.device) < 0.5, -1.0, 1.0)
+    out.append(("saturating_gate", _pack(x, torch.where(hot, sign * mag, gate), w, dtype, device)))
+    which = int(torch.randint(0, 3, (1,), generator=g, device=g.device))
+    if which == 0:  # an odd dim near the case's: no vector width divides it
+        step = int(torch.randint(0, max(1, dim // 8), (1,), generator=g, device=g.device))
+        odd = max(1, dim - 1 - 2 * step)
+        out.append(("odd_dim", make_inputs({"rows": min(rows, 64), "dim": odd}, dtype, device, g)))
+    elif which == 1:
+        out.append(("single_row", make_inputs({"rows": 1, "dim": dim}, dtype, device, g)))
+    else:
+        out.append(("empty_batch", make_inputs({"rows": 0, "dim": dim}, dtype, device, g)))
+    return out
+
+
 PROBES: dict[str, Callable[[torch.dtype, str, torch.Generator], Inputs]] = {
     "large_magnitude": _large_magnitude,
     "tiny_magnitude": _tiny_magnitude,
@@ -158,6 +209,7 @@ PROBE_NOTES: dict[str, str] = {
 
 __all__ = [
     "PROBES",
+    "edge_cases",
     "PROBE_NOTES",
     "bytes_moved",
     "flops",
