@@ -66,14 +66,16 @@ CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_SET_CHILD_SUBREAPER = 22, 38, 47, 36
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+MS_BIND = 4096
 SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
 # Per architecture: audit arch, capset, and the syscalls refused inside the sandbox.
 ARCHES: dict[str, dict[str, Any]] = {
     "x86_64": {
         "audit": 0xC000003E,
         "capset": 126,
+        "socket": 41,
         "deny": {
-            "socket": 41, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
             "io_uring_setup": 425, "bpf": 321, "userfaultfd": 323, "perf_event_open": 298,
             "keyctl": 250, "add_key": 248, "request_key": 249, "mount": 165, "umount2": 166,
             "pivot_root": 155, "setns": 308, "unshare": 272, "kexec_load": 246,
@@ -83,8 +85,9 @@ ARCHES: dict[str, dict[str, Any]] = {
     "aarch64": {
         "audit": 0xC00000B7,
         "capset": 91,
+        "socket": 198,
         "deny": {
-            "socket": 198, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
+            "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
             "io_uring_setup": 425, "bpf": 280, "userfaultfd": 282, "perf_event_open": 241,
             "keyctl": 219, "add_key": 217, "request_key": 218, "mount": 40, "umount2": 39,
             "pivot_root": 41, "setns": 268, "unshare": 97, "kexec_load": 104,
@@ -173,7 +176,11 @@ def apply_landlock(abi: int, read: list[str], write: list[str], devices: list[st
     if fd < 0:
         raise _err("landlock_create_ruleset")
     try:
-        for paths, rights in ((read, READ_ONLY), (write, handled), (devices, DEVICE_RW)):
+        # The process's own /proc entry (the CUDA driver writes there: thread names and the
+        # like); never the rest of /proc, where root could write kernel parameters.
+        own = [f"/proc/{os.getpid()}"]
+        for paths, rights in ((read, READ_ONLY), (write, handled), (devices, DEVICE_RW),
+                              (own, READ_ONLY | FS_WRITE_FILE | FS_TRUNCATE)):  # fmt: skip
             for path in paths:
                 _add_path_rule(int(fd), path, rights & handled)
         if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
@@ -198,21 +205,35 @@ def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
         os.close(pfd)
 
 
-def apply_seccomp() -> bool:
-    """Refuse the syscalls in ARCHES[...]['deny'] with EPERM. False where the arch is unknown."""
+def apply_seccomp(allow: list[str] | None = None) -> bool:
+    """Refuse the syscalls in ARCHES[...]['deny'] (less `allow`) with EPERM, and socket() for
+    every family but AF_UNIX. The CUDA driver opens a unix socket and connects to
+    /tmp/nvidia-mps/control at cuInit; it fails on EPERM where it expects ENOENT (seen on an
+    H100, driver 580), so connect() stays allowed and the sockets a unix socket could reach
+    are hidden instead (_hide_sockets). False where the architecture is unknown."""
     arch = _arch()
     if arch is None:
         return False
     ld_w_abs, jeq_k, ret_k = 0x20, 0x15, 0x06
-    prog = [(ld_w_abs, 0, 0, 4)]  # seccomp_data.arch
-    prog.append((jeq_k, 1, 0, arch["audit"]))
-    prog.append((ret_k, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM))  # another ABI (x32, i386)
-    prog.append((ld_w_abs, 0, 0, 0))  # seccomp_data.nr
-    deny = sorted(arch["deny"].values())
+    errno_ret = SECCOMP_RET_ERRNO | errno.EPERM
+    deny = sorted(nr for name, nr in arch["deny"].items() if name not in (allow or []))
+    prog = [
+        (ld_w_abs, 0, 0, 4),  # seccomp_data.arch
+        (jeq_k, 1, 0, arch["audit"]),
+        (ret_k, 0, 0, errno_ret),  # another ABI (x32, i386): refused
+        (ld_w_abs, 0, 0, 0),  # seccomp_data.nr
+        (jeq_k, 0, 4, arch["socket"]),  # not socket(): to the deny list
+        (ld_w_abs, 0, 0, 16),  # socket's first argument (low word): the family
+        (jeq_k, 0, 1, 1),  # AF_UNIX
+        (ret_k, 0, 0, SECCOMP_RET_ALLOW),
+        (ret_k, 0, 0, errno_ret),
+    ]
+    if "socket" in (allow or []):
+        prog[5:9] = [(ret_k, 0, 0, SECCOMP_RET_ALLOW)] * 4
     for i, nr in enumerate(deny):
-        prog.append((jeq_k, len(deny) - i, 0, nr))  # match -> jump to the ERRNO return
+        prog.append((jeq_k, len(deny) - i, 0, nr))  # match -> the ERRNO return at the end
     prog.append((ret_k, 0, 0, SECCOMP_RET_ALLOW))
-    prog.append((ret_k, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM))
+    prog.append((ret_k, 0, 0, errno_ret))
     raw = b"".join(struct.pack("HBBI", *ins) for ins in prog)
     filt = ctypes.create_string_buffer(raw, len(raw))
     fprog = struct.pack("HxxxxxxQ", len(prog), ctypes.addressof(filt))
@@ -292,6 +313,44 @@ def enter_namespaces() -> list[str]:
     return []
 
 
+# Folders where unix sockets live (agents, daemons, MPS): an empty tmpfs is mounted over each
+# in the sandbox's mount namespace, with the policy's own paths under them bound back in.
+HIDDEN = ("/tmp", "/var/tmp", "/run", "/dev/shm", "/root", "/home")
+
+
+def _hide_sockets(keep: list[str]) -> list[str]:
+    """Mount an empty tmpfs over HIDDEN (a connect() to a pathname socket there finds nothing;
+    Landlock before ABI 8 does not govern connect), then bind the kept paths back."""
+    hidden = [h for h in HIDDEN if os.path.isdir(h) and not os.path.islink(h)]
+    saved: list[tuple[str, int]] = []
+    for path in keep:
+        real = os.path.realpath(path)
+        if any(real == h or real.startswith(h + "/") for h in hidden) and os.path.exists(real):
+            saved.append((real, os.open(real, os.O_PATH | os.O_CLOEXEC)))
+    done = []
+    for h in hidden:
+        if _libc.mount(b"tmpfs", h.encode(), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV),
+                       b"mode=1777,size=1m") == 0:  # fmt: skip
+            done.append(h)
+    bound: list[str] = []
+    for real, fd in sorted(saved):
+        try:
+            if any(real == b or real.startswith(b.rstrip("/") + "/") for b in bound):
+                continue  # visible already: a folder above it was bound back
+            bound.append(real)
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(real, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(real), exist_ok=True)
+                open(real, "a").close()
+            src = f"/proc/self/fd/{fd}".encode()
+            if _libc.mount(src, real.encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None) != 0:
+                raise _err(f"bind {real}")
+        finally:
+            os.close(fd)
+    return done
+
+
 def _private_proc() -> bool:
     """In the new mount + PID namespace: a /proc that lists only this namespace's processes."""
     if _libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) != 0:
@@ -311,8 +370,9 @@ def _exec_target(policy: dict[str, Any], argv: list[str], scratch: str, abi: int
             write = [scratch, *[str(p) for p in policy.get("write", [])]]
             apply_landlock(abi, read_paths(policy, argv[0]), write, device_paths())
         if policy.get("seccomp", True):
-            apply_seccomp()
-        drop_capabilities()
+            apply_seccomp(policy.get("seccomp_allow", []))
+        if policy.get("drop_caps", True):
+            drop_capabilities()
         os.chdir(policy.get("cwd") or scratch)
         os.execve(argv[0], argv, env)
     except BaseException as exc:  # the target never ran: say why on stderr, exit 126
@@ -414,6 +474,16 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
             signal.signal(sig, signal.SIG_DFL)
         if pidns and "mnt" in namespaces:
             _private_proc()
+            keep = [scratch, *map(str, policy.get("read", [])), *map(str, policy.get("write", []))]
+            keep += [p for p in python_paths() if p]
+            keep += [a for a in argv if os.path.isabs(a) and os.path.exists(a)]
+            if policy.get("triton_cache"):
+                keep.append(str(policy["triton_cache"]))
+            try:
+                _hide_sockets(keep)
+            except OSError as exc:  # the target must not run with half the view it was given
+                sys.stderr.write(f"sandbox: {exc}\n")
+                os._exit(126)
         target = os.fork()
         if target == 0:
             _exec_target(policy, argv, scratch, abi)
