@@ -110,7 +110,7 @@ def ipc() -> dict[str, Any]:
     drv = Driver()
     drv.init_primary(0)
     results = {}
-    for ns in (True, False):
+    for ns in (["net", "mnt"], ["net", "ipc", "mnt"], True, False):
         ptr = drv.alloc(1 << 20)
         handle = drv.ipc_handle(ptr)
         scratch = tempfile.mkdtemp(prefix="sbx-ipc-")
@@ -126,13 +126,15 @@ def ipc() -> dict[str, Any]:
             wire.send(fd_in, msg)
             return wire.recv(fd_out, 60)
 
-        r = [ask({"op": "hello"}),
-             ask({"op": "arena", "id": "a", "handle": base64.b64encode(handle).decode(), "nbytes": 1 << 20}),
-             ask({"op": "program", "id": "p", "steps": [{"op": "memset", "buf": "b", "offset": 0, "width": 4,
-                                                         "value": 0x12345678, "count": 1024}],
-                  "calls": [{"b": ["a", 4096, 8192]}]}),
-             ask({"op": "run", "id": "p", "calls": [0]})]
+        try:
+            r = ipc_steps(ask, handle)
+        except Exception as exc:
+            results[f"namespaces={ns}"] = {"error": repr(exc), "stderr": p.stderr.read().decode()[-600:] if p.poll() is not None else ""}
+            p.kill()
+            drv.free(ptr)
+            continue
         class M:
+
             def __init__(s, ptr, n):
                 s.__cuda_array_interface__ = {"shape": (n,), "typestr": "<u4", "data": (ptr, False), "version": 2}
         t = torch.as_tensor(M(ptr, 1 << 18), device="cuda")
@@ -145,6 +147,17 @@ def ipc() -> dict[str, Any]:
         results[f"namespaces={ns}"] = {"written_by_replayer": ok, "replies": [str(x)[:160] for x in r],
                                        "sandbox": report.get("level"), "stderr": p.stderr.read().decode()[-600:]}
     return results
+
+
+def ipc_steps(ask, handle):
+    import base64
+
+    return [ask({"op": "hello"}),
+            ask({"op": "arena", "id": "a", "handle": base64.b64encode(handle).decode(), "nbytes": 1 << 20}),
+            ask({"op": "program", "id": "p", "steps": [{"op": "memset", "buf": "b", "offset": 0, "width": 4,
+                                                        "value": 0x12345678, "count": 1024}],
+                 "calls": [{"b": ["a", 4096, 8192]}]}),
+            ask({"op": "run", "id": "p", "calls": [0]})]
 
 
 def honest_kernels(task: str) -> dict[str, tuple[Path, dict | None]]:

@@ -148,6 +148,51 @@ class Driver:
     def ipc_close(self, ptr: int) -> None:
         self.call("cuIpcCloseMemHandle", ctypes.c_uint64(ptr))
 
+    # -- memory shared through a file descriptor (virtual memory management API) ---------------
+    def _prop(self) -> Any:
+        # CUmemAllocationProp: type PINNED, handle type POSIX fd, location (DEVICE, ordinal),
+        # win32 metadata, alloc flags: 32 bytes.
+        return ctypes.create_string_buffer(struct.pack("iiiiQQ", 1, 1, 1, self.device, 0, 0), 32)
+
+    def granularity(self) -> int:
+        g = ctypes.c_size_t()
+        self.call("cuMemGetAllocationGranularity", ctypes.byref(g), self._prop(), 0)
+        return g.value
+
+    def _map(self, handle: int, size: int) -> int:
+        ptr = ctypes.c_uint64()
+        self.call("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(size),
+                  ctypes.c_size_t(0), ctypes.c_uint64(0), ctypes.c_uint64(0))  # fmt: skip
+        self.call("cuMemMap", ptr, ctypes.c_size_t(size), ctypes.c_size_t(0),
+                  ctypes.c_uint64(handle), ctypes.c_uint64(0))  # fmt: skip
+        desc = ctypes.create_string_buffer(struct.pack("iii", 1, self.device, 3), 12)  # RW
+        self.call("cuMemSetAccess", ptr, ctypes.c_size_t(size), desc, ctypes.c_size_t(1))
+        return ptr.value
+
+    def alloc_shareable(self, nbytes: int) -> tuple[int, int, int, int]:
+        """(pointer, size, allocation handle, file descriptor) of device memory another
+        process maps by receiving the descriptor (works across PID namespaces)."""
+        gran = self.granularity()
+        size = max(gran, (nbytes + gran - 1) // gran * gran)
+        handle = ctypes.c_uint64()
+        self.call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(size), self._prop(),
+                  ctypes.c_uint64(0))  # fmt: skip
+        fd = ctypes.c_int()
+        self.call("cuMemExportToShareableHandle", ctypes.byref(fd), handle, 1, ctypes.c_uint64(0))
+        return self._map(handle.value, size), size, handle.value, fd.value
+
+    def import_shareable(self, fd: int, size: int) -> tuple[int, int]:
+        """(pointer, allocation handle) of memory exported by another process as `fd`."""
+        handle = ctypes.c_uint64()
+        self.call("cuMemImportFromShareableHandle", ctypes.byref(handle),
+                  ctypes.c_void_p(fd), 1)  # fmt: skip
+        return self._map(handle.value, size), handle.value
+
+    def free_shareable(self, ptr: int, size: int, handle: int) -> None:
+        self.call("cuMemUnmap", ctypes.c_uint64(ptr), ctypes.c_size_t(size))
+        self.call("cuMemAddressFree", ctypes.c_uint64(ptr), ctypes.c_size_t(size))
+        self.call("cuMemRelease", ctypes.c_uint64(handle))
+
     def memset(self, ptr: int, width: int, value: int, count: int, stream: int) -> None:
         """count elements of `width` bytes set to the bit pattern `value`, on `stream`."""
         name = {1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}[width]

@@ -85,8 +85,7 @@ class Kid:
         self.role, self.timeout_s = role, timeout_s
         py = sys.executable
         argv = [py, "-I", "-B", os.path.join(HERE, "sandbox.py"), "--policy", json.dumps(policy),
-                "--", py, "-I", "-B", "-X", "pycache_prefix={scratch}/pycache",
-                os.path.join(HERE, script)]  # fmt: skip
+                "--", py, "-I", "-B", os.path.join(HERE, script)]  # fmt: skip
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             pass_fds=pass_fds, close_fds=True, start_new_session=False,
@@ -145,9 +144,10 @@ class Kid:
         except subprocess.TimeoutExpired:
             self.proc.kill()  # the sandbox's outer process: its reaper and target follow it
             self.proc.wait(timeout=5)
-        for fh in (self.proc.stdin, self.proc.stdout):
+        for fh in (self.proc.stdin, self.proc.stdout, getattr(self, "sock", None)):
             try:
-                fh.close()  # type: ignore[union-attr]
+                if fh is not None:
+                    fh.close()
             except OSError:
                 pass
 

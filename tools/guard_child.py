@@ -140,6 +140,13 @@ class Observer:
             return
         self.busy = True
         try:
+            if event in ("exec", "compile"):
+                # Only the candidate's own exec/compile: the standard library's dataclasses and
+                # namedtuples compile code for an honest kernel too.
+                caller = sys._getframe(1).f_code.co_filename
+                if os.path.realpath(caller).startswith(self.cand_dir):
+                    self.codes.add("dynamic_code")
+                return
             if not self.culprit():
                 return
             if event == "open":
@@ -152,8 +159,6 @@ class Observer:
                 self.codes.add("subprocess")
             elif event.startswith("object."):
                 self.codes.add("monkey_patch")
-            elif event in ("exec", "compile"):
-                self.codes.add("dynamic_code")
             elif event == "import" and args:
                 root = str(args[0]).split(".")[0]
                 if root in IMPORT_CODES:

@@ -224,16 +224,16 @@ class Launcher:
         return slot.executor.path("stage", HARNESS, name)
 
     def runner_argv(self, slot: Slot, mode: str, task: TaskSpec, *, worker: bool) -> list[str]:
-        """The runner's command line: `-I` (no user site, no PYTHON* variables), bytecode
-        never written beside the staged files, the request on stdin. Modes that import agent
+        """The runner's command line: `-I` (no user site, no PYTHON* variables), `-B` (no
+        bytecode written; the runner deletes any beside the staged files before it imports
+        them), the request on stdin. Modes that import agent
         code start inside the sandbox (sandbox.py), whose policy grants read access to the
         harness, the task's reference and the staged candidates only, and write access to a
         private scratch folder only."""
         py = self._python(slot)
         tail = [self.harness(slot), "--worker" if worker else "-"]
         if mode not in SANDBOXED_MODES:
-            cache = slot.executor.path("stage", "pycache-trusted")
-            return [py, "-I", "-B", "-X", f"pycache_prefix={cache}", *tail]
+            return [py, "-I", "-B", *tail]
         profile = mode == "profile_target"
         policy: dict[str, Any] = {
             "read": [
@@ -250,7 +250,7 @@ class Launcher:
         }
         return [
             py, "-I", "-B", self.harness(slot, "sandbox.py"), "--policy", json.dumps(policy),
-            "--", py, "-I", "-B", "-X", "pycache_prefix={scratch}/pycache", *tail,
+            "--", py, "-I", "-B", *tail,
         ]  # fmt: skip
 
     async def call(

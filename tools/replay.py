@@ -73,9 +73,15 @@ class Replayer:
         self.arenas: dict[str, tuple[int, int]] = {}  # id -> (base pointer, nbytes)
         self.programs: dict[str, list[list[Any]]] = {}  # id -> calls -> steps
         self.graphs: dict[str, int] = {}
+        self.handles: dict[str, int] = {}
+        self.sock: Any = None
 
     # -- requests --------------------------------------------------------------------------------
-    def hello(self) -> dict[str, Any]:
+    def hello(self, sock_fd: int | None) -> dict[str, Any]:
+        import socket
+
+        if sock_fd is not None and self.sock is None:
+            self.sock = socket.socket(fileno=int(sock_fd))
         return {"device": self.drv.device_name(), "pid": os.getpid()}
 
     def load_kernels(self, kernels: list[dict[str, Any]]) -> dict[str, Any]:
@@ -96,11 +102,24 @@ class Replayer:
             }
         return {}
 
-    def arena(self, aid: str, handle_b64: str, nbytes: int) -> dict[str, Any]:
+    def arena(self, aid: str, nbytes: int) -> dict[str, Any]:
+        """Map the parent's arena: its file descriptor arrives on the socket the parent gave
+        this process at start (SCM_RIGHTS); legacy IPC handles did not open on an H100 VM."""
+        import socket
+
         if aid in self.arenas:
             raise ValueError(f"arena {aid} exists")
-        ptr = self.drv.ipc_open(base64.b64decode(handle_b64))
+        if self.sock is None:
+            raise ValueError("no descriptor channel")
+        _, fds, _, _ = socket.recv_fds(self.sock, 16, 1)
+        if len(fds) != 1:
+            raise ValueError("no descriptor received")
+        try:
+            ptr, handle = self.drv.import_shareable(fds[0], int(nbytes))
+        finally:
+            os.close(fds[0])
         self.arenas[aid] = (ptr, int(nbytes))
+        self.handles[aid] = handle
         return {}
 
     def program(self, pid: str, steps: list[dict[str, Any]], calls: list[dict[str, Any]]):
@@ -218,9 +237,9 @@ class Replayer:
         for pid in list(self.graphs):
             self.drop(pid)
         self.programs.clear()
-        base, _ = self.arenas.pop(aid)
+        base, size = self.arenas.pop(aid)
         self.drv.synchronize()
-        self.drv.ipc_close(base)
+        self.drv.free_shareable(base, size, self.handles.pop(aid))
         return {}
 
 
@@ -241,11 +260,11 @@ def serve(fd_in: int, fd_out: int) -> int:
             if rep is None:
                 rep = Replayer()
             if op == "hello":
-                out = rep.hello()
+                out = rep.hello(msg.get("sock"))
             elif op == "kernels":
                 out = rep.load_kernels(msg["kernels"])
             elif op == "arena":
-                out = rep.arena(msg["id"], msg["handle"], msg["nbytes"])
+                out = rep.arena(msg["id"], msg["nbytes"])
             elif op == "close_arena":
                 out = rep.close_arena(msg["id"])
             elif op == "program":

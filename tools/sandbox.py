@@ -289,11 +289,18 @@ def _unshare(flags: int) -> bool:
     return _libc.unshare(ctypes.c_int(flags)) == 0
 
 
-def enter_namespaces() -> list[str]:
-    """New PID/net/IPC/mount namespaces for the children of this process (a user namespace
-    first when not root). Returns the names applied; empty where the kernel refuses."""
+NAMESPACES = {"pid": CLONE_NEWPID, "net": CLONE_NEWNET, "ipc": CLONE_NEWIPC, "mnt": CLONE_NEWNS}
+
+
+def enter_namespaces(wanted: list[str] | None = None) -> list[str]:
+    """New PID/net/IPC/mount namespaces (or the `wanted` ones) for the children of this process
+    (a user namespace first when not root). Returns the names applied; empty where the kernel
+    refuses."""
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWNS
+    wanted = list(NAMESPACES) if wanted is None else wanted
+    flags = 0
+    for name in wanted:
+        flags |= NAMESPACES[name]
     if uid != 0:
         if not _unshare(CLONE_NEWUSER):
             return []
@@ -307,7 +314,7 @@ def enter_namespaces() -> list[str]:
         except OSError:
             return []
     if _unshare(flags):
-        return ["pid", "net", "ipc", "mnt"] + (["user"] if uid != 0 else [])
+        return list(wanted) + (["user"] if uid != 0 else [])
     if _unshare(CLONE_NEWNET):  # some containers allow a network namespace only
         return ["net"] + (["user"] if uid != 0 else [])
     return []
@@ -351,10 +358,14 @@ def _hide_sockets(keep: list[str]) -> list[str]:
     return done
 
 
+def _private_mounts() -> bool:
+    """Nothing mounted in this mount namespace propagates back to the host's (a shared "/",
+    systemd's default, would carry the tmpfs mounts below to every process)."""
+    return _libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) == 0
+
+
 def _private_proc() -> bool:
     """In the new mount + PID namespace: a /proc that lists only this namespace's processes."""
-    if _libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) != 0:
-        return False
     flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC)
     return _libc.mount(b"proc", b"/proc", b"proc", flags, None) == 0
 
@@ -433,7 +444,13 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
     os.makedirs(root, mode=0o700, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="sbx-", dir=root)
     argv = [a.replace("{scratch}", scratch) for a in argv]
-    namespaces = enter_namespaces() if policy.get("namespaces", True) else []
+    wanted = policy.get("namespaces", True)
+    if wanted is True:
+        namespaces = enter_namespaces()
+    elif isinstance(wanted, list) and wanted:
+        namespaces = enter_namespaces([n for n in wanted if n in NAMESPACES])
+    else:
+        namespaces = []
     pidns = "pid" in namespaces
     applied = {
         "landlock_abi": abi,
@@ -443,7 +460,9 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
         "capabilities": "dropped",
         "lifetime": "pid_namespace" if pidns else "subreaper",
     }
-    applied["level"] = "none" if not abi else "full" if pidns and "net" in namespaces else "partial"
+    applied["level"] = (
+        "none" if not abi else "full" if pidns and "net" in namespaces else "partial"
+    )
     if policy.get("report", True):
         os.write(1, (json.dumps({"event": "sandbox", **applied}) + "\n").encode())
     if policy.get("require") and applied["level"] == "none":
@@ -472,8 +491,12 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        if "mnt" in namespaces and not _private_mounts():
+            sys.stderr.write("sandbox: cannot make the mount namespace private\n")
+            os._exit(126)
         if pidns and "mnt" in namespaces:
             _private_proc()
+        if "mnt" in namespaces:
             keep = [scratch, *map(str, policy.get("read", [])), *map(str, policy.get("write", []))]
             keep += [p for p in python_paths() if p]
             keep += [a for a in argv if os.path.isabs(a) and os.path.exists(a)]
