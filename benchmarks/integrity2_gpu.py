@@ -170,7 +170,7 @@ def honest_kernels(task: str) -> dict[str, tuple[Path, dict | None]]:
     return out
 
 
-def verify_once(ws, state: Path, **kw):
+def verify_once(ws, state: Path, **kw):  # noqa: D103
     import anyio
     from harnesslab.tools.launcher import Launcher
     from harnesslab.tools.settings import Settings
@@ -238,13 +238,200 @@ def abba(state: Path) -> dict[str, Any]:
     return rows
 
 
+GPU_CHEATS = ROOT / "tests" / "integrity" / "gpu_cheats"
+ONLY: set[str] = set()
+ROUNDS = 2
+
+
+def twin(text: str) -> str:
+    """The honest twin of a GPU cheat: the file without its exploit block."""
+    out, skip = [], False
+    for line in text.splitlines():
+        if line.strip() == "# -- exploit":
+            skip = True
+        elif line.strip() == "# -- end exploit":
+            skip = False
+        elif not skip:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def processes_running(marker: str) -> int:
+    n = 0
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+@part("gpu_cheats")
+def gpu_cheats(state: Path) -> dict[str, Any]:
+    """Each GPU cheat verified after its honest twin (the incumbent), scan not enforced."""
+    import re
+
+    from harnesslab.tools.workspace import init_workspace
+
+    rows = {}
+    for path in sorted(GPU_CHEATS.glob("*.py")):
+        if ONLY and path.stem not in ONLY:
+            continue
+        want = re.search(r"^gpu: (\S+)", path.read_text(), re.M).group(1)
+        tmp = Path(tempfile.mkdtemp(prefix=f"ws-{path.stem}-"))
+        ws = init_workspace("rmsnorm_gate", tmp / "ws")
+        (ws.root / "kernel.py").write_text(twin(path.read_text()))
+        honest = verify_once(ws, state)
+        shutil.copy(path, ws.root / "kernel.py")
+        cheat = verify_once(ws, state, enforce_scan=False)
+        codes = sorted({r["code"] for r in cheat.reasons})
+        inc = cheat.incumbent or {}
+        if want == "harmless":  # rejected by an observation, or passed and no faster
+            ok = cheat.verdict == "rejected" or (
+                cheat.verdict == "passed" and not cheat.is_new_best and (inc.get("speedup") or 0) < 1.03
+            )
+        else:
+            ok = cheat.verdict == "rejected" and want in codes
+        rows[path.stem] = {
+            "expected": want, "ok": ok, "twin": honest.verdict, "verdict": cheat.verdict,
+            "codes": codes, "speedup_vs_twin": inc.get("speedup"), "is_new_best": cheat.is_new_best,
+            "guard_children_left": processes_running("guard_child.py"),
+        }
+        print(json.dumps({path.stem: rows[path.stem]}), flush=True)
+    return rows
+
+
+@part("overhead")
+def overhead(n: int = 5) -> dict[str, Any]:
+    """Warm run_objective (9 dev cases) through a sandboxed worker vs an unsandboxed one,
+    alternating, each on its own launcher and worker."""
+    import anyio
+
+    from harnesslab.tools import launcher as lmod
+    from harnesslab.tools.objective import run_objective
+    from harnesslab.tools.settings import Settings
+    from harnesslab.tools.workspace import init_workspace
+
+    tmp = Path(tempfile.mkdtemp(prefix="ws-overhead-"))
+    ws = init_workspace("rmsnorm_gate", tmp / "ws")
+    sandboxed_modes = lmod.SANDBOXED_MODES
+
+    async def go():
+        la = lmod.Launcher(Settings(state_dir=tmp / "sa"))
+        lb = lmod.Launcher(Settings(state_dir=tmp / "sb"))
+        walls = {"sandboxed": [], "unsandboxed": []}
+        try:
+            for i in range(n + 1):
+                for name, lau in (("sandboxed", la), ("unsandboxed", lb)):
+                    lmod.SANDBOXED_MODES = sandboxed_modes if name == "sandboxed" else ()
+                    t0 = time.perf_counter()
+                    r = await run_objective(ws, lau, save=False)
+                    if i:
+                        walls[name].append(time.perf_counter() - t0)
+                    assert r.status == "passed", r.reason
+        finally:
+            lmod.SANDBOXED_MODES = sandboxed_modes
+            await la.aclose()
+            await lb.aclose()
+        return walls
+
+    walls = anyio.run(go)
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    spread = {k: (min(v), max(v)) for k, v in walls.items()}
+    return {"median_s": med, "min_max_s": spread,
+            "ratio": med["sandboxed"] / med["unsandboxed"], "n": n}
+
+
+@part("cost")
+def cost(state: Path) -> dict[str, Any]:
+    """A plain evaluate of the hidden cases (fresh runner, sandboxed) vs the guarded verify of
+    the same candidate (fresh), wall clock; run twice each, alternating."""
+    import anyio
+
+    from harnesslab.tools.launcher import Launcher
+    from harnesslab.tools.secrets_store import workspace_secret
+    from harnesslab.tools.settings import Settings
+    from harnesslab.tools.workspace import init_workspace
+
+    tmp = Path(tempfile.mkdtemp(prefix="ws-cost-"))
+    ws = init_workspace("rmsnorm_gate", tmp / "ws")
+    shutil.copy(honest_kernels("rmsnorm_gate")["solution_fast"][0], ws.root / "kernel.py")
+    settings = Settings(state_dir=state)
+    cases = ws.task.final.draw(workspace_secret(settings, ws.root)["seed"])
+    files = ws.editable_files()
+
+    async def plain():
+        launcher = Launcher(settings)
+        request = {
+            "mode": "evaluate", "entry": ws.task.entry, "config_file": ws.task.config_file,
+            "candidate_dir": f"@stage/{launcher.stage_candidate(files, ws.candidate_hash(files))}",
+            "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
+            "cases": [c.model_dump() for c in cases], "seed": 1,
+        }
+        t0 = time.perf_counter()
+        try:
+            call = await launcher.call(request, task=ws.task, fresh=True)
+        finally:
+            await launcher.aclose()
+        assert call.result and call.result.get("status") == "passed", str(call.result)[:300]
+        return time.perf_counter() - t0
+
+    plain_s, verify_s = [], []
+    for _ in range(ROUNDS):
+        plain_s.append(anyio.run(plain))
+        t0 = time.perf_counter()
+        v = verify_once(ws, state)
+        verify_s.append(time.perf_counter() - t0)
+        assert v.verdict == "passed", v.reasons
+    return {"plain_s": plain_s, "verify_s": verify_s,
+            "ratio": statistics.median(verify_s) / statistics.median(plain_s)}
+
+
+@part("repeat")
+def repeat(state: Path, n: int, budget_s: float) -> dict[str, Any]:
+    """Guarded verifies of the rmsnorm_gate solution, the same workspace each time (after the
+    first it is its own incumbent), until n or the time budget."""
+    from harnesslab.tools.workspace import init_workspace
+
+    tmp = Path(tempfile.mkdtemp(prefix="ws-repeat-"))
+    ws = init_workspace("rmsnorm_gate", tmp / "ws")
+    text = honest_kernels("rmsnorm_gate")["solution_fast"][0].read_text()
+    deadline = time.monotonic() + budget_s
+    rows = []
+    (ws.root / "kernel.py").write_text(text)  # one candidate: its own Triton cache, no incumbent
+    for _ in range(n):
+        if time.monotonic() > deadline:
+            break
+        t0 = time.perf_counter()
+        v = verify_once(ws, state)
+        rows.append({"verdict": v.verdict, "score_us": v.score_us, "codes": sorted({r["code"] for r in v.reasons}),
+                     "speedup": (v.incumbent or {}).get("speedup"), "wall_s": round(time.perf_counter() - t0, 1)})
+        print(json.dumps(rows[-1]), flush=True)
+    scores = [r["score_us"] for r in rows if r["score_us"]]
+    return {"runs": len(rows), "passed": sum(r["verdict"] == "passed" for r in rows),
+            "false_rejections": sum(r["verdict"] != "passed" for r in rows),
+            "score_median_us": statistics.median(scores) if scores else None,
+            "score_spread": (max(scores) - min(scores)) / statistics.median(scores) if scores else None,
+            "wall_median_s": statistics.median(r["wall_s"] for r in rows) if rows else None,
+            "rows": rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="probe,cuda,ipc,verify,abba")
     ap.add_argument("--tasks", default="rmsnorm_gate,swiglu,softmax,matmul")
     ap.add_argument("--json", default="")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--repeat-budget-s", type=float, default=240)
+    ap.add_argument("--deadline-s", type=float, default=0, help="stop starting repeats this long after start")
+    ap.add_argument("--cheats", default="", help="GPU cheats to run (default all)")
+    ap.add_argument("--cost-rounds", type=int, default=2)
     args = ap.parse_args()
     parts = set(args.parts.split(","))
+    started = time.monotonic()
+    ONLY.update(c for c in args.cheats.split(",") if c)
+    globals()["ROUNDS"] = args.cost_rounds
     state = Path(tempfile.mkdtemp(prefix="hlstate-"))
     if "probe" in parts:
         probe()
@@ -256,6 +443,17 @@ def main() -> int:
         verify_tasks(args.tasks.split(","), state)
     if "abba" in parts:
         abba(state)
+    if "overhead" in parts:
+        overhead()
+    if "gpu_cheats" in parts:
+        gpu_cheats(state)
+    if "cost" in parts:
+        cost(state)
+    if "repeat" in parts:
+        budget = args.repeat_budget_s
+        if args.deadline_s:
+            budget = min(budget, args.deadline_s - (time.monotonic() - started))
+        repeat(state, args.repeats, budget)
     if args.json:
         Path(args.json).write_text(json.dumps(ROWS, indent=1, default=str))
     print("\n== summary")
