@@ -155,7 +155,10 @@ def toml_key(key: str) -> str:
     return key if _BARE_KEY.match(key) else toml_string(key)
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """A TOML value: bool, number, string, list, or a dict as an inline table."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -163,7 +166,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return toml_string(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
@@ -187,14 +190,7 @@ def codex_entry(entry: ServerEntry) -> dict[str, Any]:
 
 def render_codex_toml(entry: ServerEntry) -> str:
     entry.checked()
-    table = codex_entry(entry)
-    head = f"mcp_servers.{toml_key(entry.name)}"
-    lines = [f"[{head}]"]
-    lines += [f"{toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if k != "env"]
-    if table.get("env"):
-        lines += ["", f"[{head}.env]"]
-        lines += [f"{toml_key(k)} = {_toml_value(v)}" for k, v in sorted(table["env"].items())]
-    return "\n".join(lines) + "\n"
+    return render_toml_table(["mcp_servers", entry.name], codex_entry(entry))
 
 
 def _header_path(line: str) -> list[str] | None:
@@ -227,34 +223,80 @@ def _load_toml(path: Path) -> tuple[str, dict[str, Any]]:
         ) from exc
 
 
-def _cut_table(text: str, name: str) -> str:
-    """`text` without the `[mcp_servers.<name>]` table and its sub-tables."""
+def _cut_table(text: str, key_path: list[str]) -> str:
+    """`text` without the table at `key_path` (e.g. `[mcp_servers.<name>]`) and its sub-tables."""
     kept: list[str] = []
     skipping = False
     for line in text.splitlines(keepends=True):
         path = _header_path(line)
         if path is not None:
-            skipping = path[:2] == ["mcp_servers", name]
+            skipping = path[: len(key_path)] == key_path
         if not skipping:
             kept.append(line)
     return "".join(kept)
 
 
-def write_codex_toml(root: Path, entry: ServerEntry) -> Path:
-    """Merge `entry` into `<root>/.codex/config.toml` (other tables and comments are kept)."""
-    path = root / ".codex" / "config.toml"
+def _dig(data: dict[str, Any], key_path: list[str]) -> Any:
+    node: Any = data
+    for key in key_path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _header(key_path: list[str]) -> str:
+    return ".".join(toml_key(k) for k in key_path)
+
+
+def render_toml_table(key_path: list[str], values: dict[str, Any]) -> str:
+    """`[a.b]` with its plain values, then one sub-table per dict value (`[a.b.env]`)."""
+    head = _header(key_path)
+    lines = [f"[{head}]"]
+    lines += [
+        f"{toml_key(k)} = {toml_value(v)}" for k, v in values.items() if not isinstance(v, dict)
+    ]
+    for k, v in values.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{head}.{toml_key(k)}]"]
+            lines += [f"{toml_key(kk)} = {toml_value(vv)}" for kk, vv in sorted(v.items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_toml_table(path: Path, key_path: list[str], values: dict[str, Any]) -> Path:
+    """Replace the table at `key_path` in the TOML file `path` with `values`; every other table,
+    key and comment is kept byte for byte. Refuses a table written as an inline table or with
+    dotted keys, and never writes a file that does not read back as `values`."""
     text, _ = _load_toml(path)
-    rest = _cut_table(text, entry.checked().name)
-    _refuse_other_forms(path, rest, entry.name)
-    new = rest.rstrip("\n") + ("\n\n" if rest.strip() else "") + render_codex_toml(entry)
-    # Never write what does not read back as exactly this entry.
-    if tomllib.loads(new).get("mcp_servers", {}).get(entry.name) != codex_entry(entry):
+    rest = _cut_table(text, key_path)
+    where = _header(key_path)
+    if _dig(tomllib.loads(rest), key_path) is not None:
         raise UsageError(
-            f"{path}: the merged file does not read back as the new entry.",
-            next_step=f"remove mcp_servers.{entry.name} from the file by hand and run this again",
+            f"{path}: {where} is defined in a form this tool does not edit "
+            "(inline table or dotted keys).",
+            next_step=f"rewrite it as a [{where}] table or remove it by hand",
+        )
+    new = rest.rstrip("\n") + ("\n\n" if rest.strip() else "") + render_toml_table(key_path, values)
+    if _dig(tomllib.loads(new), key_path) != values:
+        raise UsageError(
+            f"{path}: the merged file does not read back as the new {where}.",
+            next_step=f"remove {where} from the file by hand and run this again",
         )
     atomic_write_text(path, new)
     return path
+
+
+def read_toml_table(path: Path, key_path: list[str]) -> dict[str, Any] | None:
+    """The table at `key_path` in the TOML file `path` (None when absent)."""
+    _, data = _load_toml(path)
+    node = _dig(data, key_path)
+    return node if isinstance(node, dict) else None
+
+
+def write_codex_toml(root: Path, entry: ServerEntry) -> Path:
+    """Merge `entry` into `<root>/.codex/config.toml` (other tables and comments are kept)."""
+    path = root / ".codex" / "config.toml"
+    return write_toml_table(path, ["mcp_servers", entry.checked().name], codex_entry(entry))
 
 
 def remove_codex_toml(root: Path, name: str) -> bool:
@@ -262,20 +304,15 @@ def remove_codex_toml(root: Path, name: str) -> bool:
     text, data = _load_toml(path)
     if name not in data.get("mcp_servers", {}):
         return False
-    rest = _cut_table(text, name)
-    _refuse_other_forms(path, rest, name)
-    atomic_write_text(path, rest)
-    return True
-
-
-def _refuse_other_forms(path: Path, rest: str, name: str) -> None:
-    """The entry defined some other way (inline table, dotted keys): refuse to guess."""
+    rest = _cut_table(text, ["mcp_servers", name])
     if name in tomllib.loads(rest).get("mcp_servers", {}):
         raise UsageError(
             f"{path}: mcp_servers.{name} is defined in a form this tool does not edit "
             "(inline table or dotted keys).",
             next_step=f"rewrite it as a [mcp_servers.{name}] table or remove it by hand",
         )
+    atomic_write_text(path, rest)
+    return True
 
 
 # -- both clients -------------------------------------------------------------------------------
@@ -346,13 +383,18 @@ __all__ = [
     "codex_entry",
     "project_server",
     "project_skill",
+    "read_toml_table",
     "remove_codex_toml",
     "remove_mcp_json",
     "remove_skill",
     "render_codex_toml",
     "render_mcp_json",
+    "render_toml_table",
+    "toml_key",
     "toml_string",
+    "toml_value",
     "unproject_server",
     "write_codex_toml",
     "write_mcp_json",
+    "write_toml_table",
 ]
