@@ -27,6 +27,7 @@ from harnesslab.tools.workspace import open_workspace
 from .cli import add_executor_args, command, run_async, temp_workspace_dir
 from .report import console as stdout_console
 
+AGENT_FAILED_EXIT = 3  # the run finished, but no agent attempt ran to completion
 GPU_FIELDS = ("gpu_host", "ssh_key", "known_hosts", "gpus", "interpret", "accept_new_host_key")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 
@@ -264,6 +265,14 @@ def _go(args: argparse.Namespace, settings: Settings, runner_coro) -> int:
         print(json.dumps(summary))
     else:
         print_summary(summary)
+    if summary.get("status") == "agent_failed":
+        print(f"error: the agent never worked: {summary['stop_reason']}", file=sys.stderr)
+        print(
+            f"next: fix the runner (`harnesslab doctor -w {args.workspace}`); its output is in "
+            f"{progress.run_dir or 'the run folder'}/iter-*/attempt/",
+            file=sys.stderr,
+        )
+        return AGENT_FAILED_EXIT
     final = summary.get("final") or {}
     return 0 if final.get("verdict") == "passed" else 1
 

@@ -49,6 +49,7 @@ from .loop_state import (
     RunStore,
     Score,
     ServerOutcome,
+    agent_never_ran,
     is_better,
     kill_leftovers,
     new_run_id,
@@ -97,7 +98,7 @@ class Loop:
         self.settings = settings
         cfg = state.config
         self.runner = runner or build_runner(
-            cfg.runner, agent_cmd=cfg.agent_cmd, extra_args=cfg.agent_args
+            cfg.runner, agent_cmd=cfg.agent_cmd, extra_args=cfg.agent_args, settings=settings
         )
         self.on_event = on_event
         self.launcher: Launcher | None = None
@@ -368,7 +369,7 @@ class Loop:
         if killed:
             self.emit("info", f"killed process groups left by the previous loop: {killed}")
         state.active = []
-        self.runner.preflight()
+        await self.runner.preflight()
         if state.status != "stopped":
             state.status = "running"
         state.error = ""
@@ -440,6 +441,10 @@ class Loop:
         if state.status == "running":
             state.status = "completed"
             state.stop_reason = state.stop_reason or f"{len(state.iterations)} iterations done"
+            failed = agent_never_ran(state)
+            if failed:  # scores of an untouched workspace are no result: say so, exit non-zero
+                state.status = "agent_failed"
+                state.stop_reason = f"no attempt ran to completion: {failed}"[:1000]
         self.save()
 
 
@@ -453,9 +458,9 @@ async def start_run(
 ) -> dict[str, Any]:
     """Start a new run; returns summary.json's content."""
     runner = runner or build_runner(
-        config.runner, agent_cmd=config.agent_cmd, extra_args=config.agent_args
+        config.runner, agent_cmd=config.agent_cmd, extra_args=config.agent_args, settings=settings
     )
-    runner.preflight()  # before a workspace or a run folder is created
+    await runner.preflight()  # before a workspace or a run folder is created
     ws = prepare_workspace(config.task, config.workspace)
     config = config.model_copy(update={"workspace": ws.root})
     store = RunStore(ws.runs_dir, run_id or new_run_id())

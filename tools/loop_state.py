@@ -22,7 +22,10 @@ from .executor import kill_group
 from .storage import atomic_write_json, read_jsonl
 
 Step = Literal["attempt", "score", "build", "qualify", "done"]
-RunStatus = Literal["running", "completed", "stopped", "interrupted", "failed"]
+# agent_failed: the loop finished, but no attempt ran to completion (every one failed to start or
+# exited with an error), so its scores are the untouched workspace's.
+RunStatus = Literal["running", "completed", "stopped", "interrupted", "failed", "agent_failed"]
+RAN = ("ok", "timeout")  # attempt statuses where the agent worked (a timeout is scored too)
 
 
 class RunConfig(BaseModel):
@@ -174,6 +177,15 @@ def reached(score: float | None, stop: float | None, higher_is_better: bool) -> 
     return score >= stop if higher_is_better else score <= stop
 
 
+def agent_never_ran(state: RunState) -> str:
+    """'' when some attempt ran (ok, or cut off by its time limit); else the first attempt's
+    error, which says why the agent never got to work."""
+    attempts = [it.attempt for it in state.iterations if it.attempt is not None]
+    if not attempts or any(a.status in RAN for a in attempts):
+        return ""
+    return next((a.error for a in attempts if a.error), attempts[0].status)
+
+
 def process_start(pid: int) -> str:
     """The kernel's start time of `pid` (Linux /proc), to tell our process from a reused pid."""
     try:
@@ -307,6 +319,7 @@ __all__ = [
     "RunStore",
     "Score",
     "ServerOutcome",
+    "agent_never_ran",
     "is_better",
     "kill_leftovers",
     "new_run_id",
