@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from harnesslab.tools.errors import UsageError
 from harnesslab.tools.launcher import build_launcher
 from harnesslab.tools.objective import run_objective
 from harnesslab.tools.settings import Settings
@@ -37,7 +38,9 @@ def workspace_args(p: argparse.ArgumentParser) -> None:
 
 
 def _init_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workspace", type=Path, help="new folder for the workspace")
+    p.add_argument("-w", "--workspace", type=Path, help="folder for the new workspace (default .)")
+    # `harnesslab init DIR` from before -w: still works, with a note.
+    p.add_argument("folder", nargs="?", type=Path, help=argparse.SUPPRESS)
     p.add_argument(
         "--task",
         default="rmsnorm_gate",
@@ -49,9 +52,25 @@ def _init_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
+def init_folder(args: argparse.Namespace) -> Path:
+    if args.folder is not None and args.workspace is not None and args.folder != args.workspace:
+        raise UsageError(
+            f"two folders given: {args.folder} and -w {args.workspace}.",
+            next_step=f"use one: harnesslab init -w {args.workspace}",
+        )
+    if args.folder is not None:
+        print(
+            f"note: `harnesslab init {args.folder}` is deprecated; use "
+            f"`harnesslab init -w {args.folder}` like every other command",
+            file=sys.stderr,
+        )
+        return args.folder
+    return args.workspace or Path(".")
+
+
 @command("init", "Create a workspace from a task template.", _init_args)
 def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
-    ws = init_workspace(args.task, args.workspace, force=args.force)
+    ws = init_workspace(args.task, init_folder(args), force=args.force)
     project_skills(ws.root)  # .claude/skills/ and .agents/skills/ for the agent clients
     info = {
         "status": "ok",
@@ -66,6 +85,10 @@ def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
             f"workspace {ws.root} ready for task {ws.task.name}; edit {', '.join(ws.task.editable)}"
         )
         print(f"next: harnesslab eval -w {ws.root}")
+        print(
+            f"      harnesslab config claude -w {ws.root} --write --approve   (or codex), then "
+            f"start the client inside {ws.root}"
+        )
     return 0
 
 

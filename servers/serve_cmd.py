@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harnesslab.tools.client_setup import approve, client_status
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.projection import (
     ServerEntry,
@@ -98,27 +99,40 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 class BearerAuth:
-    """ASGI wrapper: HTTP requests need `Authorization: Bearer <token>` (constant-time check)."""
+    """ASGI wrapper: HTTP requests need `Authorization: Bearer <token>` (the scheme in any case,
+    RFC 7235; the token compared in constant time).
+
+    A missing or wrong token gets 403 with a message saying how to send it, not 401: MCP clients
+    answer a 401 by starting OAuth, which this server does not offer (the Inspector then fails
+    with "Interactive OAuth requires a TTY", Claude Code with a client-registration error)."""
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
+
+    def authorized(self, header: bytes) -> bool:
+        scheme, _, given = header.strip().partition(b" ")
+        ok = hmac.compare_digest(given.strip(), self.expected)
+        return scheme.lower() == b"bearer" and ok
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             got = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(got, self.expected):
+            if not self.authorized(got):
+                why = "wrong bearer token" if got else "bearer token required"
+                body = (
+                    f"{why}: send the header `Authorization: Bearer <token>` with the token this "
+                    f"server was started with (--token or ${TOKEN_ENV}); e.g. "
+                    f"`harnesslab config claude --url URL --token-env {TOKEN_ENV} --write`\n"
+                )
                 await send(
                     {
                         "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"text/plain"),
-                            (b"www-authenticate", b"Bearer"),
-                        ],
+                        "status": 403,
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8")],
                     }
                 )
-                await send({"type": "http.response.body", "body": b"bearer token required\n"})
+                await send({"type": "http.response.body", "body": body.encode()})
                 return
         await self.app(scope, receive, send)
 
@@ -154,6 +168,14 @@ def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--write", action="store_true", help="merge into <ws>/.mcp.json or .codex/config.toml"
     )
+    p.add_argument(
+        "--approve",
+        action="store_true",
+        help="with --write: also approve the server for the workspace, so the client starts it "
+        "(Claude Code: enabledMcpjsonServers in <ws>/.claude/settings.local.json and the "
+        "workspace trusted in ~/.claude.json; Codex: the workspace trusted in "
+        "~/.codex/config.toml)",
+    )
     p.add_argument("--name", default="harnesslab", help="entry name in the client's config")
     p.add_argument("--url", help="connect to a running `serve --transport http` server instead")
     p.add_argument("--token-env", help=f"with --url: env var holding the token (e.g. {TOKEN_ENV})")
@@ -187,6 +209,12 @@ def executor_argv(args: argparse.Namespace) -> list[str]:
 
 
 def server_entry(args: argparse.Namespace) -> ServerEntry:
+    if args.token_env and not args.url:
+        raise UsageError(
+            "--token-env only applies to an HTTP server (--url).",
+            next_step="add --url http://HOST:PORT/mcp, or drop --token-env (a stdio server "
+            "needs no token)",
+        )
     if args.url:
         return ServerEntry(name=args.name, url=args.url, token_env_var=args.token_env).checked()
     ws = open_workspace(args.workspace)  # fails early on a folder that is no workspace
@@ -201,6 +229,8 @@ def server_entry(args: argparse.Namespace) -> ServerEntry:
     _config_args,
 )
 def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    if args.approve and not args.write:
+        raise UsageError("--approve goes with --write.", next_step="add --write")
     entry = server_entry(args)
     if not args.write:
         print(
@@ -211,6 +241,16 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     writer = write_mcp_json if args.client == "claude" else write_codex_toml
     print(f"wrote {writer(root, entry)}")
     project_skills(root)  # shipped skills into .claude/skills/ and .agents/skills/
+    if args.approve:
+        for path in approve(args.client, root, entry.name, settings):
+            print(f"wrote {path}")
+    status = client_status(args.client, root, entry.name, settings)
+    program = "claude" if args.client == "claude" else "codex"
+    if status.ready:
+        print(f"next: cd {root} && {program}   (start the client inside the workspace)")
+    else:
+        print(f"not ready: {'; '.join(status.missing)}", file=sys.stderr)
+        print(f"next: {status.fix}", file=sys.stderr)
     return 0
 
 

@@ -178,3 +178,15 @@ def command_task(tmp: Path, value: str = "50") -> Path:
 
 def text_of(result: Any) -> str:
     return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+async def serving_url(proc) -> str:
+    """The URL `harnesslab serve --transport http` prints on stderr once it listens."""
+    buf = b""
+    assert proc.stderr is not None
+    async for chunk in proc.stderr:
+        buf += chunk
+        for line in buf.decode(errors="replace").splitlines():
+            if "serving on " in line:
+                return line.split("serving on ", 1)[1].strip()
+    raise AssertionError(f"server exited: {buf.decode(errors='replace')[-2000:]}")
