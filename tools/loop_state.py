@@ -25,7 +25,9 @@ Step = Literal["attempt", "score", "build", "qualify", "done"]
 # agent_failed: the loop finished, but no attempt ran to completion (every one failed to start or
 # exited with an error), so its scores are the untouched workspace's.
 RunStatus = Literal["running", "completed", "stopped", "interrupted", "failed", "agent_failed"]
-RAN = ("ok", "timeout")  # attempt statuses where the agent worked (a timeout is scored too)
+# Attempt statuses where the agent never got to work. Cut off by the time limit or by a loop
+# that died (timeout, interrupted) it did work, and that work was scored.
+NEVER_RAN = ("failed", "not_started")
 
 
 class RunConfig(BaseModel):
@@ -178,10 +180,10 @@ def reached(score: float | None, stop: float | None, higher_is_better: bool) -> 
 
 
 def agent_never_ran(state: RunState) -> str:
-    """'' when some attempt ran (ok, or cut off by its time limit); else the first attempt's
-    error, which says why the agent never got to work."""
+    """'' when some attempt ran (finished, or was cut off); else the first attempt's error,
+    which says why the agent never got to work."""
     attempts = [it.attempt for it in state.iterations if it.attempt is not None]
-    if not attempts or any(a.status in RAN for a in attempts):
+    if not attempts or any(a.status not in NEVER_RAN for a in attempts):
         return ""
     return next((a.error for a in attempts if a.error), attempts[0].status)
 
