@@ -125,6 +125,7 @@ class AgentRunner(ABC):
         self.extra_args = list(extra_args or [])
         self._program = program
         self.env = dict(env or {})
+        self._ready: str | None = None
 
     def program(self) -> str:
         return self._program or self.name
@@ -146,6 +147,13 @@ class AgentRunner(ABC):
         """Check, before the first turn, that the runner can start; returns a one-line
         description of what will run. Raises EnvironmentProblem saying what to fix."""
         return self.resolved_program()
+
+    async def ready(self) -> str:
+        """`preflight` once per runner: a new run checks before it creates anything, and the
+        loop it starts would check again (a CLI's checks take a few seconds)."""
+        if self._ready is None:
+            self._ready = await self.preflight()
+        return self._ready
 
     async def probe(self, *args: str) -> ProbeOutcome:
         """Run the runner's program with `args` (no tokens spent: --version, --help, status)."""

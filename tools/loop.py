@@ -369,7 +369,7 @@ class Loop:
         if killed:
             self.emit("info", f"killed process groups left by the previous loop: {killed}")
         state.active = []
-        await self.runner.preflight()
+        await self.runner.ready()
         if state.status != "stopped":
             state.status = "running"
         state.error = ""
@@ -460,7 +460,7 @@ async def start_run(
     runner = runner or build_runner(
         config.runner, agent_cmd=config.agent_cmd, extra_args=config.agent_args, settings=settings
     )
-    await runner.preflight()  # before a workspace or a run folder is created
+    await runner.ready()  # before a workspace or a run folder is created
     ws = prepare_workspace(config.task, config.workspace)
     config = config.model_copy(update={"workspace": ws.root})
     store = RunStore(ws.runs_dir, run_id or new_run_id())

@@ -426,7 +426,11 @@ def test_a_fresh_harnesslab_init_workspace_carries_the_skills_for_both_clients(t
     ws = tmp_path / "ws"
     env = {**os.environ, "HARNESSLAB_STATE_DIR": str(tmp_path / "state")}
     res = subprocess.run(
-        [*CLI, "init", "-w", str(ws), "--json"], capture_output=True, text=True, timeout=120, env=env
+        [*CLI, "init", "-w", str(ws), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert res.returncode == 0, res.stderr
     _assert_projected(ws, ["kernel-optimization", "rmsnorm-gate"])
