@@ -12,8 +12,10 @@ Built for, and tested in CI against, the versions pinned in tests/agent_clis/pac
   -c approval_policy="never" -c mcp_servers.NAME.*=... -- PROMPT`. `codex exec` has no
   `--full-auto` and no `-a` any more, and `codex exec resume` takes neither `-s` nor `-C`: the
   sandbox and approval policy go in as config overrides, which both accept, and the turn runs in
-  the workspace as its working directory. Events are JSON lines (`thread.started` carries the
-  session id, `turn.failed` and `error` the CLI's message).
+  the workspace as its working directory. The servers' tools are approved
+  (default_tools_approval_mode="approve"): exec cancels a tool call that waits for an approval.
+  Events are JSON lines (`thread.started` carries the session id, `turn.failed` and `error` the
+  CLI's message).
 
 `preflight` checks, spending no tokens: the program exists; its help lists every flag a turn
 uses and the turn's options followed by `--help` parse (a rejected flag or value fails here,
@@ -294,7 +296,10 @@ class CodexRunner(CliRunner):
 
 def codex_mcp_overrides(mcp_config: Path) -> list[str]:
     """The Claude-format MCP config as Codex `-c mcp_servers.NAME.*=TOML` overrides, with the
-    startup and tool timeouts a GPU tool needs (Codex's defaults, 10 s and 60 s, cut a sweep)."""
+    startup and tool timeouts a GPU tool needs (Codex's defaults, 10 s and 60 s, cut a sweep)
+    and the tools approved: `codex exec` cancels a tool call that needs an approval ("interactive
+    approval is unavailable in exec mode"), and the loop's servers are harnesslab's own or
+    qualified ones (the claude runner allows them with --allowedTools)."""
     servers = json.loads(mcp_config.read_text()).get("mcpServers", {})
     out: list[str] = []
     for name, spec in servers.items():
@@ -305,7 +310,8 @@ def codex_mcp_overrides(mcp_config: Path) -> list[str]:
             cwd=spec.get("cwd"),
             env=spec.get("env", {}),
         )
-        for key, value in codex_entry(entry).items():
+        table = {**codex_entry(entry), "default_tools_approval_mode": "approve"}
+        for key, value in table.items():
             out += ["-c", f"mcp_servers.{toml_key(name)}.{key}={toml_value(value)}"]
     return out
 

@@ -96,6 +96,8 @@ def test_codex_overrides_carry_command_env_and_the_timeouts_a_gpu_tool_needs(tmp
     assert 'mcp_servers.harnesslab.command="python"' in overrides
     assert 'mcp_servers.harnesslab.env={ HARNESSLAB_STATE_DIR = "/s" }' in overrides
     assert "mcp_servers.harnesslab.tool_timeout_sec=1800" in overrides
+    # exec mode cancels a tool call that waits for an approval
+    assert 'mcp_servers.harnesslab.default_tools_approval_mode="approve"' in overrides
 
 
 def test_exec_template_rejects_bad_placeholders_and_keeps_paths_with_spaces_whole(tmp_path):
