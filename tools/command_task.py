@@ -101,7 +101,7 @@ async def run_command_objective(
     timeout_s = timeout_s or launcher.settings.eval_timeout_s
     await _report(progress, 0, 1, f"running `{task.objective}` on {executor.host}")
     started = time.perf_counter()
-    async with slot.lock:
+    async with launcher.hold(slot):
         if isinstance(executor, LocalExecutor):
             cwd = str(ws.root)
         else:

@@ -48,6 +48,10 @@ def case_events_progress(total: int, progress: Progress | None):
     done = [0]
 
     async def on_event(ev: dict[str, Any]) -> None:
+        if ev.get("event") == "waiting" and progress is not None:
+            maybe = progress(done[0], total, str(ev.get("message")))
+            if maybe is not None:
+                await maybe
         if ev.get("event") in ("case", "config", "probe") and progress is not None:
             done[0] += 1
             label = ev.get("name") or ev.get("probe") or f"config {ev.get('index')}"
