@@ -51,7 +51,7 @@ def _init_args(p: argparse.ArgumentParser) -> None:
 
 @command("init", "Create a workspace from a task template.", _init_args)
 def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
-    ws = init_workspace(args.task, args.workspace, force=args.force)
+    ws = init_workspace(args.task, args.workspace, settings, force=args.force)
     project_skills(ws.root)  # .claude/skills/ and .agents/skills/ for the agent clients
     info = {
         "status": "ok",
@@ -69,6 +69,25 @@ def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _bind_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-w", "--workspace", type=Path, default=Path("."), help="workspace folder")
+    p.add_argument(
+        "--task", required=True, help="a task name or a task folder (yours, not the agent's)"
+    )
+
+
+@command(
+    "bind",
+    "Bind an existing workspace to a task in the trusted store without touching its files (a "
+    "workspace made from a task folder before the store existed needs this once).",
+    _bind_args,
+)
+def cmd_bind(args: argparse.Namespace, settings: Settings) -> int:
+    ws = open_workspace(args.workspace, settings, task=args.task)
+    print(f"workspace {ws.root} is bound to task {ws.task.name} ({ws.task.root})")
+    return 0
+
+
 def _eval_args(p: argparse.ArgumentParser) -> None:
     workspace_args(p)
     p.add_argument("--cases", help="comma-separated dev case names (default: all)")
@@ -78,7 +97,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 
 @command("eval", "Run the objective on the workspace's dev cases.", _eval_args)
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
-    ws = open_workspace(args.workspace)
+    ws = open_workspace(args.workspace, settings)
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
 
     async def go():
@@ -112,7 +131,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
     "verify", "Guarded final verification on hidden cases; JSON verdict with --json.", _verify_args
 )
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
-    ws = open_workspace(args.workspace)
+    ws = open_workspace(args.workspace, settings)
 
     async def go():
         launcher = build_launcher(settings)

@@ -90,6 +90,12 @@ class HistoryIn(BaseModel):
     chart: bool = Field(
         default=False, description="save a PNG of score over time under .harnesslab/charts/"
     )
+    case_set: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="rank on this case set (scores compare only within one); default: all dev "
+        "cases, or the latest hidden case set for mode=final",
+    )
 
 
 class RestoreIn(BaseModel):
@@ -202,4 +208,5 @@ class RestoreOut(BaseModel):
     changed: list[str]
     score: float | None
     mode: str
+    case_set: str | None = Field(default=None, description="the case set `score` is on")
     next_step: str

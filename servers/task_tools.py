@@ -9,6 +9,7 @@ from collections import Counter
 
 from mcp.server.mcpserver import Context
 
+from harnesslab.tools import workspace_files as wf
 from harnesslab.tools.command_task import run_command_objective
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.health import HealthReport, health_check
@@ -17,9 +18,9 @@ from harnesslab.tools.objective import run_objective
 from harnesslab.tools.overview import Overview, overview
 from harnesslab.tools.probe import numerical_probe
 from harnesslab.tools.profile import ProfileReport, profile_kernel
-from harnesslab.tools.storage import atomic_write_json
 from harnesslab.tools.sweep import sweep
 from harnesslab.tools.verify import guarded_verify
+from harnesslab.tools.workspace import STATE
 
 from .runtime import BuiltinTool, ServerState, reporter
 from .task_models import (
@@ -143,8 +144,9 @@ async def _sweep(state: ServerState, args: SweepIn, ctx: Context | None) -> Swee
         apply=args.apply,
         progress=reporter(ctx),
     )
-    path = ws.state / "sweeps" / f"{time.strftime('%Y%m%dT%H%M%S')}-{len(res.results)}.json"
-    atomic_write_json(path, res.model_dump(mode="json"))
+    rel = f"{STATE}/sweeps/{time.strftime('%Y%m%dT%H%M%S')}-{len(res.results)}.json"
+    wf.write_json(ws.root, rel, res.model_dump(mode="json"))
+    path = ws.root / rel
     improvement = None
     if res.best and res.best.score_us and res.current_score_us:
         improvement = 100.0 * (res.current_score_us - res.best.score_us) / res.current_score_us
@@ -251,6 +253,7 @@ async def _history(state: ServerState, args: HistoryIn, ctx: Context | None) -> 
         limit=args.limit,
         include_failed=args.include_failed,
         chart=args.chart,
+        case_set=args.case_set,
     )
 
 

@@ -156,7 +156,7 @@ qualification after this turn is quarantined. You have {timeout_s:.0f} seconds.
 def telemetry_text(ws: Workspace, limit: int = 40) -> str:
     """One line per tool: calls, outcomes, median duration (what was used, what failed)."""
     lines = []
-    for tool, st in list(summarize_telemetry(ws.telemetry_path).items())[:limit]:
+    for tool, st in list(summarize_telemetry(ws.telemetry_records()).items())[:limit]:
         outcomes = ", ".join(f"{k} {v}" for k, v in st["status"].items())
         median = st.get("median_ms")
         lines.append(

@@ -25,12 +25,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from . import workspace_files as wf
 from .errors import UsageError
-from .storage import atomic_write_text
 
 Client = Literal["claude", "codex"]
 ENTRY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 SKILL_ROOTS = (".claude/skills", ".agents/skills")
+MCP_JSON = ".mcp.json"
+CODEX_TOML = ".codex/config.toml"
 
 # Codex waits startup_timeout_sec for the server's first answer and tool_timeout_sec for one
 # tool call. Its defaults (10 s, 60 s) are too short here: the server imports the MCP SDK
@@ -93,37 +95,44 @@ def render_mcp_json(entry: ServerEntry) -> str:
     return json.dumps({"mcpServers": {entry.name: claude_entry(entry.checked())}}, indent=2) + "\n"
 
 
-def _read_mcp_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+def _exists(root: Path, rel: str) -> bool:
+    return wf.is_file(root, rel) or (root / rel).is_symlink()
+
+
+def _read_mcp_json(root: Path) -> dict[str, Any]:
+    """The workspace's .mcp.json (an agent-writable file: read through workspace_files, so a
+    symlink to some other JSON file is refused, not merged and written back)."""
+    if not _exists(root, MCP_JSON):
         return {}
+    text = wf.read_text(root, MCP_JSON)
     try:
-        data = json.loads(path.read_text() or "{}")
-    except json.JSONDecodeError as exc:
+        data = wf.parse_json(text or "{}", source=MCP_JSON)
+    except UsageError as exc:
         raise UsageError(
-            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); not overwriting it.",
+            f"{root / MCP_JSON}: {exc.message} Not overwriting it.",
             next_step="fix or remove the file, then run this again",
         ) from exc
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers", {}), dict):
-        raise UsageError(f"{path}: expected {{'mcpServers': {{...}}}}.", next_step="fix the file")
+        raise UsageError(
+            f"{root / MCP_JSON}: expected {{'mcpServers': {{...}}}}.", next_step="fix the file"
+        )
     return data
 
 
 def write_mcp_json(root: Path, entry: ServerEntry) -> Path:
     """Merge `entry` into `<root>/.mcp.json` (other servers and keys are kept)."""
-    path = root / ".mcp.json"
-    data = _read_mcp_json(path)
+    data = _read_mcp_json(root)
     data.setdefault("mcpServers", {})[entry.checked().name] = claude_entry(entry)
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
-    return path
+    wf.write_text(root, MCP_JSON, json.dumps(data, indent=2) + "\n")
+    return root / MCP_JSON
 
 
 def remove_mcp_json(root: Path, name: str) -> bool:
-    path = root / ".mcp.json"
-    data = _read_mcp_json(path)
+    data = _read_mcp_json(root)
     if name not in data.get("mcpServers", {}):
         return False
     del data["mcpServers"][name]
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+    wf.write_text(root, MCP_JSON, json.dumps(data, indent=2) + "\n")
     return True
 
 
@@ -214,10 +223,11 @@ def _header_path(line: str) -> list[str] | None:
     return path
 
 
-def _load_toml(path: Path) -> tuple[str, dict[str, Any]]:
-    if not path.is_file():
+def _load_toml(root: Path) -> tuple[str, dict[str, Any]]:
+    path = root / CODEX_TOML
+    if not _exists(root, CODEX_TOML):
         return "", {}
-    text = path.read_text()
+    text = wf.read_text(root, CODEX_TOML)
     try:
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -242,8 +252,8 @@ def _cut_table(text: str, name: str) -> str:
 
 def write_codex_toml(root: Path, entry: ServerEntry) -> Path:
     """Merge `entry` into `<root>/.codex/config.toml` (other tables and comments are kept)."""
-    path = root / ".codex" / "config.toml"
-    text, _ = _load_toml(path)
+    path = root / CODEX_TOML
+    text, _ = _load_toml(root)
     rest = _cut_table(text, entry.checked().name)
     _refuse_other_forms(path, rest, entry.name)
     new = rest.rstrip("\n") + ("\n\n" if rest.strip() else "") + render_codex_toml(entry)
@@ -253,18 +263,18 @@ def write_codex_toml(root: Path, entry: ServerEntry) -> Path:
             f"{path}: the merged file does not read back as the new entry.",
             next_step=f"remove mcp_servers.{entry.name} from the file by hand and run this again",
         )
-    atomic_write_text(path, new)
+    wf.write_text(root, CODEX_TOML, new)
     return path
 
 
 def remove_codex_toml(root: Path, name: str) -> bool:
-    path = root / ".codex" / "config.toml"
-    text, data = _load_toml(path)
+    path = root / CODEX_TOML
+    text, data = _load_toml(root)
     if name not in data.get("mcp_servers", {}):
         return False
     rest = _cut_table(text, name)
     _refuse_other_forms(path, rest, name)
-    atomic_write_text(path, rest)
+    wf.write_text(root, CODEX_TOML, rest)
     return True
 
 
@@ -311,8 +321,7 @@ def project_skill(root: Path, skill_dir: Path, name: str | None = None) -> list[
         )
     out = []
     for rel in SKILL_ROOTS:
-        parent = root / rel
-        parent.mkdir(parents=True, exist_ok=True)
+        parent = wf.real_dir(root, rel)  # a symlinked .claude/skills is refused, not followed
         tmp = parent / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
         shutil.copytree(
             skill_dir, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=False
@@ -332,7 +341,10 @@ def remove_skill(root: Path, name: str) -> list[Path]:
     removed = []
     for rel in SKILL_ROOTS:
         dest = root / rel / name
-        if dest.is_dir():
+        if dest.is_symlink():
+            dest.unlink()
+            removed.append(dest)
+        elif dest.is_dir():
             shutil.rmtree(dest)
             removed.append(dest)
     return removed
