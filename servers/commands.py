@@ -13,6 +13,7 @@ from harnesslab.tools.objective import run_objective
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.skills import project_skills
 from harnesslab.tools.tasks import list_tasks
+from harnesslab.tools.verdict_view import public_result, public_verdict
 from harnesslab.tools.verify import guarded_verify
 from harnesslab.tools.workspace import init_workspace, open_workspace
 
@@ -125,6 +126,12 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 def _verify_args(p: argparse.ArgumentParser) -> None:
     workspace_args(p)
     p.add_argument("--rotate", action="store_true", help="draw a new hidden case set (new secret)")
+    p.add_argument(
+        "--reveal-cases",
+        action="store_true",
+        help="OPERATOR ONLY: print the hidden cases (shapes) and per-case timings; never run "
+        "it where the agent reads the output, or the hidden cases stop being hidden",
+    )
 
 
 @command(
@@ -143,10 +150,14 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
             await launcher.aclose()
 
     verdict = run_async(go)
+    # Without the operator's flag the output is what guarded_final_verify shows an agent: no
+    # hidden shape, no per-case time or bandwidth (tools/verdict_view.py says why).
+    reveal = args.reveal_cases
     if args.json:
-        print(verdict.model_dump_json())
+        print(verdict.model_dump_json() if reveal else json.dumps(public_verdict(verdict)))
     else:
-        print_eval(verdict.result, f"verify (hidden set {verdict.case_set})")
+        shown = verdict.result if reveal else public_result(verdict.result)
+        print_eval(shown, f"verify (hidden set {verdict.case_set})")
         print(f"verdict: {verdict.verdict}")
         for r in verdict.reasons:
             print(f"  {r['code']}: {r['detail']}")

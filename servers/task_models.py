@@ -179,11 +179,13 @@ class ProbeOut(BaseModel):
 
 
 class HiddenCase(BaseModel):
+    """A hidden case as the agent sees it: no shape, and no per-case time (a time next to the
+    kernel's known bandwidth estimates the shape); score_us is the sum over cases."""
+
     index: int
     dtype: str
     status: str
     passed: bool
-    median_us: float | None = None
     max_abs_err: float | None = None
     reason: str = ""
 

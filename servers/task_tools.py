@@ -19,6 +19,7 @@ from harnesslab.tools.overview import Overview, overview
 from harnesslab.tools.probe import numerical_probe
 from harnesslab.tools.profile import ProfileReport, profile_kernel
 from harnesslab.tools.sweep import sweep
+from harnesslab.tools.verdict_view import public_verdict
 from harnesslab.tools.verify import guarded_verify
 from harnesslab.tools.workspace import STATE
 
@@ -218,14 +219,13 @@ async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> Ve
             dtype=c.dtype,
             status=c.status,
             passed=c.passed,
-            median_us=c.median_us,
             max_abs_err=c.max_abs_err,
             reason=c.reason[:300],
         )
         for i, c in enumerate(v.result.cases[:MAX_CASES_SHOWN])
     ]
     # The hidden shapes are the server's secret: no case names or shapes leave the server.
-    evidence = {k: val for k, val in v.evidence.items() if k != "cases"}
+    evidence = public_verdict(v)["evidence"]
     if v.verdict == "passed":
         nxt = "verified; keep optimizing, rank_history(mode='final') shows the final ranking"
     else:
