@@ -108,7 +108,11 @@ async def run_command_objective(
             local = launcher.settings.state_dir / "command_stage" / task.name
             if local.exists():
                 shutil.rmtree(local)
-            shutil.copytree(ws.root, local, ignore=shutil.ignore_patterns(STATE, "__pycache__"))
+            # symlinks=True: a link in the workspace travels as a link, never as the content of
+            # the file it names on this machine.
+            shutil.copytree(
+                ws.root, local, ignore=shutil.ignore_patterns(STATE, "__pycache__"), symlinks=True
+            )
             cwd = executor.path("command", task.name)
             await executor.sync_tree(local, cwd)
         res = await executor.run(["sh", "-c", task.objective], cwd=cwd, timeout_s=timeout_s)

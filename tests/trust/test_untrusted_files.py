@@ -11,7 +11,9 @@ import os
 import sys
 
 import pytest
+from mcp import Client
 
+from harnesslab.servers.meta_server import build_meta_server
 from harnesslab.tools.agent_runners import AgentRunner, Turn
 from harnesslab.tools.loop import start_run
 from harnesslab.tools.loop_state import RunConfig
@@ -127,3 +129,23 @@ async def test_an_unexpected_error_in_an_iteration_is_scored_and_the_run_goes_on
     assert [it["score"]["verdict"] for it in summary["iterations"]] == ["error", "error"]
     assert all("RuntimeError: unplanned" in it["score"]["error"] for it in summary["iterations"])
     assert summary["final"] is not None
+
+
+async def test_a_symlinked_state_folder_never_receives_generated_files(
+    tmp_path, monkeypatch, capsys
+):
+    root = init_ws(tmp_path, monkeypatch, capsys)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / ".harnesslab/mcp").symlink_to(outside)
+    state = canned_state(root, tmp_path)
+    spec = {
+        "name": "linked",
+        "description": "A server whose folder the agent linked away.",
+        "tools": [{"builtin": "inspect_context"}],
+    }
+    async with Client(build_meta_server(state.workspace, state.settings)) as client:
+        made = await client.call_tool("generate_server", spec)
+    await state.aclose()
+    assert made.is_error and "symlink" in text_of(made)
+    assert list(outside.iterdir()) == []
