@@ -69,28 +69,25 @@ class Ledger:
 
     def best(self, mode: str, *, case_set: str) -> dict[str, Any] | None:
         """Best trusted passing record of `mode` on `case_set`."""
-        best: dict[str, Any] | None = None
-        for rec in self.records(mode):
-            if not counts(rec) or rec.get("case_set") != case_set:
-                continue
-            if best is None or self.better(rec["score"], best["score"]):
-                best = rec
-        return best
+        ranked = self.ranked(mode, case_set=case_set)
+        return ranked[0] if ranked else None
 
-    def case_sets(self, mode: str) -> list[str]:
+    def case_sets(self, mode: str, records: list[dict[str, Any]] | None = None) -> list[str]:
         """Case sets with a trusted passing record in `mode`, most recently scored last."""
         seen: dict[str, float] = {}
-        for rec in self.records(mode):
-            if counts(rec):
+        for rec in self.records(mode) if records is None else records:
+            if rec.get("mode") == mode and counts(rec):
                 seen[str(rec.get("case_set"))] = float(rec.get("time", 0.0))
         return sorted(seen, key=lambda c: seen[c])
 
-    def ranked(self, mode: str, *, case_set: str) -> list[dict[str, Any]]:
+    def ranked(
+        self, mode: str, *, case_set: str, records: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
         """Trusted passing candidates on `case_set`, de-duplicated by hash (best record of
-        each), best first."""
+        each; the first of equal scores), best first."""
         by_hash: dict[str, dict[str, Any]] = {}
-        for rec in self.records(mode):
-            if not counts(rec) or rec.get("case_set") != case_set:
+        for rec in self.records(mode) if records is None else records:
+            if rec.get("mode") != mode or not counts(rec) or rec.get("case_set") != case_set:
                 continue
             h = rec.get("candidate", "")
             if h not in by_hash or self.better(rec["score"], by_hash[h]["score"]):
@@ -100,9 +97,11 @@ class Ledger:
     def view(self) -> dict[str, Any]:
         """What the agent may read: per mode and case set, the ranked candidates with their
         aggregate score, never per-case numbers."""
+        records = self.records()  # read once: the view is rewritten after every append
         modes: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        for mode in sorted({str(r.get("mode")) for r in self.records()}):
-            for cs in self.case_sets(mode):
+        for mode in sorted({str(r.get("mode")) for r in records}):
+            for cs in self.case_sets(mode, records):
+                ranked = self.ranked(mode, case_set=cs, records=records)
                 modes.setdefault(mode, {})[cs] = [
                     {
                         "rank": i + 1,
@@ -113,7 +112,7 @@ class Ledger:
                         "record_id": r.get("id"),
                         "time": r.get("time"),
                     }
-                    for i, r in enumerate(self.ranked(mode, case_set=cs)[:VIEW_ROWS])
+                    for i, r in enumerate(ranked[:VIEW_ROWS])
                 ]
         return {
             "about": "A view of the trusted ledger (kept outside the workspace): editing this "

@@ -77,7 +77,7 @@ class Workspace:
     def write_history_view(self, ledger: Ledger | None = None) -> None:
         if not self.root.is_dir():  # a deleted workspace is not recreated by a view
             return
-        wf.write_json(self.root, HISTORY_VIEW, (ledger or self.ledger()).view())
+        wf.write_json(self.root, HISTORY_VIEW, (ledger or self.ledger()).view(), fsync=False)
 
     # -- candidate -------------------------------------------------------------------------------
     def editable_files(self) -> dict[str, bytes]:
@@ -96,10 +96,6 @@ class Workspace:
         if not self.task.config_file:
             return {}
         name = self.task.config_file
-        if not wf.is_file(self.root, name) and not (self.root / name).is_symlink():
-            raise UsageError(
-                f"{name} is missing.", next_step="restore it or re-run `harnesslab init`"
-            )
         config = wf.read_json(self.root, name)
         if not isinstance(config, dict):
             raise UsageError(

@@ -109,7 +109,11 @@ def read_bytes(root: Path, rel: str, *, max_bytes: int = MAX_FILE_BYTES, what: s
                 f"{rel} is {st.st_size} bytes; the limit is {max_bytes}.",
                 next_step=f"make {rel} smaller",
             )
-        data = fh.read(max_bytes + 1)
+        # Read what fstat said (a read(max_bytes) would allocate the whole limit every time),
+        # and whatever it grew by since, up to the limit.
+        data = fh.read(st.st_size + 1)
+        if len(data) > st.st_size:
+            data += fh.read(max_bytes + 1 - len(data))
     if len(data) > max_bytes:
         raise UsageError(f"{rel} grew past {max_bytes} bytes.", next_step=f"make {rel} smaller")
     return data
@@ -298,8 +302,11 @@ def read_jsonl(root: Path, rel: str, *, max_bytes: int = 64 << 20) -> list[dict[
     return out
 
 
-def write_bytes(root: Path, rel: str, data: bytes, *, mode: int = 0o644) -> None:
-    """Atomically replace `rel` under `root` (temp file + rename in the same folder, fsynced),
+def write_bytes(
+    root: Path, rel: str, data: bytes, *, mode: int = 0o644, fsync: bool = True
+) -> None:
+    """Atomically replace `rel` under `root` (temp file + rename in the same folder, fsynced
+    unless `fsync=False`: a view rebuilt from the store after every change needs no fsync),
     never through a symlink: a symlink in place of the file is replaced, not followed."""
     pure = check_relative(rel)
     try:
@@ -315,7 +322,8 @@ def write_bytes(root: Path, rel: str, data: bytes, *, mode: int = 0o644) -> None
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
                     fh.flush()
-                    os.fsync(fh.fileno())
+                    if fsync:
+                        os.fsync(fh.fileno())
                 os.replace(tmp, pure.name, src_dir_fd=parent, dst_dir_fd=parent)
             except BaseException:
                 try:
@@ -331,8 +339,9 @@ def write_text(root: Path, rel: str, text: str) -> None:
     write_bytes(root, rel, text.encode())
 
 
-def write_json(root: Path, rel: str, obj: Any) -> None:
-    write_text(root, rel, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+def write_json(root: Path, rel: str, obj: Any, *, fsync: bool = True) -> None:
+    data = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    write_bytes(root, rel, data.encode(), fsync=fsync)
 
 
 def append_line(root: Path, rel: str, line: str) -> None:
