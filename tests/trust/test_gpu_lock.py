@@ -4,10 +4,12 @@ file for its (host, GPU); a waiter says who holds it."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,12 @@ from mcp import Client
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.task_server import build_task_server
+from harnesslab.tools.executor import LocalExecutor
 from harnesslab.tools.launcher import Launcher
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.tasks import load_task
+from harnesslab.tools.ssh import SSHExecutor
+from harnesslab.tools.ssh_testserver import serve_loopback
+from harnesslab.tools.tasks import TaskSpec, load_task
 
 from .support import SMALL, init_ws
 
@@ -34,20 +39,43 @@ def anyio_backend() -> str:
 
 
 def fake_settings(tmp: Path) -> Settings:
-    """Settings whose runner interpreter is tests/trust/fake_runner.py (fresh processes)."""
+    """Settings whose runner interpreter, here and on the "GPU host", is
+    tests/trust/fake_runner.py (fresh processes); `python -c` (the lock holder) stays Python."""
     wrapper = tmp / "fake-python"
     runner = Path(__file__).with_name("fake_runner.py")
-    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {runner} "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\n[ "$1" = -c ] && exec {sys.executable} "$@"\n'
+        f'exec {sys.executable} {runner} "$@"\n'
+    )
     wrapper.chmod(0o755)
-    return Settings(state_dir=tmp / "state", python=str(wrapper), warm_workers=False)
+    return Settings(
+        state_dir=tmp / "state", python=str(wrapper), remote_python=str(wrapper), warm_workers=False
+    )
 
 
-async def test_two_launchers_never_time_on_one_gpu_at_once(tmp_path, monkeypatch):
+@contextlib.asynccontextmanager
+async def two_launchers(kind: str, tmp: Path, settings: Settings) -> AsyncIterator[list[Launcher]]:
+    """Two servers' launchers for GPU 0 of one host: this machine, or an SSH host (an asyncssh
+    server on loopback that runs commands here, both clients with their own connections)."""
+    if kind == "local":
+        yield [Launcher(settings), Launcher(settings)]
+        return
+    async with await serve_loopback(tmp / "remote") as remote:
+        root = str(tmp / "remote_root")
+        yield [Launcher(settings, [SSHExecutor(remote.target(remote_root=root))]) for _ in "ab"]
+
+
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+async def test_two_launchers_never_time_on_one_gpu_at_once(tmp_path, monkeypatch, kind):
     sock = tmp_path / "runner.sock"
     monkeypatch.setenv("FAKE_RUNNER_SOCKET", str(sock))
     settings = fake_settings(tmp_path)
     task = load_task("rmsnorm_gate")
-    first, second = Launcher(settings), Launcher(settings)  # two servers' launchers
+    async with two_launchers(kind, tmp_path, settings) as (first, second):
+        await one_at_a_time(first, second, task, sock)
+
+
+async def one_at_a_time(first: Launcher, second: Launcher, task: TaskSpec, sock: Path) -> None:
     started_tx, started_rx = anyio.create_memory_object_stream[SocketStream](4)
     heard: list[str] = []
     waiting = anyio.Event()
@@ -84,7 +112,10 @@ async def test_two_launchers_never_time_on_one_gpu_at_once(tmp_path, monkeypatch
     await first.aclose()
     await second.aclose()
     (message,) = heard
-    assert int(WAITING.fullmatch(message).group(1)) == os.getpid()
+    holder = WAITING.fullmatch(message)
+    assert holder is not None
+    if isinstance(first.slots[0].executor, LocalExecutor):
+        assert int(holder.group(1)) == os.getpid()
 
 
 async def test_a_tool_waiting_for_the_gpu_says_who_holds_it(tmp_path, monkeypatch, capsys):
