@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .errors import EnvironmentProblem, ExecutorError
 from .executor import Executor, InteractiveProcess, LocalExecutor
-from .gpu_lock import OnWait, hold_gpu
+from .gpu_lock import OnWait, held_channels, hold_gpu
 from .settings import Settings
 from .tasks import TaskSpec
 
@@ -139,6 +139,7 @@ class Launcher:
             if ex.max_parallel is None:
                 return None
             held = sum(1 for s in self.slots if s.executor is ex and s.worker is not None)
+            held += held_channels(ex)  # GPU lock holders (tools/gpu_lock.py)
             total += max(1, ex.max_parallel - held - 1)
         return total
 

@@ -152,3 +152,25 @@ async def test_a_tool_waiting_for_the_gpu_says_who_holds_it(tmp_path, monkeypatc
     await state.aclose()
     await other.aclose()
     assert any(WAITING.fullmatch(m) for m in progress)
+
+
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+async def test_a_waiter_that_gives_up_never_takes_the_gpu_later(tmp_path, kind):
+    settings = fake_settings(tmp_path)
+    async with two_launchers(kind, tmp_path, settings) as (first, second):
+        waiting = anyio.Event()
+
+        async def wait_for_gpu() -> None:
+            async with second.hold(second.slots[0], on_wait=lambda _msg: waiting.set()):
+                pytest.fail("the GPU was held by the first launcher")
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                async with first.hold(first.slots[0]):
+                    tg.start_soon(wait_for_gpu)
+                    await waiting.wait()
+                    tg.cancel_scope.cancel()  # the second gives up while the first holds it
+            async with first.hold(first.slots[0]):  # free again, not taken by a ghost
+                pass
+        await first.aclose()
+        await second.aclose()
