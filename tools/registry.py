@@ -205,6 +205,9 @@ def record_qualification(
         if keep.exists():
             shutil.rmtree(keep)
         snapshot.rename(keep)
+        for older in keep.parent.iterdir():  # one kept bundle per server: the last that passed
+            if older.name != keep.name and not older.name.startswith("."):
+                shutil.rmtree(older, ignore_errors=True)
     with _editing(ws) as reg:
         rec = _record(reg, report.server)
         rec.tools = list(report.tools)
