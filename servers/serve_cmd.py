@@ -159,6 +159,43 @@ async def serve_http(server: Any, host: str, port: int, token: str | None) -> No
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
+# -- serve-generated ---------------------------------------------------------------------------
+
+
+def _serve_generated_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="a registered generated server of the workspace")
+    p.add_argument("-w", "--workspace", type=Path, default=Path("."), help="workspace folder")
+    add_executor_args(p)
+
+
+@command(
+    "serve-generated",
+    "Serve a registered generated server over stdio: the bundle its qualification passed, kept "
+    "in the trusted store and re-hashed first (what .mcp.json and .codex/config.toml start).",
+    _serve_generated_args,
+)
+def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
+    from harnesslab.tools.loop_servers import settings_env  # noqa: PLC0415
+    from harnesslab.tools.registry import load_registry, qualified_bundle  # noqa: PLC0415
+
+    ws = open_workspace(args.workspace, settings)
+    rec = load_registry(ws).servers.get(args.name)
+    if rec is None or rec.status != "registered" or not rec.bundle_hash:
+        raise UsageError(
+            f"{args.name!r} is not a registered server of {ws.root}.",
+            next_step="list_servers shows the statuses; qualify (self_test_server) and "
+            "register_server it first",
+        )
+    kept = qualified_bundle(ws, args.name, rec.bundle_hash)  # re-hashed: refused if altered
+    server_py = kept / ".harnesslab" / "mcp" / args.name / "server.py"
+    argv = [sys.executable, str(server_py), "--workspace", str(ws.root)]
+    os.chdir(ws.root)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, {**os.environ, **settings_env(settings)})
+    return 0  # pragma: no cover - execve does not return
+
+
 # -- config -------------------------------------------------------------------------------------
 
 
@@ -208,7 +245,7 @@ def executor_argv(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def server_entry(args: argparse.Namespace) -> ServerEntry:
+def server_entry(args: argparse.Namespace, settings: Settings) -> ServerEntry:
     if args.token_env and not args.url:
         raise UsageError(
             "--token-env only applies to an HTTP server (--url).",
@@ -217,7 +254,7 @@ def server_entry(args: argparse.Namespace) -> ServerEntry:
         )
     if args.url:
         return ServerEntry(name=args.name, url=args.url, token_env_var=args.token_env).checked()
-    ws = open_workspace(args.workspace)  # fails early on a folder that is no workspace
+    ws = open_workspace(args.workspace, settings)  # fails early on a folder that is no workspace
     program, *prefix = harnesslab_command()
     argv = [*prefix, "serve", "--workspace", str(ws.root), *executor_argv(args)]
     return ServerEntry(name=args.name, command=program, args=argv).checked()
@@ -231,13 +268,15 @@ def server_entry(args: argparse.Namespace) -> ServerEntry:
 def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     if args.approve and not args.write:
         raise UsageError("--approve goes with --write.", next_step="add --write")
-    entry = server_entry(args)
+    entry = server_entry(args, settings)
     if not args.write:
         print(
             render_mcp_json(entry) if args.client == "claude" else render_codex_toml(entry), end=""
         )
         return 0
-    root = open_workspace(args.workspace).root if not args.url else args.workspace.resolve()
+    root = (
+        open_workspace(args.workspace, settings).root if not args.url else args.workspace.resolve()
+    )
     writer = write_mcp_json if args.client == "claude" else write_codex_toml
     print(f"wrote {writer(root, entry)}")
     project_skills(root)  # shipped skills into .claude/skills/ and .agents/skills/

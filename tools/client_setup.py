@@ -192,7 +192,7 @@ def _codex_trusted(root: Path, settings: Settings) -> bool:
 
 def codex_status(root: Path, name: str, settings: Settings) -> ClientStatus:
     fix = f"harnesslab config codex -w {root} --write --approve"
-    spec = read_toml_table(root / CODEX_PROJECT_CONFIG, ["mcp_servers", name])
+    spec = read_toml_table(root / CODEX_PROJECT_CONFIG, ["mcp_servers", name], root=root)
     st = ClientStatus(
         client="codex",
         name=name,

@@ -95,7 +95,7 @@ async def run_doctor(
     checks: list[Check] = []
     ws: Workspace | None = None
     try:
-        ws = open_workspace(root)
+        ws = open_workspace(root, settings)
         checks.append(
             Check(name="workspace", status="ok", detail=f"{ws.root}: task {ws.task.name}")
         )

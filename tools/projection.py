@@ -25,12 +25,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from . import workspace_files as wf
 from .errors import UsageError
 from .storage import atomic_write_text
 
 Client = Literal["claude", "codex"]
 ENTRY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 SKILL_ROOTS = (".claude/skills", ".agents/skills")
+MCP_JSON = ".mcp.json"
+CODEX_TOML = ".codex/config.toml"
 
 # Codex waits startup_timeout_sec for the server's first answer and tool_timeout_sec for one
 # tool call. Its defaults (10 s, 60 s) are too short here: the server imports the MCP SDK
@@ -93,37 +96,44 @@ def render_mcp_json(entry: ServerEntry) -> str:
     return json.dumps({"mcpServers": {entry.name: claude_entry(entry.checked())}}, indent=2) + "\n"
 
 
-def _read_mcp_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+def _exists(root: Path, rel: str) -> bool:
+    return wf.is_file(root, rel) or (root / rel).is_symlink()
+
+
+def _read_mcp_json(root: Path) -> dict[str, Any]:
+    """The workspace's .mcp.json (an agent-writable file: read through workspace_files, so a
+    symlink to some other JSON file is refused, not merged and written back)."""
+    if not _exists(root, MCP_JSON):
         return {}
+    text = wf.read_text(root, MCP_JSON)
     try:
-        data = json.loads(path.read_text() or "{}")
-    except json.JSONDecodeError as exc:
+        data = wf.parse_json(text or "{}", source=MCP_JSON)
+    except UsageError as exc:
         raise UsageError(
-            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); not overwriting it.",
+            f"{root / MCP_JSON}: {exc.message} Not overwriting it.",
             next_step="fix or remove the file, then run this again",
         ) from exc
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers", {}), dict):
-        raise UsageError(f"{path}: expected {{'mcpServers': {{...}}}}.", next_step="fix the file")
+        raise UsageError(
+            f"{root / MCP_JSON}: expected {{'mcpServers': {{...}}}}.", next_step="fix the file"
+        )
     return data
 
 
 def write_mcp_json(root: Path, entry: ServerEntry) -> Path:
     """Merge `entry` into `<root>/.mcp.json` (other servers and keys are kept)."""
-    path = root / ".mcp.json"
-    data = _read_mcp_json(path)
+    data = _read_mcp_json(root)
     data.setdefault("mcpServers", {})[entry.checked().name] = claude_entry(entry)
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
-    return path
+    wf.write_text(root, MCP_JSON, json.dumps(data, indent=2) + "\n")
+    return root / MCP_JSON
 
 
 def remove_mcp_json(root: Path, name: str) -> bool:
-    path = root / ".mcp.json"
-    data = _read_mcp_json(path)
+    data = _read_mcp_json(root)
     if name not in data.get("mcpServers", {}):
         return False
     del data["mcpServers"][name]
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+    wf.write_text(root, MCP_JSON, json.dumps(data, indent=2) + "\n")
     return True
 
 
@@ -210,10 +220,13 @@ def _header_path(line: str) -> list[str] | None:
     return path
 
 
-def _load_toml(path: Path) -> tuple[str, dict[str, Any]]:
-    if not path.is_file():
+def _load_toml(path: Path, root: Path | None = None) -> tuple[str, dict[str, Any]]:
+    """(text, data) of a TOML file; inside a workspace (`root`) read through workspace_files,
+    so a symlink planted by the agent is refused rather than followed."""
+    rel = path.relative_to(root).as_posix() if root is not None else ""
+    if not (_exists(root, rel) if root is not None else path.is_file()):
         return "", {}
-    text = path.read_text()
+    text = wf.read_text(root, rel) if root is not None else path.read_text()
     try:
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -263,11 +276,14 @@ def render_toml_table(key_path: list[str], values: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_toml_table(path: Path, key_path: list[str], values: dict[str, Any]) -> Path:
+def write_toml_table(
+    path: Path, key_path: list[str], values: dict[str, Any], root: Path | None = None
+) -> Path:
     """Replace the table at `key_path` in the TOML file `path` with `values`; every other table,
     key and comment is kept byte for byte. Refuses a table written as an inline table or with
-    dotted keys, and never writes a file that does not read back as `values`."""
-    text, _ = _load_toml(path)
+    dotted keys, and never writes a file that does not read back as `values`. A file inside a
+    workspace (`root`) is written through workspace_files."""
+    text, _ = _load_toml(path, root)
     rest = _cut_table(text, key_path)
     where = _header(key_path)
     if _dig(tomllib.loads(rest), key_path) is not None:
@@ -282,26 +298,33 @@ def write_toml_table(path: Path, key_path: list[str], values: dict[str, Any]) ->
             f"{path}: the merged file does not read back as the new {where}.",
             next_step=f"remove {where} from the file by hand and run this again",
         )
-    atomic_write_text(path, new)
+    if root is not None:
+        wf.write_text(root, path.relative_to(root).as_posix(), new)
+    else:
+        atomic_write_text(path, new)
     return path
 
 
-def read_toml_table(path: Path, key_path: list[str]) -> dict[str, Any] | None:
+def read_toml_table(
+    path: Path, key_path: list[str], root: Path | None = None
+) -> dict[str, Any] | None:
     """The table at `key_path` in the TOML file `path` (None when absent)."""
-    _, data = _load_toml(path)
+    _, data = _load_toml(path, root)
     node = _dig(data, key_path)
     return node if isinstance(node, dict) else None
 
 
 def write_codex_toml(root: Path, entry: ServerEntry) -> Path:
     """Merge `entry` into `<root>/.codex/config.toml` (other tables and comments are kept)."""
-    path = root / ".codex" / "config.toml"
-    return write_toml_table(path, ["mcp_servers", entry.checked().name], codex_entry(entry))
+    path = root / CODEX_TOML
+    return write_toml_table(
+        path, ["mcp_servers", entry.checked().name], codex_entry(entry), root=root
+    )
 
 
 def remove_codex_toml(root: Path, name: str) -> bool:
-    path = root / ".codex" / "config.toml"
-    text, data = _load_toml(path)
+    path = root / CODEX_TOML
+    text, data = _load_toml(path, root)
     if name not in data.get("mcp_servers", {}):
         return False
     rest = _cut_table(text, ["mcp_servers", name])
@@ -311,7 +334,7 @@ def remove_codex_toml(root: Path, name: str) -> bool:
             "(inline table or dotted keys).",
             next_step=f"rewrite it as a [mcp_servers.{name}] table or remove it by hand",
         )
-    atomic_write_text(path, rest)
+    wf.write_text(root, CODEX_TOML, rest)
     return True
 
 
@@ -348,8 +371,7 @@ def project_skill(root: Path, skill_dir: Path, name: str | None = None) -> list[
         )
     out = []
     for rel in SKILL_ROOTS:
-        parent = root / rel
-        parent.mkdir(parents=True, exist_ok=True)
+        parent = wf.real_dir(root, rel)  # a symlinked .claude/skills is refused, not followed
         tmp = parent / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
         shutil.copytree(
             skill_dir, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=False
@@ -369,7 +391,10 @@ def remove_skill(root: Path, name: str) -> list[Path]:
     removed = []
     for rel in SKILL_ROOTS:
         dest = root / rel / name
-        if dest.is_dir():
+        if dest.is_symlink():
+            dest.unlink()
+            removed.append(dest)
+        elif dest.is_dir():
             shutil.rmtree(dest)
             removed.append(dest)
     return removed

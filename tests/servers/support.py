@@ -45,8 +45,8 @@ def settings(tmp: Path) -> Settings:
 
 
 def state_for(root: Path, tmp: Path, launcher: Launcher | None = None) -> ServerState:
-    ws = open_workspace(root)
     cfg = settings(tmp)
+    ws = open_workspace(root, cfg)
     return ServerState(
         workspace=ws,
         launcher=launcher or Launcher(cfg),
@@ -57,7 +57,7 @@ def state_for(root: Path, tmp: Path, launcher: Launcher | None = None) -> Server
 
 
 def kernel_workspace(tmp: Path) -> Workspace:
-    return init_workspace("rmsnorm_gate", tmp / "ws")
+    return init_workspace("rmsnorm_gate", tmp / "ws", settings(tmp))
 
 
 def _case(c: dict[str, Any]) -> dict[str, Any]:

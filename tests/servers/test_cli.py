@@ -30,12 +30,14 @@ def test_init_then_eval_json_then_verify_json_succeed_on_the_cpu(tmp_path):
     assert ev.returncode == 0, ev.stderr
     result = json.loads(ev.stdout)
     assert result["status"] == "passed" and result["meaningful"] is False
-    ver = run_cli("verify", "-w", str(ws), "--json", tmp_path=tmp_path)
+    # --reveal-cases: the operator's flag (tests/trust/test_hidden_cases.py: without it, no
+    # shape is printed)
+    ver = run_cli("verify", "-w", str(ws), "--json", "--reveal-cases", tmp_path=tmp_path)
     assert ver.returncode == 0, ver.stderr
     verdict = json.loads(ver.stdout)
     assert verdict["verdict"] == "passed"
     # The hidden shapes (reported in the verdict's evidence, after the fact) appear in no file
-    # of the workspace, its .harnesslab state included.
+    # of the workspace, its .harnesslab views included.
     hidden = [f"{c['shape']['rows']}x{c['shape']['dim']}" for c in verdict["evidence"]["cases"]]
     assert hidden
     for path in (p for p in ws.rglob("*") if p.is_file()):

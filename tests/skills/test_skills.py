@@ -124,8 +124,9 @@ def meta_server_tools() -> dict[str, set[str]]:
     if build is None:
         pytest.skip("harnesslab.servers.meta_server has no build_meta_server() to list its tools")
     with tempfile.TemporaryDirectory() as tmp:
-        ws = init_workspace("rmsnorm_gate", Path(tmp) / "ws")
-        server = build(ws, Settings(state_dir=Path(tmp) / "state"))
+        settings = Settings(state_dir=Path(tmp) / "state")
+        ws = init_workspace("rmsnorm_gate", Path(tmp) / "ws", settings)
+        server = build(ws, settings)
 
         async def listed() -> Any:
             return await server.list_tools()
@@ -150,8 +151,9 @@ def inspect_context_keys() -> set[str]:
 
     tool = task_server_tools()["inspect_context"]
     with tempfile.TemporaryDirectory() as tmp:
-        ws = init_workspace("rmsnorm_gate", Path(tmp) / "ws")
-        state = ServerState.open(ws.root, Settings(state_dir=Path(tmp) / "state"))
+        settings = Settings(state_dir=Path(tmp) / "state")
+        ws = init_workspace("rmsnorm_gate", Path(tmp) / "ws", settings)
+        state = ServerState.open(ws.root, settings)
 
         async def call() -> Any:
             try:

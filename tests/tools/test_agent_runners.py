@@ -284,7 +284,7 @@ def test_codex_loads_a_loop_turns_server_overrides(tmp_path, monkeypatch):
     cli_path("codex")
     env = seal(monkeypatch, tmp_path / "home")
     settings = Settings(state_dir=tmp_path / "state")
-    ws = init_workspace("rmsnorm_gate", tmp_path / "ws")
+    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", settings)
     config = write_mcp_config(tmp_path / "mcp.json", turn_servers(ws, settings, meta=False))
     turn = make_turn(tmp_path).model_copy(update={"mcp_config": config})
     options = CodexRunner().options(turn)

@@ -43,7 +43,7 @@ async def test_a_missing_workspace_gets_the_init_command_and_skips_the_client_co
 
 @pytest.mark.anyio
 async def test_a_fresh_workspace_has_a_working_executor_and_misses_the_clients(tmp_path):
-    ws = init_workspace("rmsnorm_gate", tmp_path / "ws")
+    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", settings(tmp_path))
     with anyio.fail_after(LIMIT_S):
         report = await run_doctor(ws.root, settings(tmp_path))
     checks = {c.name: c for c in report.checks}

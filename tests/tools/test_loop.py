@@ -101,8 +101,8 @@ def wait_dead(pids: list[int], limit_s: float = 10.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-def rows_per_program(ws_root: Path, candidate: str) -> int:
-    files = Checkpoints(open_workspace(ws_root)).files(candidate)
+def rows_per_program(ws_root: Path, settings: Settings, candidate: str) -> int:
+    files = Checkpoints(open_workspace(ws_root, settings)).files(candidate)
     return json.loads(files["kernel_config.json"])["rows_per_program"]
 
 
@@ -139,21 +139,22 @@ async def test_verified_improvement_becomes_best_and_a_deleted_kernel_is_rolled_
     assert (config.workspace / "kernel.py").is_file()
     assert summary["final"]["verdict"] == "passed"
     assert summary["final"]["case_set"] != summary["baseline"]["case_set"]
-    assert open_workspace(config.workspace).candidate_hash() == best["candidate"]
+    ws = open_workspace(config.workspace, settings)
+    assert ws.candidate_hash() == best["candidate"]
     assert summary["status"] == "completed"
-    run_dir = config.workspace / ".harnesslab/runs" / summary["run_id"]
+    # the run's state in the trusted store, its artifacts in the workspace
+    store = RunStore(ws, summary["run_id"])
+    for rel in ("config.json", "state.json", "best.json", "iter-01/score.json"):
+        assert (store.dir / rel).is_file(), rel
+        assert not (store.artifacts / rel).exists(), rel
     for rel in (
-        "config.json",
-        "state.json",
         "summary.json",
-        "best.json",
-        "iter-01/score.json",
         "iter-01/attempt/prompt.md",
         "iter-01/attempt/mcp.json",
         "iter-01/attempt/result.json",
     ):
-        assert (run_dir / rel).is_file(), rel
-    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+        assert (store.artifacts / rel).is_file(), rel
+    assert json.loads((store.artifacts / "summary.json").read_text())["status"] == "completed"
 
 
 @pytest.mark.anyio
@@ -179,8 +180,8 @@ async def test_hung_agent_is_killed_with_its_child_and_its_work_still_scored_and
     assert wait_dead([pids["agent"], pids["child"]]) == []
     # the change the agent made before hanging was scored independently
     assert it["score"]["verdict"] == "passed"
-    assert rows_per_program(config.workspace, it["score"]["candidate"]) == 8
-    state = RunStore(config.workspace / ".harnesslab/runs", summary["run_id"]).load()
+    assert rows_per_program(config.workspace, settings, it["score"]["candidate"]) == 8
+    state = RunStore(open_workspace(config.workspace, settings), summary["run_id"]).load()
     assert state.active == []
     assert summary["status"] == "stopped" and "stop score" in summary["stop_reason"]
     assert len(summary["iterations"]) == 1
@@ -220,9 +221,10 @@ def cli_run_stopped_mid_attempt(
     return loop.returncode, err.decode(errors="replace")[-3000:], json.loads(pids_file.read_text())
 
 
-def only_run(config: RunConfig) -> RunStore:
-    (run_id,) = [p.name for p in (config.workspace / ".harnesslab/runs").iterdir()]
-    return RunStore(config.workspace / ".harnesslab/runs", run_id)
+def only_run(config: RunConfig, settings: Settings) -> RunStore:
+    ws = open_workspace(config.workspace, settings)
+    (run_id,) = [p.name for p in ws.runs_dir.iterdir()]
+    return RunStore(ws, run_id)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
@@ -234,7 +236,7 @@ def test_ctrl_c_or_sigterm_mid_attempt_records_the_interruption_and_kills_the_ag
     assert code == 130, err
     assert "--resume" in err
     assert wait_dead([pids["agent"], pids["child"]]) == []
-    state = only_run(config).load()
+    state = only_run(config, settings).load()
     assert state.status == "interrupted" and state.active == []
     assert state.iterations[0].running == "attempt"
 
@@ -246,7 +248,7 @@ async def test_a_crashed_loop_resumes_kills_what_it_left_and_finishes(
     config = scripted(tmp_path, small_task, {"attempt": ["hang"], "hang_once": True})
     _, _, pids = cli_run_stopped_mid_attempt(config, settings, signal.SIGKILL)
     assert alive(pids["agent"])  # orphaned by the crash
-    store = only_run(config)
+    store = only_run(config, settings)
     state = store.load()
     assert state.iterations[0].running == "attempt" and state.active
 
@@ -301,17 +303,17 @@ async def test_a_good_server_is_registered_and_a_broken_one_quarantined_after_on
     assert bad["status"] == "quarantined" and bad["repaired"] is True
     assert "diagnose is broken" in bad["report"]
     assert it["repair"]["status"] == "ok"
-    run_dir = config.workspace / ".harnesslab/runs" / summary["run_id"] / "iter-01"
-    repair_prompt = (run_dir / "repair/prompt.md").read_text()
+    ws = open_workspace(config.workspace, settings)
+    store = RunStore(ws, summary["run_id"])
+    repair_prompt = (store.artifacts / "iter-01/repair/prompt.md").read_text()
     assert "fake-bad-server" in repair_prompt and "diagnose is broken" in repair_prompt
-    qualification = json.loads((run_dir / "qualification.json").read_text())
+    qualification = json.loads((store.dir / "iter-01/qualification.json").read_text())
     assert sorted((q["name"], q["passed"], q["after_repair"]) for q in qualification) == [
         ("fake-bad-server", False, False),
         ("fake-bad-server", False, True),
         ("fake-good-server", True, False),
     ]
     # the next session gets the registered server, never the quarantined one
-    ws = open_workspace(config.workspace)
     active = turn_servers(ws, settings, meta=False).entries
     assert "fake-good-server" in active and "fake-bad-server" not in active
     mcp_json = json.loads((config.workspace / ".mcp.json").read_text())["mcpServers"]
