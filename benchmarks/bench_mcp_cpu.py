@@ -25,6 +25,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from harnesslab.tools.settings import Settings
 from harnesslab.tools.workspace import init_workspace
 
 HARNESSLAB = Path(sys.executable).parent / "harnesslab"
@@ -53,7 +54,7 @@ def params(ws: Path, state: Path) -> StdioServerParameters:
 
 async def bench(calls: int, starts: int, objectives: int) -> list[tuple[str, str, str, str]]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-mcp-"))
-    ws = init_workspace("rmsnorm_gate", tmp / "ws").root
+    ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=tmp / "state")).root
     p = params(ws, tmp / "state")
     rows = []
 

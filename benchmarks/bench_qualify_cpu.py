@@ -67,7 +67,7 @@ SPECS: dict[str, dict[str, Any]] = {
 
 async def one(kind: str, base: Path, i: int) -> QualificationReport:
     settings = Settings(state_dir=base / "state")
-    ws = init_workspace("rmsnorm_gate", base / f"{kind}-{i}")
+    ws = init_workspace("rmsnorm_gate", base / f"{kind}-{i}", settings)
     spec = {"name": f"bench-{kind}", "description": f"Benchmark server ({kind}).", **SPECS[kind]}
     generate(ws, spec, {"diag.py": DIAG})
     return await qualify_workspace_server(ws, f"bench-{kind}", settings, timeout_s=600)

@@ -101,8 +101,9 @@ def serial_sweep(
     """All configs compiled and timed in ONE runner process, no parallel compile phase."""
     from harnesslab.tools.workspace import open_workspace
 
-    ws = open_workspace(ws_root)
-    launcher = Launcher(Settings(state_dir=state))
+    settings = Settings(state_dir=state)
+    ws = open_workspace(ws_root, settings)
+    launcher = Launcher(settings)
     files = ws.editable_files()
     digest = ws.candidate_hash(files)
     launcher._stage_common(ws.task)
@@ -154,9 +155,9 @@ def main() -> int:
     )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hl-ssh-e2e-"))
-    ws = init_workspace("rmsnorm_gate", tmp / "ws").root
+    ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=tmp / "state")).root
     configs = expand_space(
-        init_workspace("rmsnorm_gate", tmp / "ws_serial"),
+        init_workspace("rmsnorm_gate", tmp / "ws_serial", Settings(state_dir=tmp / "state_serial")),
         None,
         args.configs,
         json.loads((ws / "kernel_config.json").read_text()),

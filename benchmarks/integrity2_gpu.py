@@ -34,11 +34,24 @@ def part(name: str):
             t0 = time.perf_counter()
             try:
                 out = fn(*a, **k)
-                ROWS.append({"part": name, "ok": True, "s": round(time.perf_counter() - t0, 1), **(out or {})})
+                ROWS.append(
+                    {
+                        "part": name,
+                        "ok": True,
+                        "s": round(time.perf_counter() - t0, 1),
+                        **(out or {}),
+                    }
+                )
             except Exception as exc:
                 traceback.print_exc()
-                ROWS.append({"part": name, "ok": False, "s": round(time.perf_counter() - t0, 1),
-                             "error": f"{type(exc).__name__}: {exc}"[:400]})
+                ROWS.append(
+                    {
+                        "part": name,
+                        "ok": False,
+                        "s": round(time.perf_counter() - t0, 1),
+                        "error": f"{type(exc).__name__}: {exc}"[:400],
+                    }
+                )
             print(json.dumps(ROWS[-1])[:2000], flush=True)
 
         return run
@@ -48,8 +61,12 @@ def part(name: str):
 
 @part("probe")
 def probe() -> dict[str, Any]:
-    out = subprocess.run([sys.executable, str(TOOLS / "sandbox.py"), "--probe"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, str(TOOLS / "sandbox.py"), "--probe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return {"probe": json.loads(out.stdout), "uname": os.uname().release}
 
 
@@ -90,12 +107,30 @@ def cuda_in_sandbox() -> dict[str, Any]:
     script.write_text(CUDA_SCRIPT)
     policy = {"read": [str(script)], "scratch_root": scratch, "require": True}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-I", str(TOOLS / "sandbox.py"), "--policy", json.dumps(policy),
-                          "--", sys.executable, "-I", str(script)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            str(TOOLS / "sandbox.py"),
+            "--policy",
+            json.dumps(policy),
+            "--",
+            sys.executable,
+            "-I",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = out.stdout.strip().splitlines()
-    return {"rc": out.returncode, "sandbox": json.loads(lines[0]) if lines else None,
-            "result": json.loads(lines[-1]) if len(lines) > 1 else None,
-            "wall_s": round(time.perf_counter() - t0, 1), "stderr": out.stderr[-1500:]}
+    return {
+        "rc": out.returncode,
+        "sandbox": json.loads(lines[0]) if lines else None,
+        "result": json.loads(lines[-1]) if len(lines) > 1 else None,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "stderr": out.stderr[-1500:],
+    }
 
 
 @part("ipc")
@@ -115,28 +150,49 @@ def ipc() -> dict[str, Any]:
         handle = drv.ipc_handle(ptr)
         scratch = tempfile.mkdtemp(prefix="sbx-ipc-")
         policy = {"read": [str(TOOLS)], "scratch_root": scratch, "namespaces": ns}
-        p = subprocess.Popen([sys.executable, "-I", str(TOOLS / "sandbox.py"), "--policy", json.dumps(policy),
-                              "--", sys.executable, "-I", str(TOOLS / "replay.py")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-I",
+                str(TOOLS / "sandbox.py"),
+                "--policy",
+                json.dumps(policy),
+                "--",
+                sys.executable,
+                "-I",
+                str(TOOLS / "replay.py"),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         fd_in, fd_out = p.stdin.fileno(), p.stdout.fileno()
         report = json.loads(wire.read_line(fd_out, 30))
-        import base64
 
-        def ask(msg):
+        def ask(msg, fd_in=fd_in, fd_out=fd_out):
             wire.send(fd_in, msg)
             return wire.recv(fd_out, 60)
 
         try:
             r = ipc_steps(ask, handle)
         except Exception as exc:
-            results[f"namespaces={ns}"] = {"error": repr(exc), "stderr": p.stderr.read().decode()[-600:] if p.poll() is not None else ""}
+            results[f"namespaces={ns}"] = {
+                "error": repr(exc),
+                "stderr": p.stderr.read().decode()[-600:] if p.poll() is not None else "",
+            }
             p.kill()
             drv.free(ptr)
             continue
-        class M:
 
+        class M:
             def __init__(s, ptr, n):
-                s.__cuda_array_interface__ = {"shape": (n,), "typestr": "<u4", "data": (ptr, False), "version": 2}
+                s.__cuda_array_interface__ = {
+                    "shape": (n,),
+                    "typestr": "<u4",
+                    "data": (ptr, False),
+                    "version": 2,
+                }
+
         t = torch.as_tensor(M(ptr, 1 << 18), device="cuda")
         ok = bool((t[1024:2048] == 0x12345678).all()) and not bool((t[:1024] == 0x12345678).any())
         ask({"op": "close_arena", "id": "a"})
@@ -144,20 +200,47 @@ def ipc() -> dict[str, Any]:
         p.wait(30)
         del t
         drv.free(ptr)
-        results[f"namespaces={ns}"] = {"written_by_replayer": ok, "replies": [str(x)[:160] for x in r],
-                                       "sandbox": report.get("level"), "stderr": p.stderr.read().decode()[-600:]}
+        results[f"namespaces={ns}"] = {
+            "written_by_replayer": ok,
+            "replies": [str(x)[:160] for x in r],
+            "sandbox": report.get("level"),
+            "stderr": p.stderr.read().decode()[-600:],
+        }
     return results
 
 
 def ipc_steps(ask, handle):
     import base64
 
-    return [ask({"op": "hello"}),
-            ask({"op": "arena", "id": "a", "handle": base64.b64encode(handle).decode(), "nbytes": 1 << 20}),
-            ask({"op": "program", "id": "p", "steps": [{"op": "memset", "buf": "b", "offset": 0, "width": 4,
-                                                        "value": 0x12345678, "count": 1024}],
-                 "calls": [{"b": ["a", 4096, 8192]}]}),
-            ask({"op": "run", "id": "p", "calls": [0]})]
+    return [
+        ask({"op": "hello"}),
+        ask(
+            {
+                "op": "arena",
+                "id": "a",
+                "handle": base64.b64encode(handle).decode(),
+                "nbytes": 1 << 20,
+            }
+        ),
+        ask(
+            {
+                "op": "program",
+                "id": "p",
+                "steps": [
+                    {
+                        "op": "memset",
+                        "buf": "b",
+                        "offset": 0,
+                        "width": 4,
+                        "value": 0x12345678,
+                        "count": 1024,
+                    }
+                ],
+                "calls": [{"b": ["a", 4096, 8192]}],
+            }
+        ),
+        ask({"op": "run", "id": "p", "calls": [0]}),
+    ]
 
 
 def honest_kernels(task: str) -> dict[str, tuple[Path, dict | None]]:
@@ -172,6 +255,7 @@ def honest_kernels(task: str) -> dict[str, tuple[Path, dict | None]]:
 
 def verify_once(ws, state: Path, **kw):  # noqa: D103
     import anyio
+
     from harnesslab.tools.launcher import Launcher
     from harnesslab.tools.settings import Settings
     from harnesslab.tools.verify import guarded_verify
@@ -190,12 +274,23 @@ def verify_once(ws, state: Path, **kw):  # noqa: D103
 
 def summarize(v) -> dict[str, Any]:
     return {
-        "verdict": v.verdict, "score_us": v.score_us and round(v.score_us, 2), "certifies": v.certifies,
-        "sandbox": v.sandbox, "reasons": [f"{r['code']}: {r['detail']}"[:240] for r in v.reasons[:4]],
-        "cases": [(c.median_us and round(c.median_us, 2), c.pct_of_copy_bw and round(c.pct_of_copy_bw, 1),
-                   c.timing_method) for c in v.result.cases],
-        "checks": v.evidence.get("checks"), "wall_s": round(v.result.wall_s, 1),
-        "incumbent": v.incumbent and {k: v.incumbent.get(k) for k in ("speedup", "faster", "error")},
+        "verdict": v.verdict,
+        "score_us": v.score_us and round(v.score_us, 2),
+        "certifies": v.certifies,
+        "sandbox": v.sandbox,
+        "reasons": [f"{r['code']}: {r['detail']}"[:240] for r in v.reasons[:4]],
+        "cases": [
+            (
+                c.median_us and round(c.median_us, 2),
+                c.pct_of_copy_bw and round(c.pct_of_copy_bw, 1),
+                c.timing_method,
+            )
+            for c in v.result.cases
+        ],
+        "checks": v.evidence.get("checks"),
+        "wall_s": round(v.result.wall_s, 1),
+        "incumbent": v.incumbent
+        and {k: v.incumbent.get(k) for k in ("speedup", "faster", "error")},
     }
 
 
@@ -212,7 +307,10 @@ def verify_tasks(tasks: list[str], state: Path) -> dict[str, Any]:
             t0 = time.perf_counter()
             try:
                 v = verify_once(ws, state)
-                out[f"{task}/{name}"] = {**summarize(v), "total_s": round(time.perf_counter() - t0, 1)}
+                out[f"{task}/{name}"] = {
+                    **summarize(v),
+                    "total_s": round(time.perf_counter() - t0, 1),
+                }
             except Exception as exc:
                 traceback.print_exc()
                 out[f"{task}/{name}"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
@@ -231,8 +329,11 @@ def abba(state: Path) -> dict[str, Any]:
     ws = init_workspace("rmsnorm_gate", tmp / "ws")
     rows = {}
     fast = kernels["solution_fast"][0].read_text()
-    for name, text in (("baseline", kernels["baseline"][0].read_text()), ("fast", fast),
-                       ("fast_identical", fast + "\n# the same kernel under a new hash\n")):
+    for name, text in (
+        ("baseline", kernels["baseline"][0].read_text()),
+        ("fast", fast),
+        ("fast_identical", fast + "\n# the same kernel under a new hash\n"),
+    ):
         (ws.root / "kernel.py").write_text(text)
         rows[name] = summarize(verify_once(ws, state))
     return rows
@@ -289,13 +390,20 @@ def gpu_cheats(state: Path) -> dict[str, Any]:
         inc = cheat.incumbent or {}
         if want == "harmless":  # rejected by an observation, or passed and no faster
             ok = cheat.verdict == "rejected" or (
-                cheat.verdict == "passed" and not cheat.is_new_best and (inc.get("speedup") or 0) < 1.03
+                cheat.verdict == "passed"
+                and not cheat.is_new_best
+                and (inc.get("speedup") or 0) < 1.03
             )
         else:
             ok = cheat.verdict == "rejected" and want in codes
         rows[path.stem] = {
-            "expected": want, "ok": ok, "twin": honest.verdict, "verdict": cheat.verdict,
-            "codes": codes, "speedup_vs_twin": inc.get("speedup"), "is_new_best": cheat.is_new_best,
+            "expected": want,
+            "ok": ok,
+            "twin": honest.verdict,
+            "verdict": cheat.verdict,
+            "codes": codes,
+            "speedup_vs_twin": inc.get("speedup"),
+            "is_new_best": cheat.is_new_best,
             "guard_children_left": processes_running("guard_child.py"),
         }
         print(json.dumps({path.stem: rows[path.stem]}), flush=True)
@@ -339,8 +447,12 @@ def overhead(n: int = 5) -> dict[str, Any]:
     walls = anyio.run(go)
     med = {k: statistics.median(v) for k, v in walls.items()}
     spread = {k: (min(v), max(v)) for k, v in walls.items()}
-    return {"median_s": med, "min_max_s": spread,
-            "ratio": med["sandboxed"] / med["unsandboxed"], "n": n}
+    return {
+        "median_s": med,
+        "min_max_s": spread,
+        "ratio": med["sandboxed"] / med["unsandboxed"],
+        "n": n,
+    }
 
 
 @part("cost")
@@ -364,10 +476,13 @@ def cost(state: Path) -> dict[str, Any]:
     async def plain():
         launcher = Launcher(settings)
         request = {
-            "mode": "evaluate", "entry": ws.task.entry, "config_file": ws.task.config_file,
+            "mode": "evaluate",
+            "entry": ws.task.entry,
+            "config_file": ws.task.config_file,
             "candidate_dir": f"@stage/{launcher.stage_candidate(files, ws.candidate_hash(files))}",
             "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
-            "cases": [c.model_dump() for c in cases], "seed": 1,
+            "cases": [c.model_dump() for c in cases],
+            "seed": 1,
         }
         t0 = time.perf_counter()
         try:
@@ -384,8 +499,11 @@ def cost(state: Path) -> dict[str, Any]:
         v = verify_once(ws, state)
         verify_s.append(time.perf_counter() - t0)
         assert v.verdict == "passed", v.reasons
-    return {"plain_s": plain_s, "verify_s": verify_s,
-            "ratio": statistics.median(verify_s) / statistics.median(plain_s)}
+    return {
+        "plain_s": plain_s,
+        "verify_s": verify_s,
+        "ratio": statistics.median(verify_s) / statistics.median(plain_s),
+    }
 
 
 @part("repeat")
@@ -405,16 +523,26 @@ def repeat(state: Path, n: int, budget_s: float) -> dict[str, Any]:
             break
         t0 = time.perf_counter()
         v = verify_once(ws, state)
-        rows.append({"verdict": v.verdict, "score_us": v.score_us, "codes": sorted({r["code"] for r in v.reasons}),
-                     "speedup": (v.incumbent or {}).get("speedup"), "wall_s": round(time.perf_counter() - t0, 1)})
+        rows.append(
+            {
+                "verdict": v.verdict,
+                "score_us": v.score_us,
+                "codes": sorted({r["code"] for r in v.reasons}),
+                "speedup": (v.incumbent or {}).get("speedup"),
+                "wall_s": round(time.perf_counter() - t0, 1),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     scores = [r["score_us"] for r in rows if r["score_us"]]
-    return {"runs": len(rows), "passed": sum(r["verdict"] == "passed" for r in rows),
-            "false_rejections": sum(r["verdict"] != "passed" for r in rows),
-            "score_median_us": statistics.median(scores) if scores else None,
-            "score_spread": (max(scores) - min(scores)) / statistics.median(scores) if scores else None,
-            "wall_median_s": statistics.median(r["wall_s"] for r in rows) if rows else None,
-            "rows": rows}
+    return {
+        "runs": len(rows),
+        "passed": sum(r["verdict"] == "passed" for r in rows),
+        "false_rejections": sum(r["verdict"] != "passed" for r in rows),
+        "score_median_us": statistics.median(scores) if scores else None,
+        "score_spread": (max(scores) - min(scores)) / statistics.median(scores) if scores else None,
+        "wall_median_s": statistics.median(r["wall_s"] for r in rows) if rows else None,
+        "rows": rows,
+    }
 
 
 def main() -> int:
@@ -424,7 +552,9 @@ def main() -> int:
     ap.add_argument("--json", default="")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--repeat-budget-s", type=float, default=240)
-    ap.add_argument("--deadline-s", type=float, default=0, help="stop starting repeats this long after start")
+    ap.add_argument(
+        "--deadline-s", type=float, default=0, help="stop starting repeats this long after start"
+    )
     ap.add_argument("--cheats", default="", help="GPU cheats to run (default all)")
     ap.add_argument("--cost-rounds", type=int, default=2)
     args = ap.parse_args()

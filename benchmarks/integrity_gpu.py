@@ -74,7 +74,7 @@ class Bench:
 
     def workspace(self, kernel: Path) -> Workspace:
         self.n += 1
-        ws = init_workspace("rmsnorm_gate", self.tmp / f"ws{self.n}")
+        ws = init_workspace("rmsnorm_gate", self.tmp / f"ws{self.n}", self.settings)
         shutil.copy(kernel, ws.root / "kernel.py")
         return ws
 

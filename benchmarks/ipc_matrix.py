@@ -16,7 +16,7 @@ from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 sys.path.insert(0, str(TOOLS))
-CHILD = r'''
+CHILD = r"""
 import base64, json, socket, sys, ctypes
 sys.path.insert(0, sys.argv[1])
 from cudadrv import Driver
@@ -34,13 +34,18 @@ try:
     print(json.dumps({"ok": True}))
 except Exception as e:
     print(json.dumps({"ok": False, "error": str(e)}))
-'''
+"""
 CONFIGS = {
     "no_sandbox": None,
     "landlock_only": {"seccomp": False, "drop_caps": False, "namespaces": False},
     "seccomp_only": {"landlock": False, "drop_caps": False, "namespaces": False},
     "caps_only": {"landlock": False, "seccomp": False, "namespaces": False},
-    "ns_net_mnt": {"landlock": False, "seccomp": False, "drop_caps": False, "namespaces": ["net", "mnt"]},
+    "ns_net_mnt": {
+        "landlock": False,
+        "seccomp": False,
+        "drop_caps": False,
+        "namespaces": ["net", "mnt"],
+    },
     "ns_pid": {"landlock": False, "seccomp": False, "drop_caps": False, "namespaces": ["pid"]},
     "full": {},
 }
@@ -64,21 +69,44 @@ def main() -> None:
                 ptr = d.alloc(size)
                 arg = base64.b64encode(d.ipc_handle(ptr)).decode()
             else:
-                ptr, size, handle, fd = d.alloc_shareable(size)
+                ptr, size, _, fd = d.alloc_shareable(size)
                 a, b = socket.socketpair()
                 socket.send_fds(a, [b"x"], [fd])
                 arg, fds = str(b.fileno()), (b.fileno(),)
             argv = [sys.executable, "-I", str(script), str(TOOLS), mode, arg, str(size)]
             if policy is not None:
-                p = {"read": [str(TOOLS), str(script)], "scratch_root": tempfile.mkdtemp(), **policy}
-                argv = [sys.executable, "-I", str(TOOLS / "sandbox.py"), "--policy", json.dumps(p), "--", *argv]
+                p = {
+                    "read": [str(TOOLS), str(script)],
+                    "scratch_root": tempfile.mkdtemp(),
+                    **policy,
+                }
+                argv = [
+                    sys.executable,
+                    "-I",
+                    str(TOOLS / "sandbox.py"),
+                    "--policy",
+                    json.dumps(p),
+                    "--",
+                    *argv,
+                ]
             out = subprocess.run(argv, capture_output=True, text=True, timeout=120, pass_fds=fds)
             lines = out.stdout.strip().splitlines()
+
             class M:
                 def __init__(s, p, n):
-                    s.__cuda_array_interface__ = {"shape": (n,), "typestr": "<u4", "data": (p, False), "version": 2}
-            seen = bool((torch.as_tensor(M(ptr, size // 4), device="cuda")[1024:2048] == 0x12345678).all())
-            print(f"{mode:7s} {name:14s} child={lines[-1] if lines else out.stderr[-200:]!s:60.60s} written={seen}")
+                    s.__cuda_array_interface__ = {
+                        "shape": (n,),
+                        "typestr": "<u4",
+                        "data": (p, False),
+                        "version": 2,
+                    }
+
+            seen = bool(
+                (torch.as_tensor(M(ptr, size // 4), device="cuda")[1024:2048] == 0x12345678).all()
+            )
+            print(
+                f"{mode:7s} {name:14s} child={lines[-1] if lines else out.stderr[-200:]!s:60.60s} written={seen}"
+            )
             if mode == "legacy":
                 d.free(ptr)
 

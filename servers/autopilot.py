@@ -35,6 +35,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from harnesslab.tools.settings import Settings
 from harnesslab.tools.storage import atomic_write_json
 from harnesslab.tools.workspace import STATE, open_workspace
 
@@ -201,7 +202,7 @@ def best_of(results: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 async def attempt(s: Session, servers: dict[str, dict[str, Any]]) -> None:
-    ws = open_workspace(Path(s.args.workspace))
+    ws = open_workspace(Path(s.args.workspace), s.args.settings)
     await s.connect(TASK_SERVER, servers[TASK_SERVER])
     ctx = await s.call(TASK_SERVER, "inspect_context")
     task = ctx.get("task") or {}
@@ -314,7 +315,7 @@ def server_spec(task_name: str, notes: dict[str, Any]) -> dict[str, Any]:
 
 
 async def build(s: Session, servers: dict[str, dict[str, Any]]) -> None:
-    ws = open_workspace(Path(s.args.workspace))
+    ws = open_workspace(Path(s.args.workspace), s.args.settings)
     if not s.notes.get("best"):
         s.result.update(status="not_built", summary="the attempt found no winning config")
         s.save()
@@ -375,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         help="build: qualify with self_test_server, then register_server (default on)",
     )
     args = p.parse_args(argv)
+    args.settings = Settings()  # the loop passes its own as HARNESSLAB_* variables
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     return anyio.run(main_async, args)
 

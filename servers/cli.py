@@ -1,16 +1,22 @@
-"""`harnesslab` command line. Exit codes: 0 success/passed, 1 candidate failed or rejected,
-2 usage or environment error (the message says what to fix)."""
+"""`harnesslab` command line. Exit codes: 0 success/passed, 1 candidate failed or rejected
+(`doctor`: something missing), 2 usage or environment error (the message says what to fix),
+3 a `run` in which no agent attempt ran to completion. A mistyped command or flag gets the
+closest known one and that command's usage."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
+import re
 import sys
 import tempfile
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
@@ -71,7 +77,7 @@ def settings_from(args: argparse.Namespace, base: Settings) -> Settings:
 
 
 # Modules that register subcommands on import (each owns its commands).
-COMMAND_MODULES = ("commands", "serve_cmd", "meta_cmd", "run_cmd", "lab_cmd")
+COMMAND_MODULES = ("commands", "serve_cmd", "meta_cmd", "run_cmd", "lab_cmd", "doctor_cmd")
 
 
 def load_commands() -> None:
@@ -85,32 +91,76 @@ def load_commands() -> None:
                 raise
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
+def did_you_mean(word: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(word, known, n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a suggestion for a mistyped choice (subcommand, --runner, ...)."""
+
+    def error(self, message: str) -> NoReturn:
+        m = _CHOICE.search(message)
+        if m:
+            message += did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def option_strings(self) -> list[str]:
+        return [s for action in self._actions for s in action.option_strings]
+
+
+def package_version() -> str:
+    try:
+        return dist_version("harnesslab")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+def build_parser() -> tuple[Parser, dict[str, Parser]]:
+    parser = Parser(
         prog="harnesslab",
         description="MCP toolkit for agents that optimize GPU kernels.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"harnesslab {package_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    subs: dict[str, Parser] = {}
     for name, (add_args, _) in COMMANDS.items():
         p = sub.add_parser(name, help=_HELP[name], description=_HELP[name])
         add_args(p)
-    return parser
+        subs[name] = p
+    return parser, subs
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """Parse argv; an unknown flag gets the closest flag of its command and that command's
+    usage (argparse alone prints the top-level usage with no hint)."""
+    parser, subs = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        target = subs.get(args.command or "", parser)
+        known = target.option_strings()
+        hints = [did_you_mean(x.split("=")[0], known) for x in extras if x.startswith("-")]
+        target.error(f"unrecognized arguments: {' '.join(extras)}{''.join(hints)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     # Commands register themselves on import.
     load_commands()
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s",
     )
     if not args.command:
-        parser.print_help(sys.stderr)
+        build_parser()[0].print_help(sys.stderr)
         return 2
     try:
         settings = settings_from(args, Settings())

@@ -8,11 +8,13 @@ import json
 import sys
 from pathlib import Path
 
+from harnesslab.tools.errors import UsageError
 from harnesslab.tools.launcher import build_launcher
 from harnesslab.tools.objective import run_objective
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.skills import project_skills
 from harnesslab.tools.tasks import list_tasks
+from harnesslab.tools.verdict_view import public_result, public_verdict
 from harnesslab.tools.verify import guarded_verify
 from harnesslab.tools.workspace import init_workspace, open_workspace
 
@@ -37,7 +39,9 @@ def workspace_args(p: argparse.ArgumentParser) -> None:
 
 
 def _init_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workspace", type=Path, help="new folder for the workspace")
+    p.add_argument("-w", "--workspace", type=Path, help="folder for the new workspace (default .)")
+    # `harnesslab init DIR` from before -w: still works, with a note.
+    p.add_argument("folder", nargs="?", type=Path, help=argparse.SUPPRESS)
     p.add_argument(
         "--task",
         default="rmsnorm_gate",
@@ -49,9 +53,25 @@ def _init_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
+def init_folder(args: argparse.Namespace) -> Path:
+    if args.folder is not None and args.workspace is not None and args.folder != args.workspace:
+        raise UsageError(
+            f"two folders given: {args.folder} and -w {args.workspace}.",
+            next_step=f"use one: harnesslab init -w {args.workspace}",
+        )
+    if args.folder is not None:
+        print(
+            f"note: `harnesslab init {args.folder}` is deprecated; use "
+            f"`harnesslab init -w {args.folder}` like every other command",
+            file=sys.stderr,
+        )
+        return args.folder
+    return args.workspace or Path(".")
+
+
 @command("init", "Create a workspace from a task template.", _init_args)
 def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
-    ws = init_workspace(args.task, args.workspace, force=args.force)
+    ws = init_workspace(args.task, init_folder(args), settings, force=args.force)
     project_skills(ws.root)  # .claude/skills/ and .agents/skills/ for the agent clients
     info = {
         "status": "ok",
@@ -66,6 +86,29 @@ def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
             f"workspace {ws.root} ready for task {ws.task.name}; edit {', '.join(ws.task.editable)}"
         )
         print(f"next: harnesslab eval -w {ws.root}")
+        print(
+            f"      harnesslab config claude -w {ws.root} --write --approve   (or codex), then "
+            f"start the client inside {ws.root}"
+        )
+    return 0
+
+
+def _bind_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-w", "--workspace", type=Path, default=Path("."), help="workspace folder")
+    p.add_argument(
+        "--task", required=True, help="a task name or a task folder (yours, not the agent's)"
+    )
+
+
+@command(
+    "bind",
+    "Bind an existing workspace to a task in the trusted store without touching its files (a "
+    "workspace made from a task folder before the store existed needs this once).",
+    _bind_args,
+)
+def cmd_bind(args: argparse.Namespace, settings: Settings) -> int:
+    ws = open_workspace(args.workspace, settings, task=args.task)
+    print(f"workspace {ws.root} is bound to task {ws.task.name} ({ws.task.root})")
     return 0
 
 
@@ -78,7 +121,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 
 @command("eval", "Run the objective on the workspace's dev cases.", _eval_args)
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
-    ws = open_workspace(args.workspace)
+    ws = open_workspace(args.workspace, settings)
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
 
     async def go():
@@ -106,13 +149,19 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 def _verify_args(p: argparse.ArgumentParser) -> None:
     workspace_args(p)
     p.add_argument("--rotate", action="store_true", help="draw a new hidden case set (new secret)")
+    p.add_argument(
+        "--reveal-cases",
+        action="store_true",
+        help="OPERATOR ONLY: print the hidden cases (shapes) and per-case timings; never run "
+        "it where the agent reads the output, or the hidden cases stop being hidden",
+    )
 
 
 @command(
     "verify", "Guarded final verification on hidden cases; JSON verdict with --json.", _verify_args
 )
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
-    ws = open_workspace(args.workspace)
+    ws = open_workspace(args.workspace, settings)
 
     async def go():
         launcher = build_launcher(settings)
@@ -124,10 +173,14 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
             await launcher.aclose()
 
     verdict = run_async(go)
+    # Without the operator's flag the output is what guarded_final_verify shows an agent: no
+    # hidden shape, no per-case time or bandwidth (tools/verdict_view.py says why).
+    reveal = args.reveal_cases
     if args.json:
-        print(verdict.model_dump_json())
+        print(verdict.model_dump_json() if reveal else json.dumps(public_verdict(verdict)))
     else:
-        print_eval(verdict.result, f"verify (hidden set {verdict.case_set})")
+        shown = verdict.result if reveal else public_result(verdict.result)
+        print_eval(shown, f"verify (hidden set {verdict.case_set})")
         print(f"verdict: {verdict.verdict}")
         for r in verdict.reasons:
             print(f"  {r['code']}: {r['detail']}")

@@ -34,7 +34,7 @@ def _meta_args(p: argparse.ArgumentParser) -> None:
     _meta_args,
 )
 def cmd_meta(args: argparse.Namespace, settings: Settings) -> int:
-    ws = open_workspace(args.workspace)
+    ws = open_workspace(args.workspace, settings)
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if args.transport == "http" and not is_loopback(args.host) and not token:
         raise UsageError(
@@ -89,7 +89,7 @@ def cmd_qualify(args: argparse.Namespace, settings: Settings) -> int:
             f"{sdir} is not inside a workspace.",
             next_step="pass --workspace DIR: the workspace whose task the server works on",
         )
-    ws = open_workspace(ws_root)
+    ws = open_workspace(ws_root, settings)
     report = run_async(_qualify, sdir, ws, settings, args)
     if args.json:
         print(report.model_dump_json(indent=2))

@@ -1,7 +1,7 @@
 """The meta-server: an agent turns what it learned into a task-specific MCP server, and the
 toolkit decides whether that server is fit for the next fresh session.
 
-    server = build_meta_server(open_workspace(Path("ws")), Settings())
+    server = build_meta_server(open_workspace(Path("ws"), settings), settings)
 
 Tools (DESIGN.md MUST names): generate_server, self_test_server, register_server, list_servers,
 quarantine_server. The work happens in tools/genserver.py, tools/qualification.py and
@@ -227,7 +227,7 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
                 generate, ws, spec, custom_files, python=settings.python, preset_check=preset_check
             )
         )
-        registry.record_generated(root, made.name, made.tools)
+        registry.record_generated(ws, made.name, made.tools)
         return GenerateOut(
             name=made.name,
             server_dir=made.server_dir.relative_to(root).as_posix(),
@@ -265,7 +265,7 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
             ws, name, settings, timeout_s=timeout_s, progress=progress
         )
         rel = lambda p: Path(p).relative_to(root).as_posix() if p else ""  # noqa: E731
-        status = registry.load_registry(root).servers[name].status
+        status = registry.load_registry(ws).servers[name].status
         return QualifyOut(
             name=name,
             qualified=report.passed,
@@ -301,7 +301,7 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         next one does. Next: list_servers."""
         from harnesslab.tools.loop_servers import settings_env
 
-        rec = registry.register(root, name, env=settings_env(settings))
+        rec = registry.register(ws, name, env=settings_env(settings))
         return RegisterOut(
             server=_server_out(rec),
             next_step="the next agent session gets its tools and skill; list_servers shows it",
@@ -312,7 +312,7 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         """Every generated server of this workspace with its status (generated, qualified,
         registered, quarantined), its tools, its qualification report and, when quarantined,
         the reason. Cheap. Next: self_test_server or register_server as the status says."""
-        servers = [_server_out(r) for r in registry.list_servers(root)]
+        servers = [_server_out(r) for r in registry.list_servers(ws)]
         waiting = [s.name for s in servers if s.status == "qualified"]
         return ListOut(
             servers=servers,
@@ -333,7 +333,7 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         """Withdraw a server: remove it from .mcp.json, .codex/config.toml and the skills
         folders, and mark it quarantined with the reason. Its files stay for repair. Next:
         fix it, generate_server again, self_test_server."""
-        rec = registry.quarantine(root, name, reason)
+        rec = registry.quarantine(ws, name, reason)
         return RegisterOut(
             server=_server_out(rec),
             next_step="fix it, then generate_server and self_test_server again",

@@ -22,11 +22,12 @@ from harnesslab.tools.loop import resume_run, start_run
 from harnesslab.tools.loop_state import RunConfig, RunStore
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.tasks import list_tasks
-from harnesslab.tools.workspace import open_workspace
+from harnesslab.tools.workspace import is_workspace, open_workspace
 
 from .cli import add_executor_args, command, run_async, temp_workspace_dir
 from .report import console as stdout_console
 
+AGENT_FAILED_EXIT = 3  # the run finished, but no agent attempt ran to completion
 GPU_FIELDS = ("gpu_host", "ssh_key", "known_hosts", "gpus", "interpret", "accept_new_host_key")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 
@@ -187,16 +188,18 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-w", "--workspace", type=Path, required=True, help="workspace folder")
     p.add_argument("--iterations", type=int, default=3, help="attempts (default 3)")
     p.add_argument(
-        "--runner", choices=["exec", "claude", "codex", "autopilot"], default="autopilot"
+        "--runner",
+        choices=["exec", "claude", "codex", "autopilot"],
+        help="agent runner (default autopilot; with --resume: the run's own unless given)",
     )
     p.add_argument(
         "--agent-cmd",
-        default="",
+        default=None,
         help="exec runner command; placeholders {prompt_file} {workspace} {mcp_config} "
         "{result_file} {phase} {session_id}",
     )
     p.add_argument(
-        "--agent-arg", action="append", default=[], help="extra runner argument (repeatable)"
+        "--agent-arg", action="append", default=None, help="extra runner argument (repeatable)"
     )
     p.add_argument("--attempt-timeout", type=duration_s, default=300.0, help="e.g. 5m")
     p.add_argument("--build-timeout", type=duration_s, default=300.0, help="e.g. 5m")
@@ -264,6 +267,14 @@ def _go(args: argparse.Namespace, settings: Settings, runner_coro) -> int:
         print(json.dumps(summary))
     else:
         print_summary(summary)
+    if summary.get("status") == "agent_failed":
+        print(f"error: the agent never worked: {summary['stop_reason']}", file=sys.stderr)
+        print(
+            f"next: fix the runner (`harnesslab doctor -w {args.workspace}`); its output is in "
+            f"{progress.run_dir or 'the run folder'}/iter-*/attempt/",
+            file=sys.stderr,
+        )
+        return AGENT_FAILED_EXIT
     final = summary.get("final") or {}
     return 0 if final.get("verdict") == "passed" else 1
 
@@ -271,17 +282,29 @@ def _go(args: argparse.Namespace, settings: Settings, runner_coro) -> int:
 @command("run", "Run the agent loop: attempt, verify, checkpoint, build tools, repeat.", _run_args)
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if args.resume:
-        ws = open_workspace(args.workspace)
-        stored = RunStore(ws.runs_dir, args.resume).load().config
-        # The run's own executor settings, unless given again on the command line.
+        # Only the command line and the trusted store say how a run resumes: its runner, agent
+        # command and executor settings come from the run's state in the store unless given
+        # again here; nothing in the workspace's run folder is read.
+        ws = open_workspace(args.workspace, settings)
+        stored = RunStore(ws, args.resume).load().config
         given = _gpu_settings(settings)
         settings = settings.model_copy(update={**stored.gpu, **given})
+        update: dict[str, Any] = {"gpu": {**stored.gpu, **given}}
+        for field, value in (
+            ("runner", args.runner),
+            ("agent_cmd", args.agent_cmd),
+            ("agent_args", args.agent_arg),
+        ):
+            if value is not None:
+                update[field] = value
 
         async def resume(progress: Progress) -> dict[str, Any]:
-            return await resume_run(args.workspace, args.resume, settings, on_event=progress)
+            return await resume_run(
+                args.workspace, args.resume, settings, on_event=progress, config_update=update
+            )
 
         return _go(args, settings, resume)
-    if not args.task and not (args.workspace / ".harnesslab" / "task.json").is_file():
+    if not args.task and not is_workspace(args.workspace, settings):
         raise UsageError(
             "--task is needed for a new workspace.", next_step="pass --task rmsnorm_gate"
         )
@@ -291,9 +314,9 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         task=args.task or "",
         workspace=args.workspace,
         iterations=args.iterations,
-        runner=args.runner,
-        agent_cmd=args.agent_cmd,
-        agent_args=args.agent_arg,
+        runner=args.runner or "autopilot",
+        agent_cmd=args.agent_cmd or "",
+        agent_args=args.agent_arg or [],
         attempt_timeout_s=args.attempt_timeout,
         build_timeout_s=args.build_timeout,
         stop_score=args.stop_score,

@@ -62,7 +62,7 @@ class ServerState:
         name: str = "harnesslab-task",
         launcher: Launcher | None = None,
     ) -> ServerState:
-        ws = open_workspace(workspace)
+        ws = open_workspace(workspace, settings)
         return cls(
             workspace=ws,
             launcher=launcher or build_launcher(settings),

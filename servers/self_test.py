@@ -94,10 +94,9 @@ async def run_self_test(settings: Settings, task_name: str | None, name: str) ->
         print(line, file=sys.stderr, flush=True)
 
     try:
-        ws = init_workspace(task_name or "rmsnorm_gate", tmp / "ws")
-        state = ServerState.open(
-            ws.root, settings.model_copy(update={"state_dir": tmp / "state"}), name=name
-        )
+        private = settings.model_copy(update={"state_dir": tmp / "state"})
+        ws = init_workspace(task_name or "rmsnorm_gate", tmp / "ws", private)
+        state = ServerState.open(ws.root, private, name=name)
         server = build_task_server(state)
         say(f"self-test: {name} on a temporary {ws.task.name} workspace ({ws.root})")
         try:

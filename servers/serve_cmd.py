@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harnesslab.tools.client_setup import approve, client_status
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.projection import (
     ServerEntry,
@@ -98,27 +99,40 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 class BearerAuth:
-    """ASGI wrapper: HTTP requests need `Authorization: Bearer <token>` (constant-time check)."""
+    """ASGI wrapper: HTTP requests need `Authorization: Bearer <token>` (the scheme in any case,
+    RFC 7235; the token compared in constant time).
+
+    A missing or wrong token gets 403 with a message saying how to send it, not 401: MCP clients
+    answer a 401 by starting OAuth, which this server does not offer (the Inspector then fails
+    with "Interactive OAuth requires a TTY", Claude Code with a client-registration error)."""
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
+
+    def authorized(self, header: bytes) -> bool:
+        scheme, _, given = header.strip().partition(b" ")
+        ok = hmac.compare_digest(given.strip(), self.expected)
+        return scheme.lower() == b"bearer" and ok
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             got = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(got, self.expected):
+            if not self.authorized(got):
+                why = "wrong bearer token" if got else "bearer token required"
+                body = (
+                    f"{why}: send the header `Authorization: Bearer <token>` with the token this "
+                    f"server was started with (--token or ${TOKEN_ENV}); e.g. "
+                    f"`harnesslab config claude --url URL --token-env {TOKEN_ENV} --write`\n"
+                )
                 await send(
                     {
                         "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"text/plain"),
-                            (b"www-authenticate", b"Bearer"),
-                        ],
+                        "status": 403,
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8")],
                     }
                 )
-                await send({"type": "http.response.body", "body": b"bearer token required\n"})
+                await send({"type": "http.response.body", "body": body.encode()})
                 return
         await self.app(scope, receive, send)
 
@@ -145,6 +159,43 @@ async def serve_http(server: Any, host: str, port: int, token: str | None) -> No
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
+# -- serve-generated ---------------------------------------------------------------------------
+
+
+def _serve_generated_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="a registered generated server of the workspace")
+    p.add_argument("-w", "--workspace", type=Path, default=Path("."), help="workspace folder")
+    add_executor_args(p)
+
+
+@command(
+    "serve-generated",
+    "Serve a registered generated server over stdio: the bundle its qualification passed, kept "
+    "in the trusted store and re-hashed first (what .mcp.json and .codex/config.toml start).",
+    _serve_generated_args,
+)
+def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
+    from harnesslab.tools.loop_servers import settings_env  # noqa: PLC0415
+    from harnesslab.tools.registry import load_registry, qualified_bundle  # noqa: PLC0415
+
+    ws = open_workspace(args.workspace, settings)
+    rec = load_registry(ws).servers.get(args.name)
+    if rec is None or rec.status != "registered" or not rec.bundle_hash:
+        raise UsageError(
+            f"{args.name!r} is not a registered server of {ws.root}.",
+            next_step="list_servers shows the statuses; qualify (self_test_server) and "
+            "register_server it first",
+        )
+    kept = qualified_bundle(ws, args.name, rec.bundle_hash)  # re-hashed: refused if altered
+    server_py = kept / ".harnesslab" / "mcp" / args.name / "server.py"
+    argv = [sys.executable, str(server_py), "--workspace", str(ws.root)]
+    os.chdir(ws.root)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, {**os.environ, **settings_env(settings)})
+    return 0  # pragma: no cover - execve does not return
+
+
 # -- config -------------------------------------------------------------------------------------
 
 
@@ -153,6 +204,14 @@ def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-w", "--workspace", type=Path, default=Path("."), help="workspace folder")
     p.add_argument(
         "--write", action="store_true", help="merge into <ws>/.mcp.json or .codex/config.toml"
+    )
+    p.add_argument(
+        "--approve",
+        action="store_true",
+        help="with --write: also approve the server for the workspace, so the client starts it "
+        "(Claude Code: enabledMcpjsonServers in <ws>/.claude/settings.local.json and the "
+        "workspace trusted in ~/.claude.json; Codex: the workspace trusted in "
+        "~/.codex/config.toml)",
     )
     p.add_argument("--name", default="harnesslab", help="entry name in the client's config")
     p.add_argument("--url", help="connect to a running `serve --transport http` server instead")
@@ -186,10 +245,16 @@ def executor_argv(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def server_entry(args: argparse.Namespace) -> ServerEntry:
+def server_entry(args: argparse.Namespace, settings: Settings) -> ServerEntry:
+    if args.token_env and not args.url:
+        raise UsageError(
+            "--token-env only applies to an HTTP server (--url).",
+            next_step="add --url http://HOST:PORT/mcp, or drop --token-env (a stdio server "
+            "needs no token)",
+        )
     if args.url:
         return ServerEntry(name=args.name, url=args.url, token_env_var=args.token_env).checked()
-    ws = open_workspace(args.workspace)  # fails early on a folder that is no workspace
+    ws = open_workspace(args.workspace, settings)  # fails early on a folder that is no workspace
     program, *prefix = harnesslab_command()
     argv = [*prefix, "serve", "--workspace", str(ws.root), *executor_argv(args)]
     return ServerEntry(name=args.name, command=program, args=argv).checked()
@@ -201,16 +266,30 @@ def server_entry(args: argparse.Namespace) -> ServerEntry:
     _config_args,
 )
 def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
-    entry = server_entry(args)
+    if args.approve and not args.write:
+        raise UsageError("--approve goes with --write.", next_step="add --write")
+    entry = server_entry(args, settings)
     if not args.write:
         print(
             render_mcp_json(entry) if args.client == "claude" else render_codex_toml(entry), end=""
         )
         return 0
-    root = open_workspace(args.workspace).root if not args.url else args.workspace.resolve()
+    root = (
+        open_workspace(args.workspace, settings).root if not args.url else args.workspace.resolve()
+    )
     writer = write_mcp_json if args.client == "claude" else write_codex_toml
     print(f"wrote {writer(root, entry)}")
     project_skills(root)  # shipped skills into .claude/skills/ and .agents/skills/
+    if args.approve:
+        for path in approve(args.client, root, entry.name, settings):
+            print(f"wrote {path}")
+    status = client_status(args.client, root, entry.name, settings)
+    program = "claude" if args.client == "claude" else "codex"
+    if status.ready:
+        print(f"next: cd {root} && {program}   (start the client inside the workspace)")
+    else:
+        print(f"not ready: {'; '.join(status.missing)}", file=sys.stderr)
+        print(f"next: {status.fix}", file=sys.stderr)
     return 0
 
 

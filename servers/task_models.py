@@ -90,6 +90,12 @@ class HistoryIn(BaseModel):
     chart: bool = Field(
         default=False, description="save a PNG of score over time under .harnesslab/charts/"
     )
+    case_set: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="rank on this case set (scores compare only within one); default: all dev "
+        "cases, or the latest hidden case set for mode=final",
+    )
 
 
 class RestoreIn(BaseModel):
@@ -173,11 +179,13 @@ class ProbeOut(BaseModel):
 
 
 class HiddenCase(BaseModel):
+    """A hidden case as the agent sees it: no shape, and no per-case time (a time next to the
+    kernel's known bandwidth estimates the shape); score_us is the sum over cases."""
+
     index: int
     dtype: str
     status: str
     passed: bool
-    median_us: float | None = None
     max_abs_err: float | None = None
     reason: str = ""
 
@@ -202,4 +210,5 @@ class RestoreOut(BaseModel):
     changed: list[str]
     score: float | None
     mode: str
+    case_set: str | None = Field(default=None, description="the case set `score` is on")
     next_step: str

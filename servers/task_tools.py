@@ -9,6 +9,7 @@ from collections import Counter
 
 from mcp.server.mcpserver import Context
 
+from harnesslab.tools import workspace_files as wf
 from harnesslab.tools.command_task import run_command_objective
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.health import HealthReport, health_check
@@ -17,9 +18,10 @@ from harnesslab.tools.objective import run_objective
 from harnesslab.tools.overview import Overview, overview
 from harnesslab.tools.probe import numerical_probe
 from harnesslab.tools.profile import ProfileReport, profile_kernel
-from harnesslab.tools.storage import atomic_write_json
 from harnesslab.tools.sweep import sweep
+from harnesslab.tools.verdict_view import public_verdict
 from harnesslab.tools.verify import guarded_verify
+from harnesslab.tools.workspace import STATE
 
 from .runtime import BuiltinTool, ServerState, reporter
 from .task_models import (
@@ -143,8 +145,9 @@ async def _sweep(state: ServerState, args: SweepIn, ctx: Context | None) -> Swee
         apply=args.apply,
         progress=reporter(ctx),
     )
-    path = ws.state / "sweeps" / f"{time.strftime('%Y%m%dT%H%M%S')}-{len(res.results)}.json"
-    atomic_write_json(path, res.model_dump(mode="json"))
+    rel = f"{STATE}/sweeps/{time.strftime('%Y%m%dT%H%M%S')}-{len(res.results)}.json"
+    wf.write_json(ws.root, rel, res.model_dump(mode="json"))
+    path = ws.root / rel
     improvement = None
     if res.best and res.best.score_us and res.current_score_us:
         improvement = 100.0 * (res.current_score_us - res.best.score_us) / res.current_score_us
@@ -216,14 +219,13 @@ async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> Ve
             dtype=c.dtype,
             status=c.status,
             passed=c.passed,
-            median_us=c.median_us,
             max_abs_err=c.max_abs_err,
             reason=c.reason[:300],
         )
         for i, c in enumerate(v.result.cases[:MAX_CASES_SHOWN])
     ]
     # The hidden shapes are the server's secret: no case names or shapes leave the server.
-    evidence = {k: val for k, val in v.evidence.items() if k != "cases"}
+    evidence = public_verdict(v)["evidence"]
     if v.verdict == "passed":
         nxt = "verified; keep optimizing, rank_history(mode='final') shows the final ranking"
     else:
@@ -251,6 +253,7 @@ async def _history(state: ServerState, args: HistoryIn, ctx: Context | None) -> 
         limit=args.limit,
         include_failed=args.include_failed,
         chart=args.chart,
+        case_set=args.case_set,
     )
 
 

@@ -10,7 +10,7 @@ from harnesslab.tools.workspace import Workspace, init_workspace
 
 
 def make_workspace(tmp_path: Path, task: str = "rmsnorm_gate") -> Workspace:
-    return init_workspace(task, tmp_path / "ws")
+    return init_workspace(task, tmp_path / "ws", make_settings(tmp_path))
 
 
 def make_settings(tmp_path: Path, **overrides) -> Settings:

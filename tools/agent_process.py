@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -137,4 +138,52 @@ async def run_process(
     )
 
 
-__all__ = ["OUTPUT_CAP_BYTES", "ProcessOutcome", "run_process"]
+class ProbeOutcome(BaseModel):
+    """A short command's exit status and output (an agent CLI's --version, --help, status)."""
+
+    argv: list[str]
+    exit_code: int | None
+    timed_out: bool
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def tail(self, lines: int = 3) -> str:
+        """The last lines of stderr, else of stdout: where a CLI says what went wrong."""
+        for text in (self.stderr, self.stdout):
+            kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
+            if kept:
+                return " | ".join(kept[-lines:])[:500]
+        return ""
+
+
+async def probe(
+    argv: list[str], *, env: dict[str, str], timeout_s: float, cwd: Path | None = None
+) -> ProbeOutcome:
+    """Run a short command the same way as an agent (own process group, stdin closed, output
+    capped, killed on timeout) and return its output. Raises EnvironmentProblem when argv[0]
+    cannot be started."""
+    with tempfile.TemporaryDirectory(prefix="harnesslab-probe-") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        proc = await run_process(
+            argv,
+            cwd=cwd or Path(tmp),
+            env=env,
+            timeout_s=timeout_s,
+            stdout_file=out,
+            stderr_file=err,
+            cap_bytes=1 << 20,
+        )
+        return ProbeOutcome(
+            argv=argv,
+            exit_code=proc.exit_code,
+            timed_out=proc.timed_out,
+            stdout=out.read_text(errors="replace"),
+            stderr=err.read_text(errors="replace"),
+        )
+
+
+__all__ = ["OUTPUT_CAP_BYTES", "ProbeOutcome", "ProcessOutcome", "probe", "run_process"]

@@ -24,10 +24,13 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from . import workspace_files as wf
 from .errors import UsageError
-from .executor import terminate_group
+from .executor import inherited_env, terminate_group
+from .qualify_checks import ENV_ALLOW, RUN_MARK
+from .settings import Settings
 from .storage import atomic_write_json
-from .tasks import load_task
+from .tasks import list_tasks, load_task
 from .workspace import STATE, init_workspace
 
 # Never copied into a clean room, never scanned: caches and qualification's own reports.
@@ -41,20 +44,22 @@ def copy_bundle_item(src: Path, dest: Path) -> None:
     )
 
 
-def make_clean_room(ws_template: str | Path, dest: Path, bundle: dict[str, Path]) -> Path:
+def make_clean_room(
+    ws_template: str | Path, dest: Path, bundle: dict[str, Path], settings: Settings
+) -> Path:
     """A fresh workspace at `dest` from `ws_template` (a task name, a task folder, a workspace
-    whose task is taken, or any plain folder), plus each bundle item copied to its relative
-    destination (e.g. ".harnesslab/mcp/<name>")."""
+    of a shipped task, or any plain folder), plus each bundle item copied to its relative
+    destination (e.g. ".harnesslab/mcp/<name>"). Its trusted store goes under
+    `settings.state_dir` (qualification passes a private one)."""
     template = Path(ws_template) if not isinstance(ws_template, Path) else ws_template
     if isinstance(ws_template, str) and not template.is_dir():
-        init_workspace(ws_template, dest)
+        init_workspace(ws_template, dest, settings)
     elif (template / "task.toml").is_file() and (
         load_task(template).kind == "kernel" or (template / "workspace").is_dir()
     ):
-        init_workspace(template, dest)
-    elif (template / STATE / "task.json").is_file():
-        task = json.loads((template / STATE / "task.json").read_text())["task"]
-        init_workspace(task, dest)
+        init_workspace(template, dest, settings)
+    elif _shipped_task_of(template):
+        init_workspace(_shipped_task_of(template), dest, settings)
     elif template.is_dir():  # a command task that is its own folder, or any plain folder
         shutil.copytree(template, dest, ignore=shutil.ignore_patterns(STATE, "__pycache__"))
     else:
@@ -70,6 +75,44 @@ def make_clean_room(ws_template: str | Path, dest: Path, bundle: dict[str, Path]
         elif src.is_file():
             shutil.copy2(src, target)
     return dest
+
+
+def _shipped_task_of(folder: Path) -> str:
+    """The shipped task a workspace folder's task view names ('' when none): a view is the
+    agent's to edit, so only a shipped task's name is taken from it."""
+    try:
+        name = wf.read_json(folder, f"{STATE}/task.json").get("task")
+    except (UsageError, AttributeError):
+        return ""
+    return name if isinstance(name, str) and name in list_tasks() else ""
+
+
+def kill_marked(token: str, *, rounds: int = 5) -> list[int]:
+    """SIGKILL every process of this user whose environment carries RUN_MARK=`token` (what a
+    qualification started and left behind, setsid children included); bounded rounds, so a
+    process forking as fast as it is killed cannot hold this up."""
+    mark = f"{RUN_MARK}={token}".encode()
+    killed: list[int] = []
+    for _ in range(rounds):
+        found = []
+        for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:  # gone, or another user's
+                continue
+            if mark in environ.split(b"\0"):
+                found.append(int(entry.name))
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not found:
+            break
+    return killed
 
 
 def bundle_files(bundle: dict[str, Path]) -> list[tuple[str, Path]]:
@@ -119,7 +162,7 @@ class ProtocolSession:
             self.process = await anyio.open_process(
                 [self.python, "-m", "harnesslab.servers.qualify_client", str(launch)],
                 cwd=str(cwd),
-                env={**os.environ, **env},
+                env={**inherited_env(ENV_ALLOW), **env},
                 stderr=errlog,
                 start_new_session=True,
             )
@@ -202,5 +245,6 @@ __all__ = [
     "ProtocolSession",
     "bundle_files",
     "copy_bundle_item",
+    "kill_marked",
     "make_clean_room",
 ]

@@ -22,11 +22,11 @@ from .checkpoints import Checkpoints
 from .errors import UsageError
 from .executor import LocalExecutor
 from .launcher import Launcher
-from .ledger import Ledger
 from .objective import Progress
 from .workspace import STATE, Workspace
 
 MAX_OUTPUT_KEYS = 40
+COMMAND_CASE_SET = "command"  # a command task's objective is one fixed case set
 
 
 class CommandRun(BaseModel):
@@ -101,14 +101,18 @@ async def run_command_objective(
     timeout_s = timeout_s or launcher.settings.eval_timeout_s
     await _report(progress, 0, 1, f"running `{task.objective}` on {executor.host}")
     started = time.perf_counter()
-    async with slot.lock:
+    async with launcher.hold(slot):
         if isinstance(executor, LocalExecutor):
             cwd = str(ws.root)
         else:
             local = launcher.settings.state_dir / "command_stage" / task.name
             if local.exists():
                 shutil.rmtree(local)
-            shutil.copytree(ws.root, local, ignore=shutil.ignore_patterns(STATE, "__pycache__"))
+            # symlinks=True: a link in the workspace travels as a link, never as the content of
+            # the file it names on this machine.
+            shutil.copytree(
+                ws.root, local, ignore=shutil.ignore_patterns(STATE, "__pycache__"), symlinks=True
+            )
             cwd = executor.path("command", task.name)
             await executor.sync_tree(local, cwd)
         res = await executor.run(["sh", "-c", task.objective], cwd=cwd, timeout_s=timeout_s)
@@ -145,9 +149,9 @@ async def run_command_objective(
 def record_command_run(ws: Workspace, run: CommandRun, files: dict[str, bytes]) -> CommandRun:
     """Ledger append + checkpoint + best pointer, with the task's direction of better."""
     ws.ensure_exists()  # a workspace deleted mid-run is not recreated by the ledger write
-    ledger = Ledger(ws.history_path, higher_is_better=ws.task.higher_is_better)
+    ledger = ws.ledger()
     ckpt = Checkpoints(ws)
-    best_before = ledger.best(run.mode)
+    best_before = ledger.best(run.mode, case_set=COMMAND_CASE_SET)
     digest = ckpt.save(files)
     rec = ledger.append(
         {
@@ -158,7 +162,7 @@ def record_command_run(ws: Workspace, run: CommandRun, files: dict[str, bytes]) 
             "score": run.score,
             "score_key": run.score_key,
             "meaningful": True,
-            "case_set": "command",
+            "case_set": COMMAND_CASE_SET,
             "reason": run.reason,
             "device": run.host,
             "output": run.output,
@@ -170,7 +174,7 @@ def record_command_run(ws: Workspace, run: CommandRun, files: dict[str, bytes]) 
     if run.status == "passed" and run.score is not None:
         if best_before is None or ledger.better(run.score, best_before["score"]):
             run.is_new_best = True
-            ckpt.set_best(run.mode, digest, run.score, rec["id"])
+            ckpt.set_best(run.mode, digest, run.score, rec["id"], case_set=COMMAND_CASE_SET)
         if best_before is not None and best_before["score"]:
             run.delta_vs_best_pct = (
                 100.0 * (run.score - best_before["score"]) / best_before["score"]

@@ -12,7 +12,7 @@ import shutil
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 
 import anyio
@@ -106,6 +106,14 @@ class InteractiveProcess(ABC):
     @abstractmethod
     async def kill(self) -> None:
         """TERM then KILL the whole process group; safe to call twice."""
+
+
+def inherited_env(allow: Collection[str] | None = None) -> dict[str, str]:
+    """The environment a local child starts from: all of this process's, or only the names in
+    `allow` (qualification runs generated code with no provider keys, no SSH agent socket)."""
+    if allow is None:
+        return dict(os.environ)
+    return {k: os.environ[k] for k in allow if k in os.environ}
 
 
 def kill_group(pid: int, sig: int) -> None:
@@ -207,8 +215,10 @@ class LocalExecutor(Executor):
         stdin: bytes | None = None,
         max_output_bytes: int = 8 << 20,
         on_line: LineSink | None = None,
+        env_allow: Collection[str] | None = None,
     ) -> CommandResult:
-        full_env = dict(os.environ)
+        """See Executor.run. `env_allow`: inherit only these variables (then `env`)."""
+        full_env = inherited_env(env_allow)
         if env:
             full_env.update(env)
         started = time.perf_counter()
@@ -241,6 +251,9 @@ class LocalExecutor(Executor):
                     # The leader is gone; children left in its group must not linger, nor keep
                     # the output pipes (and so this call) open until the timeout.
                     kill_group(process.pid, signal.SIGKILL)
+                    # One that left the group (setsid) may still hold the pipes: read what is
+                    # there for a grace period, then stop waiting for it.
+                    tg.cancel_scope.deadline = anyio.current_time() + KILL_GRACE_S
             if scope.cancelled_caught:
                 timed_out = True
                 await terminate_group(process)
@@ -304,5 +317,6 @@ __all__ = [
     "LineSink",
     "LocalExecutor",
     "emit_line",
+    "inherited_env",
     "terminate_group",
 ]

@@ -26,8 +26,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import gentemplates
+from . import workspace_files as wf
 from .errors import UsageError
-from .storage import atomic_write_json, atomic_write_text
 from .tasks import KERNEL_TOOL_NAMES
 from .workspace import STATE, Workspace
 
@@ -300,17 +300,19 @@ def generate(
     command = _portable_python(python or sys.executable, root)
     manifest = build_manifest(spec, command, docs)
 
-    sdir.mkdir(parents=True, exist_ok=True)
-    (sdir / "tests").mkdir(exist_ok=True)
+    # Written through workspace_files: a symlinked .harnesslab/mcp never sends them elsewhere.
+    srel, krel = wf.inside(root, sdir), wf.inside(root, kdir)
     written: list[Path] = []
     for fname, source in files.items():
-        atomic_write_text(sdir / fname, source)
+        wf.write_text(root, f"{srel}/{fname}", source)
         written.append(sdir / fname)
-    atomic_write_json(sdir / "manifest.json", manifest.model_dump(mode="json"))
-    atomic_write_text(sdir / "server.py", gentemplates.SERVER_PY.replace("{{NAME}}", spec.name))
-    atomic_write_text(sdir / "tests" / "test_server.py", gentemplates.TEST_PY)
-    atomic_write_text(sdir / "README.md", gentemplates.readme(manifest))
-    atomic_write_text(kdir / "SKILL.md", gentemplates.skill_md(manifest, skill_description(spec)))
+    wf.write_json(root, f"{srel}/manifest.json", manifest.model_dump(mode="json"))
+    wf.write_text(root, f"{srel}/server.py", gentemplates.SERVER_PY.replace("{{NAME}}", spec.name))
+    wf.write_text(root, f"{srel}/tests/test_server.py", gentemplates.TEST_PY)
+    wf.write_text(root, f"{srel}/README.md", gentemplates.readme(manifest))
+    wf.write_text(
+        root, f"{krel}/SKILL.md", gentemplates.skill_md(manifest, skill_description(spec))
+    )
     written += [
         sdir / "manifest.json",
         sdir / "server.py",
@@ -405,8 +407,9 @@ def _check_tools(
         assert ref is not None
         if ref.file not in parsed:
             source = files.get(ref.file)
-            if source is None and (sdir / ref.file).is_file():
-                source = (sdir / ref.file).read_text(errors="replace")
+            rel = f"{STATE}/mcp/{spec.name}/{ref.file}"
+            if source is None and wf.is_file(sdir.parents[2], rel):
+                source = wf.read_text(sdir.parents[2], rel)
             if source is None:
                 raise UsageError(
                     f"tool {tool.tool_name!r}: custom file {ref.file!r} is missing.",

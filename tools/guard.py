@@ -102,7 +102,9 @@ class Kid:
         except (wire.WireError, ValueError):
             code = self.proc.poll()
             if code == 3:
-                raise KidFailed("sandbox_unavailable", "no sandbox can be applied here", self.role)
+                raise KidFailed(
+                    "sandbox_unavailable", "no sandbox can be applied here", self.role
+                ) from None
             raise KidFailed("candidate_crashed", "the sandbox did not start", self.role) from None
         self.sandbox = {k: v for k, v in report.items() if k != "event"}
         return self.sandbox
@@ -189,7 +191,11 @@ def output_check(rt, torch, out, expected, tol: dict[str, float], spec) -> tuple
         return False, "output has NaN or Inf values (unwritten or overflowed)", stats
     err = stats.get("max_abs_err")
     detail = f"max abs err {err:.3g}" if isinstance(err, float) else "not comparable"
-    return False, f"output out of tolerance ({detail}; atol {tol['atol']}, rtol {tol['rtol']})", stats
+    return (
+        False,
+        f"output out of tolerance ({detail}; atol {tol['atol']}, rtol {tol['rtol']})",
+        stats,
+    )
 
 
 def null_control(torch, args, expected, tol, spec) -> dict[str, bool]:
@@ -236,7 +242,7 @@ class Variant:
 
 
 def arg_specs(torch, variant: Variant) -> list[dict[str, Any]]:
-    specs = []
+    specs: list[dict[str, Any]] = []
     for a in variant.args:
         if isinstance(a, torch.Tensor):
             specs.append({"tensor": {"shape": list(a.shape), "dtype": str(a.dtype)[6:]}})
@@ -299,7 +305,7 @@ class Verify:
         return kid
 
     def run(self) -> dict[str, Any]:
-        req, env, torch = self.req, self.env, self.torch
+        req, env = self.req, self.env
         cases = req["cases"]
         self.variants_per_case: list[list[Variant]] = []
         # Inputs and expected values first: no candidate process exists yet.
@@ -411,7 +417,7 @@ class Verify:
             return start
 
         for v in variants:
-            ins = []
+            ins: list[dict[str, Any] | None] = []
             for a in v.args:
                 if isinstance(a, self.torch.Tensor):
                     ins.append({"offset": take(a.numel() * a.element_size()), "shape": list(a.shape),
@@ -486,7 +492,9 @@ class Verify:
             codes.append(["output_reused", f"{where}: the output is an earlier call's storage"])
         if reply.get("plain") and not err and not int(reply.get("own_launches") or 0):
             if variant.expected.numel():
-                codes.append(["no_triton_launch", f"{where}: no Triton kernel of the candidate ran"])
+                codes.append(
+                    ["no_triton_launch", f"{where}: no Triton kernel of the candidate ran"]
+                )
         stats: dict[str, Any] = {}
         if out is not None:
             ok, why, stats = output_check(self.rt, torch, out, variant.expected, tol, variant.spec)

@@ -76,7 +76,7 @@ IMPORT_CODES = {"threading": "background_thread", "_thread": "background_thread"
                 **{m: "harness_access" for m in ("guard", "guard_child", "guard_gpu", "runner",
                                                  "replay", "wire", "sandbox", "cudadrv",
                                                  "harnesslab")}}  # fmt: skip
-LIBS = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in (os,))
+LIBS = (os.path.dirname(STDLIB) + os.sep,)  # the interpreter's lib folder
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
           "uint8", "bool")  # fmt: skip
 
@@ -127,7 +127,13 @@ class Observer:
         f: Any = sys._getframe(2)
         while f is not None:
             name = f.f_code.co_filename
-            if name.startswith("<") or name == __file__ or name.startswith(LIBS) or "/torch/" in name or "/triton/" in name:
+            if (
+                name.startswith("<")
+                or name == __file__
+                or name.startswith(LIBS)
+                or "/torch/" in name
+                or "/triton/" in name
+            ):
                 f = f.f_back
                 continue
             return os.path.realpath(name).startswith(self.cand_dir)
@@ -395,7 +401,9 @@ class Recorder:
 
     def finish(self, out: Any) -> dict[str, Any]:
         self.active = False
-        kernels = [{k: v for k, v in kern.items() if k != "_cubin"} for kern in self.kernels.values()]
+        kernels = [
+            {k: v for k, v in kern.items() if k != "_cubin"} for kern in self.kernels.values()
+        ]
         used = {s["kernel"] for s in self.steps if s["op"] == "launch"}
         output: dict[str, Any] | None = None
         if type(out) is self.torch.Tensor and not out.numel():
@@ -463,8 +471,11 @@ def _function_mode(torch: Any, obs: Observer, child: Child):
                 if name in ALLOCATORS and type(out) is torch.Tensor and out.is_cuda:
                     fill = ALLOCATORS[name]
                     if fill == "arg":
-                        fill = args[-1] if name.startswith("new_") or name == "full_like" else (
-                            args[1] if len(args) > 1 else kwargs.get("fill_value"))
+                        fill = (
+                            args[-1]
+                            if name.startswith("new_") or name == "full_like"
+                            else (args[1] if len(args) > 1 else kwargs.get("fill_value"))
+                        )
                     rec.on_alloc(out, fill, out.dtype)
                 elif name in ("zero_", "fill_") and args and type(args[0]) is torch.Tensor:
                     rec.on_fill(args[0], 0 if name == "zero_" else args[1])
@@ -629,7 +640,7 @@ class Child:
         finally:
             self.obs.recording, self.obs.stream = False, None
         facts: dict[str, Any] = {"error": error, "plain": type(out) is torch.Tensor, "out": out}
-        if facts["plain"]:
+        if out is not None and facts["plain"]:
             facts["shape"] = list(out.shape)
             facts["dtype"] = str(out.dtype).removeprefix("torch.")
             base = out.untyped_storage().data_ptr()

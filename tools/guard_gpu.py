@@ -103,7 +103,7 @@ def validate(rec: Any, n_inputs: int) -> dict[str, Any]:
     allocs = rec.get("allocs") or []
     if not isinstance(allocs, list) or len(allocs) > 64:
         raise Bad("forged_recording", "bad allocation list")
-    sizes = {f"in{i}": None for i in range(n_inputs)}
+    sizes: dict[str, int | None] = {f"in{i}": None for i in range(n_inputs)}
     for i, a in enumerate(allocs):
         if not isinstance(a, dict):
             raise Bad("forged_recording", "bad allocation")
@@ -150,7 +150,11 @@ def validate(rec: Any, n_inputs: int) -> dict[str, Any]:
                 params.append({"k": "ptr", **({"null": True} if p.get("null") is True else
                                {"buf": p["buf"], "offset": p["offset"]})})  # fmt: skip
             elif kind == "scalar":
-                if p.get("type") not in SCALAR_TYPES or type(p.get("value")) not in (int, float, bool):
+                if p.get("type") not in SCALAR_TYPES or type(p.get("value")) not in (
+                    int,
+                    float,
+                    bool,
+                ):
                     raise Bad("forged_recording", "bad scalar parameter")
                 params.append({"k": "scalar", "type": p["type"], "value": p["value"]})
             elif kind == "scratch":
@@ -342,7 +346,9 @@ def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> dict[str, An
             if err:
                 codes.append(["candidate_error", f"{where}: the entry function raised {err}"])
             if reply.get("aliases_input"):
-                codes.append(["output_aliases_input", f"{where}: the output shares an input's storage"])
+                codes.append(
+                    ["output_aliases_input", f"{where}: the output shares an input's storage"]
+                )
             n_inputs = sum(1 for a in v.args if isinstance(a, torch.Tensor))
             try:
                 valid = validate(reply.get("recording"), n_inputs) if not err else None
@@ -386,14 +392,11 @@ def check_calls(vf, kid, rec: dict[str, Any], variants: list, recs: dict[str, An
                 idx: int) -> None:  # fmt: skip
     torch = vf.torch
     plan = [(v, recs[v.signature()]) for v in variants]
-    sizes = [dict(r["sizes"]) for _, r in plan]
-    for s, (v, _) in zip(sizes, plan, strict=True):
-        for name in [n for n in s if n.startswith("in")]:
-            s[name] = 0  # filled from input_sizes per call below
     arenas = []
-    for n, ((v, r), s) in enumerate(zip(plan, sizes, strict=True)):
+    for v, r in plan:  # one arena per call: its inputs, allocations and scratch
         ins = _inputs(torch, v)
-        arenas.append(Arena(torch, vf.rng, [s], [t.numel() * t.element_size() for t in ins]))
+        sizes = {k: (0 if k.startswith("in") else n) for k, n in r["sizes"].items()}
+        arenas.append(Arena(torch, vf.rng, [sizes], [t.numel() * t.element_size() for t in ins]))
     rp = None
     try:
         for n, ((v, r), arena) in enumerate(zip(plan, arenas, strict=True)):
@@ -411,7 +414,7 @@ def check_calls(vf, kid, rec: dict[str, Any], variants: list, recs: dict[str, An
                     arena.fill(0, name, 0xFF)  # NaN in every float format: unwritten shows
             torch.cuda.synchronize()
             where = f"{v.kind} call {n}"
-            reply, wall = ask_ok(rp, {"op": "run", "id": aid, "calls": [0]})
+            _, wall = ask_ok(rp, {"op": "run", "id": aid, "calls": [0]})
             out = None
             o = r["output"]
             facts: dict[str, Any] = {"plain": o is not None, "own_launches": 1}
@@ -448,11 +451,15 @@ def time_samples(vf, kids: list, case: dict[str, Any], idx: int, v0, recordings,
     nbytes = int(ev.ref.bytes_moved(shape, torch.finfo(dtype).bits // 8))
     est_us = max(nbytes / (env.copy_gbps() * 1e3), 2.0)
     per_call = sum(in_bytes) + sum(
-        n for k, n in recordings[kids[0].role][v0.signature()]["sizes"].items() if not k.startswith("in")
+        n
+        for k, n in recordings[kids[0].role][v0.signature()]["sizes"].items()
+        if not k.startswith("in")
     )
     calls = max(2, min(MAX_CALLS, math.ceil(1000.0 / est_us)))
     calls = max(2, min(calls, (MAX_ARENA // 2) // max(per_call, 1)))
-    flush = torch.empty(max(int(2.5 * env.l2_bytes), 1 << 20) // 4, dtype=torch.int32, device="cuda")
+    flush = torch.empty(
+        max(int(2.5 * env.l2_bytes), 1 << 20) // 4, dtype=torch.int32, device="cuda"
+    )
     sink = torch.empty((), dtype=torch.int64, device="cuda")
     state = {}
     out: dict[str, Any] = {}
@@ -497,9 +504,14 @@ def time_samples(vf, kids: list, case: dict[str, Any], idx: int, v0, recordings,
                     rec["samples_us"].append(float(timed["us"]) / calls)
                     rec["parent_wall_us"].append(wall_us - rec["overhead_us"])
                     rec["wake_wall_us"].append(wake_us)
-        for role, rec in out.items():
+        for rec in out.values():
             if rec["inputs_modified"]:
-                rec["codes"].append(["inputs_modified", f"{rec['inputs_modified']} timed calls changed their inputs"])
+                rec["codes"].append(
+                    [
+                        "inputs_modified",
+                        f"{rec['inputs_modified']} timed calls changed their inputs",
+                    ]
+                )
     finally:
         for arena, rp, aid, _ in state.values():
             try:
@@ -515,7 +527,9 @@ def _refill(vf, arena: Arena, r: dict[str, Any], calls: int, shape, dtype, idx: 
     torch, ev = vf.torch, vf.ev
     expected, pristine = [], []
     for c in range(calls):
-        args, kwargs = ev.make(shape, dtype, (idx * 1009 + 10_000 + sample * 1_000 + c) ^ vf.rng.randrange(1 << 30))
+        args, kwargs = ev.make(
+            shape, dtype, (idx * 1009 + 10_000 + sample * 1_000 + c) ^ vf.rng.randrange(1 << 30)
+        )
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         for i, t in enumerate(tensors):
             arena.view(c, f"in{i}", t.dtype, t.shape).copy_(t)
@@ -527,7 +541,9 @@ def _refill(vf, arena: Arena, r: dict[str, Any], calls: int, shape, dtype, idx: 
     return expected, pristine
 
 
-def _check(vf, arena: Arena, r: dict[str, Any], calls: int, expected, pristine, tol) -> tuple[int, int]:
+def _check(
+    vf, arena: Arena, r: dict[str, Any], calls: int, expected, pristine, tol
+) -> tuple[int, int]:
     torch = vf.torch
     o = r["output"]
     bad = torch.zeros(calls, dtype=torch.int32, device="cuda")
@@ -539,7 +555,9 @@ def _check(vf, arena: Arena, r: dict[str, Any], calls: int, expected, pristine, 
         elif o is None or o["buf"].startswith("in"):
             bad[c] += 1
         else:
-            view = arena.view(c, o["buf"], getattr(torch, o["dtype"]), o["shape"], o["strides"], o["offset"])
+            view = arena.view(
+                c, o["buf"], getattr(torch, o["dtype"]), o["shape"], o["strides"], o["offset"]
+            )
             if list(view.shape) != list(expected[c].shape):
                 bad[c] += 1
             elif view.numel():

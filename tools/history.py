@@ -2,13 +2,17 @@
 candidates, an optional chart of score over time, and restoring a ranked candidate's files.
 
 Candidates are de-duplicated by content hash (the best record of each counts); the incumbent is
-the best passing candidate of the mode. Lower is better unless the task says otherwise (command
-tasks may declare higher_is_better).
+the best passing candidate of the mode on one case set: scores compare only within a case set
+(a one-case dev run sums fewer medians than a full one; two hidden case sets are different
+problems). The default case set is the full dev set (`all`; a subset until the full set has a
+passing record), a command task's objective, or the most recent hidden case set. Lower is better unless the task says otherwise (command tasks may
+declare higher_is_better). Records imported from a pre-store workspace are listed as untrusted
+and never ranked until their candidate is scored again.
 """
 
 from __future__ import annotations
 
-import re
+import io
 import statistics
 import time
 from pathlib import Path
@@ -16,13 +20,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .checkpoints import Checkpoints
+from . import workspace_files as wf
+from .checkpoints import HASH_RE, Checkpoints
+from .command_task import COMMAND_CASE_SET
 from .errors import EnvironmentProblem, UsageError
 from .ledger import Ledger
-from .workspace import Workspace
+from .ledger import counts as counts_as_score
+from .workspace import STATE, Workspace
 
 Mode = Literal["dev", "final", "sweep"]
-HASH_RE = re.compile(r"^[0-9a-f]{6,64}$")
+FULL_DEV_SET = "all"  # run_objective with every dev case
 
 
 class RankedCandidate(BaseModel):
@@ -40,10 +47,16 @@ class RankedCandidate(BaseModel):
     meaningful: bool | None = None
     is_best: bool = False
     restorable: bool = Field(description="its files are checkpointed")
+    case_set: str = Field(default="", description="the cases its score is a sum over")
+    untrusted: bool = Field(
+        default=False, description="imported from the workspace, never scored here: not ranked"
+    )
 
 
 class HistoryPage(BaseModel):
     mode: str
+    case_set: str | None = Field(description="the case set ranked: scores compare only within one")
+    case_sets: list[str] = Field(description="case sets with passing records in this mode")
     lower_is_better: bool
     total: int = Field(description="distinct candidates in this mode (with the filter)")
     offset: int
@@ -63,6 +76,17 @@ def _when(rec: dict[str, Any]) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(rec.get("time", 0.0))))
 
 
+def primary_case_set(ws: Workspace, ledger: Ledger, mode: str) -> str | None:
+    """The case set a mode is ranked on by default: the most recently scored hidden case set
+    (final); else the full set (all dev cases, a command task's objective) once it has a
+    passing record, and until then the most recently scored subset."""
+    sets = ledger.case_sets(mode)
+    if mode == "final":
+        return sets[-1] if sets else None
+    full = COMMAND_CASE_SET if ws.task.kind == "command" else FULL_DEV_SET
+    return full if full in sets or not sets else sets[-1]
+
+
 def rank_history(
     ws: Workspace,
     *,
@@ -71,14 +95,16 @@ def rank_history(
     limit: int = 20,
     include_failed: bool = False,
     chart: bool = False,
+    case_set: str | None = None,
 ) -> HistoryPage:
     ws.ensure_exists()
-    ledger = Ledger(ws.history_path, higher_is_better=ws.task.higher_is_better)
+    ledger = ws.ledger()
     records = ledger.records(mode)
     counts: dict[str, int] = {}
     for rec in records:
         counts[rec.get("candidate", "")] = counts.get(rec.get("candidate", ""), 0) + 1
-    ranked = ledger.ranked(mode)
+    cs = case_set if case_set is not None else primary_case_set(ws, ledger, mode)
+    ranked = ledger.ranked(mode, case_set=cs) if cs is not None else []
     ckpt = Checkpoints(ws)
     rows: list[RankedCandidate] = []
     for i, rec in enumerate(ranked):
@@ -95,9 +121,12 @@ def rank_history(
     if best is not None:
         best.is_best = True
     page = rows[offset : offset + limit]
-    chart_path = str(score_chart(ws, mode, records, ledger)) if chart else None
+    charted = [r for r in records if r.get("case_set") == cs and counts_as_score(r)]
+    chart_path = str(score_chart(ws, mode, charted, ledger)) if chart else None
     return HistoryPage(
         mode=mode,
+        case_set=cs,
+        case_sets=ledger.case_sets(mode),
         lower_is_better=not ws.task.higher_is_better,
         total=len(rows),
         offset=offset,
@@ -125,16 +154,14 @@ def _row(
         evaluations=counts.get(digest, 0),
         meaningful=rec.get("meaningful"),
         restorable=bool(digest) and ckpt.exists(digest),
+        case_set=str(rec.get("case_set") or ""),
+        untrusted=bool(rec.get("untrusted")),
     )
 
 
 def score_chart(ws: Workspace, mode: str, records: list[dict[str, Any]], ledger: Ledger) -> Path:
     """PNG of every passing record's score over time plus the best-so-far line."""
-    points = [
-        (float(r["time"]), float(r["score"]))
-        for r in records
-        if r.get("status") == "passed" and r.get("score") is not None and "time" in r
-    ]
+    points = [(float(r["time"]), float(r["score"])) for r in records if "time" in r]
     if not points:
         raise UsageError(
             f"no passing {mode} records to chart yet.",
@@ -167,14 +194,13 @@ def score_chart(ws: Workspace, mode: str, records: list[dict[str, Any]], ledger:
         )
         ax.set_title(f"{ws.task.name}: {mode} score over time")
         ax.legend()
-        out = ws.state / "charts" / f"{mode}-{time.strftime('%Y%m%dT%H%M%S')}.png"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp.png")
-        fig.savefig(tmp)
-        tmp.replace(out)
+        rel = f"{STATE}/charts/{mode}-{time.strftime('%Y%m%dT%H%M%S')}.png"
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
+        wf.write_bytes(ws.root, rel, png.getvalue())
     finally:
         plt.close(fig)
-    return out
+    return ws.root / rel
 
 
 class RestoreResult(BaseModel):
@@ -183,16 +209,19 @@ class RestoreResult(BaseModel):
     changed: list[str] = Field(description="files rewritten (empty: already identical)")
     score: float | None = Field(description="the restored candidate's best score in this mode")
     mode: str
+    case_set: str | None = Field(default=None, description="the case set `score` is on")
 
 
 def restore_candidate(
     ws: Workspace, *, candidate: str | None = None, mode: Mode = "dev"
 ) -> RestoreResult:
-    """Restore `candidate` (a hash from rank_history), or the best of `mode`. The current files
-    are checkpointed first, so the restore itself can be undone the same way."""
+    """Restore `candidate` (a hash from rank_history), or the best of `mode` on its default
+    case set. The current files are checkpointed first, so the restore itself can be undone
+    the same way. Only the task's editable files are written, from re-hashed checkpoints."""
     ws.ensure_exists()
     ckpt = Checkpoints(ws)
-    ledger = Ledger(ws.history_path, higher_is_better=ws.task.higher_is_better)
+    ledger = ws.ledger()
+    cs = primary_case_set(ws, ledger, mode)
     if candidate is not None:
         if not HASH_RE.match(candidate):
             raise UsageError(
@@ -209,7 +238,7 @@ def restore_candidate(
             )
         digest = matches[0]
     else:
-        best = ledger.best(mode)
+        best = ledger.best(mode, case_set=cs) if cs is not None else None
         if best is None:
             raise UsageError(
                 f"no passing {mode} candidate yet: nothing to restore.",
@@ -220,9 +249,7 @@ def restore_candidate(
     scores = [
         r["score"]
         for r in ledger.records(mode)
-        if r.get("candidate") == digest
-        and r.get("status") == "passed"
-        and r.get("score") is not None
+        if r.get("candidate") == digest and r.get("case_set") == cs and counts_as_score(r)
     ]
     score = None
     for s in scores:
@@ -233,7 +260,16 @@ def restore_candidate(
         changed=outcome["changed"],
         score=score,
         mode=mode,
+        case_set=cs if score is not None else None,
     )
 
 
-__all__ = ["HistoryPage", "RankedCandidate", "RestoreResult", "rank_history", "restore_candidate"]
+__all__ = [
+    "FULL_DEV_SET",
+    "HistoryPage",
+    "RankedCandidate",
+    "RestoreResult",
+    "primary_case_set",
+    "rank_history",
+    "restore_candidate",
+]

@@ -133,7 +133,7 @@ async def run_lab(
                 await maybe
 
     started = time.perf_counter()
-    async with slot.lock:
+    async with launcher.hold(slot):
         stage_lab(local, tasks)
         await executor.sync_tree(local, remote)
         res = await executor.run(argv, cwd=remote, env=env, timeout_s=opts.budget_s + MARGIN_S,

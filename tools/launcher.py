@@ -14,7 +14,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .errors import EnvironmentProblem, ExecutorError
 from .executor import Executor, InteractiveProcess, LocalExecutor
+from .gpu_lock import OnWait, held_channels, hold_gpu
 from .settings import Settings
 from .tasks import TaskSpec
 
@@ -60,7 +62,7 @@ RUNNER_ENV = (
 
 
 def sandbox_level(report: dict[str, Any]) -> str:
-    """"full" (Landlock + PID and network namespaces), "partial", or "none"."""
+    """ "full" (Landlock + PID and network namespaces), "partial", or "none"."""
     level = report.get("level")
     return level if level in ("full", "partial") else "none"
 
@@ -172,6 +174,7 @@ class Launcher:
             if ex.max_parallel is None:
                 return None
             held = sum(1 for s in self.slots if s.executor is ex and s.worker is not None)
+            held += held_channels(ex)  # GPU lock holders (tools/gpu_lock.py)
             total += max(1, ex.max_parallel - held - 1)
         return total
 
@@ -319,6 +322,9 @@ class Launcher:
                     if maybe is not None:
                         await maybe
 
+        async def waiting(message: str) -> None:  # another process times on this GPU
+            await line_in(json.dumps({"event": "waiting", "message": message}))
+
         # Compiles (not exclusive), profiles (argv_prefix) and guarded runs (fresh) never use the
         # warm worker.
         warm = (
@@ -333,7 +339,7 @@ class Launcher:
         timed_out = False
         stderr_tail = ""
         started = time.perf_counter()
-        async with slot.lock if exclusive else _nullcontext():
+        async with self.hold(slot, on_wait=waiting) if exclusive else _nullcontext():
             slot.calls += 1
             async with self._sync_locks[id(slot.executor)]:
                 await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
@@ -376,13 +382,28 @@ class Launcher:
             sandbox=sandbox,
         )
 
+    @asynccontextmanager
+    async def hold(self, slot: Slot, *, on_wait: OnWait | None = None) -> AsyncIterator[None]:
+        """Hold `slot`'s GPU for timing: the in-process slot lock, then the GPU's lock file on
+        its host (tools/gpu_lock.py), so no other process times on it meanwhile."""
+        async with (
+            slot.lock,
+            hold_gpu(slot.executor, slot.gpu_index, self.settings, on_wait=on_wait),
+        ):
+            yield
+
     def _python(self, slot: Slot) -> str:
         if isinstance(slot.executor, LocalExecutor):
             return self.settings.python
         return self.settings.remote_python
 
     async def _call_worker(
-        self, slot: Slot, req: dict[str, Any], env: dict[str, str], timeout_s: float, line_in,
+        self,
+        slot: Slot,
+        req: dict[str, Any],
+        env: dict[str, str],
+        timeout_s: float,
+        line_in,
         task: TaskSpec,
     ) -> tuple[bool, str] | None:
         """Serve one request on the slot's warm worker (a sandboxed runner). Returns (timed_out,

@@ -15,6 +15,7 @@ its own group and is killed with its children when the loop stops for any reason
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,7 @@ import anyio
 from .agent_runners import AgentRunner, Turn, TurnOutcome, build_runner
 from .checkpoints import Checkpoints
 from .command_task import run_command_objective
-from .errors import HarnesslabError, UsageError
+from .errors import HarnesslabError
 from .launcher import Launcher, build_launcher
 from .loop_prompts import attempt_prompt, brief_text, build_prompt, repair_prompt
 from .loop_servers import (
@@ -49,6 +50,7 @@ from .loop_state import (
     RunStore,
     Score,
     ServerOutcome,
+    agent_never_ran,
     is_better,
     kill_leftovers,
     new_run_id,
@@ -59,23 +61,19 @@ from .loop_state import (
 from .settings import Settings
 from .storage import atomic_write_json
 from .verify import guarded_verify
-from .workspace import STATE, Workspace, init_workspace, open_workspace
+from .workspace import Workspace, init_workspace, is_workspace, open_workspace
 
 EventSink = Callable[[dict[str, Any]], None]
+log = logging.getLogger(__name__)
 
 
-def prepare_workspace(task: str, root: Path) -> Workspace:
-    """Open the workspace at `root`, or create it from `task` when it is new or empty."""
+def prepare_workspace(task: str, root: Path, settings: Settings) -> Workspace:
+    """Open the workspace at `root` (its task must be `task` when one is given), or create it
+    from `task` when it is new or empty."""
     root = root.expanduser()
-    if (root / STATE / "task.json").is_file() or (root / "task.toml").is_file():
-        ws = open_workspace(root)
-        if task and Path(task).name != ws.task.name and not Path(task).is_dir():
-            raise UsageError(
-                f"{root} is a workspace for task {ws.task.name!r}, not {task!r}.",
-                next_step=f"use --task {ws.task.name}, or a new --workspace folder",
-            )
-        return ws
-    return init_workspace(task, root)
+    if is_workspace(root, settings):
+        return open_workspace(root, settings, task=task or None)
+    return init_workspace(task, root, settings)
 
 
 class Loop:
@@ -97,7 +95,7 @@ class Loop:
         self.settings = settings
         cfg = state.config
         self.runner = runner or build_runner(
-            cfg.runner, agent_cmd=cfg.agent_cmd, extra_args=cfg.agent_args
+            cfg.runner, agent_cmd=cfg.agent_cmd, extra_args=cfg.agent_args, settings=settings
         )
         self.on_event = on_event
         self.launcher: Launcher | None = None
@@ -112,8 +110,8 @@ class Loop:
 
     def save(self) -> None:
         self.store.save(self.state)
-        atomic_write_json(
-            self.store.dir / "summary.json", summarize(self.state, self.ws.telemetry_path)
+        self.store.write_artifact(
+            "summary.json", summarize(self.state, self.ws.telemetry_records())
         )
 
     def _started(self, pid: int) -> None:
@@ -157,6 +155,9 @@ class Loop:
                 )
         except HarnesslabError as exc:  # kernel.py deleted, bad config, executor down
             out = Score(verdict="error", error=str(exc)[:1000])
+        except Exception as exc:  # boundary: whatever the workspace holds, scoring goes on
+            log.exception("%s: scoring failed", label)
+            out = Score(verdict="error", error=f"{type(exc).__name__}: {exc}"[:1000])
         out.wall_s = time.perf_counter() - started
         self.emit("score", f"{label}: {out.verdict} {out.score_us}", score=out.model_dump())
         return out
@@ -176,6 +177,8 @@ class Loop:
             # comparison survives load drift between runs, two separate scores do not.
             if not score.faster_than_incumbent:
                 return False
+        elif best is not None and score.case_set != best.case_set:
+            return False  # scores on different case sets compare to nothing (cases rotated)
         elif best is not None and not is_better(score.score_us, best.score_us, self.higher):
             return False
         ckpt = Checkpoints(self.ws)
@@ -193,8 +196,7 @@ class Loop:
         self, it: Iteration, phase: str, *, meta: bool, timeout_s: float
     ) -> tuple[Turn, dict[str, list[str]]]:
         """The turn's folder and MCP config; returns the turn and the servers' tool names."""
-        folder = self.store.iteration_dir(it.index) / phase
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self.store.fresh_turn_dir(it.index, phase)
         servers = turn_servers(self.ws, self.settings, meta=meta)
         config = write_mcp_config(folder / "mcp.json", servers)
         if phase == "attempt":
@@ -368,7 +370,7 @@ class Loop:
         if killed:
             self.emit("info", f"killed process groups left by the previous loop: {killed}")
         state.active = []
-        self.runner.preflight()
+        await self.runner.ready()
         if state.status != "stopped":
             state.status = "running"
         state.error = ""
@@ -398,7 +400,10 @@ class Loop:
                     )
                     it.running = step
                     self.save()
-                    await steps[step](it)
+                    try:
+                        await steps[step](it)
+                    except Exception as exc:  # boundary: one iteration never ends the run
+                        self.fail_iteration(it, step, exc)
                     it.running = None
                     self.save()
                 it.finished_at = time.time()
@@ -417,7 +422,17 @@ class Loop:
                 await self.launcher.aclose()
             raise
         await self.launcher.aclose()
-        return summarize(state, self.ws.telemetry_path)
+        return summarize(state, self.ws.telemetry_records())
+
+    def fail_iteration(self, it: Iteration, step: str, exc: Exception) -> None:
+        """An unexpected error in a step: the iteration is scored as an error and done; the
+        loop goes on to the next one and, at the end, to its final restore and verify."""
+        log.exception("iteration %s: %s failed", it.index, step)
+        it.error = f"{step}: {type(exc).__name__}: {exc}"[:1000]
+        if it.score is None:
+            it.score = Score(verdict="error", error=it.error)
+        it.step = "done"
+        self.emit("info", f"iteration {it.index}: {it.error[:200]}")
 
     def _current_iteration(self) -> Iteration | None:
         state = self.state
@@ -432,14 +447,22 @@ class Loop:
     async def finish(self) -> None:
         state, cfg = self.state, self.state.config
         if state.best is not None and cfg.optimization_mode and cfg.restore_best:
-            state.restored = Checkpoints(self.ws).restore(state.best.candidate)
-            self.emit("info", f"restored the best checkpoint {state.best.candidate}")
+            try:
+                state.restored = Checkpoints(self.ws).restore(state.best.candidate)
+                self.emit("info", f"restored the best checkpoint {state.best.candidate}")
+            except Exception as exc:  # boundary: the final verify still runs
+                log.exception("final restore failed")
+                state.restored = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
         state.final = await self.score(rotate=self.ws.task.kind == "kernel", label="final")
         self.store.write("final.json", state.final.model_dump())
         state.finished = True
         if state.status == "running":
             state.status = "completed"
             state.stop_reason = state.stop_reason or f"{len(state.iterations)} iterations done"
+            failed = agent_never_ran(state)
+            if failed:  # scores of an untouched workspace are no result: say so, exit non-zero
+                state.status = "agent_failed"
+                state.stop_reason = f"no attempt ran to completion: {failed}"[:1000]
         self.save()
 
 
@@ -453,12 +476,12 @@ async def start_run(
 ) -> dict[str, Any]:
     """Start a new run; returns summary.json's content."""
     runner = runner or build_runner(
-        config.runner, agent_cmd=config.agent_cmd, extra_args=config.agent_args
+        config.runner, agent_cmd=config.agent_cmd, extra_args=config.agent_args, settings=settings
     )
-    runner.preflight()  # before a workspace or a run folder is created
-    ws = prepare_workspace(config.task, config.workspace)
+    await runner.ready()  # before a workspace or a run folder is created
+    ws = prepare_workspace(config.task, config.workspace, settings)
     config = config.model_copy(update={"workspace": ws.root})
-    store = RunStore(ws.runs_dir, run_id or new_run_id())
+    store = RunStore(ws, run_id or new_run_id())
     state = RunState(run_id=store.run_id, config=config)
     store.write("config.json", config.model_dump(mode="json"))
     loop = Loop(state, store, ws, settings, runner=runner, on_event=on_event)
@@ -473,14 +496,19 @@ async def resume_run(
     *,
     on_event: EventSink | None = None,
     runner: AgentRunner | None = None,
+    config_update: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Continue a run after a crash or Ctrl-C (a finished run just returns its summary)."""
-    ws = open_workspace(workspace)
-    store = RunStore(ws.runs_dir, run_id)
+    """Continue a run after a crash or Ctrl-C (a finished run just returns its summary). The
+    run's config comes from the trusted store; `config_update` (what the command line gave
+    again: runner, agent command, executor settings) replaces its fields."""
+    ws = open_workspace(workspace, settings)
+    store = RunStore(ws, run_id)
     state = store.load()
+    if config_update:
+        state.config = state.config.model_copy(update=config_update)
     loop = Loop(state, store, ws, settings, runner=runner, on_event=on_event)
     if state.finished:
-        return summarize(state, ws.telemetry_path)
+        return summarize(state, ws.telemetry_records())
     state.resumes += 1
     loop.emit(
         "run", f"resuming run {run_id} (resume {state.resumes})", run_id=run_id, dir=str(store.dir)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import workspace_files as wf
+from .errors import UsageError
 from .loop_state import Iteration, RunState
 from .telemetry import summarize as summarize_telemetry
 from .workspace import Workspace
@@ -156,7 +158,7 @@ qualification after this turn is quarantined. You have {timeout_s:.0f} seconds.
 def telemetry_text(ws: Workspace, limit: int = 40) -> str:
     """One line per tool: calls, outcomes, median duration (what was used, what failed)."""
     lines = []
-    for tool, st in list(summarize_telemetry(ws.telemetry_path).items())[:limit]:
+    for tool, st in list(summarize_telemetry(ws.telemetry_records()).items())[:limit]:
         outcomes = ", ".join(f"{k} {v}" for k, v in st["status"].items())
         median = st.get("median_ms")
         lines.append(
@@ -167,10 +169,14 @@ def telemetry_text(ws: Workspace, limit: int = 40) -> str:
 
 
 def brief_text(ws: Workspace) -> str:
-    for path in (ws.root / "task.md", ws.task.brief_path()):
-        if path.is_file():
-            return path.read_text(errors="replace")
-    return f"{ws.task.name}: {ws.task.summary}"
+    """The task's own brief (from the bound task, not the workspace's copy: a task.md linked
+    to some other file would put that file into the prompt)."""
+    if ws.task.brief_path().is_file():
+        return ws.task.brief_path().read_text(errors="replace")
+    try:
+        return wf.read_text(ws.root, "task.md")
+    except UsageError:
+        return f"{ws.task.name}: {ws.task.summary}"
 
 
 def claim_summary(result: dict[str, Any] | None) -> str:

@@ -11,15 +11,15 @@ tools/qualification and tools/registry.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from . import workspace_files as wf
 from .errors import HarnesslabError
-from .genserver import load_manifest, server_dir
+from .genserver import load_manifest
 from .settings import Settings
 from .storage import atomic_write_json
 from .tasks import KERNEL_TOOL_NAMES
@@ -97,49 +97,56 @@ def write_mcp_config(path: Path, servers: TurnServers) -> Path:
 def registered_servers(
     ws: Workspace, env: dict[str, str]
 ) -> dict[str, tuple[dict[str, Any], list[str]]]:
-    """Registered generated servers: name -> (config entry, tool names)."""
+    """Registered generated servers: name -> (config entry, tool names). The entry is the
+    toolkit's launcher for the qualified bundle in the trusted store (tools/registry.py), never
+    the command of a manifest in the workspace; a server whose kept bundle is gone or altered
+    is left out."""
+    from .registry import launcher_argv, qualified_bundle, trusted_report
 
     out: dict[str, tuple[dict[str, Any], list[str]]] = {}
-    for name in registered_names(ws):
-        sdir = server_dir(ws.root, name)
+    for name, digest in registered_names(ws).items():
+        report = trusted_report(ws, name)
+        if report is None or not report.passed or report.bundle_hash != digest:
+            continue
         try:
-            manifest = load_manifest(sdir)
+            kept = qualified_bundle(ws, name, digest)
+            manifest = load_manifest(kept / STATE / "mcp" / name)
         except HarnesslabError:
             continue
-        launch = manifest.launch(ws.root, sdir)
-        entry = _entry(launch.argv, launch.cwd, {**env, **launch.env})
+        entry = _entry(launcher_argv(ws, name), ws.root, env)
         out[name] = (entry, [t.name for t in manifest.enabled_tools()])
     return out
 
 
-def registered_names(ws: Workspace) -> list[str]:
+def registered_names(ws: Workspace) -> dict[str, str]:
+    """Registered servers in the trusted registry: name -> qualified bundle hash."""
     from .registry import load_registry
 
-    reg = load_registry(ws.root)
-    return sorted(name for name, rec in reg.servers.items() if rec.status == "registered")
+    reg = load_registry(ws)
+    return {
+        n: rec.bundle_hash for n, rec in sorted(reg.servers.items()) if rec.status == "registered"
+    }
 
 
 def generated_snapshot(ws: Workspace) -> dict[str, str]:
-    """name -> content hash of every generated server folder (to see what a build changed)."""
-    root = ws.root / STATE / "mcp"
+    """name -> content hash of every generated server folder (to see what a build changed);
+    a folder that cannot be read as untrusted input (a symlink in it) hashes as 'refused'."""
+    from .cleanroom import SKIP_NAMES
+
     out: dict[str, str] = {}
-    if not root.is_dir():
-        return out
-    for sdir in sorted(p for p in root.iterdir() if p.is_dir()):
+    for name in wf.list_dir(ws.root, f"{STATE}/mcp"):
+        rel = f"{STATE}/mcp/{name}"
+        if not wf.is_dir(ws.root, rel):
+            continue
         h = hashlib.sha256()
-        for f in sorted(p for p in sdir.rglob("*") if p.is_file() and _is_source(sdir, p)):
-            h.update(f.relative_to(sdir).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-        out[sdir.name] = h.hexdigest()[:16]
+        try:
+            for path, data in wf.walk_files(ws.root, rel, skip=SKIP_NAMES):
+                h.update(path[len(rel) + 1 :].encode() + b"\0" + data + b"\0")
+        except HarnesslabError:
+            out[name] = "refused"
+            continue
+        out[name] = h.hexdigest()[:16]
     return out
-
-
-def _is_source(sdir: Path, path: Path) -> bool:
-    """Server files, not what qualification or a test run leaves next to them."""
-    rel = path.relative_to(sdir)
-    return "__pycache__" not in rel.parts and rel.name not in QUALIFICATION_OUTPUTS
-
-
-QUALIFICATION_OUTPUTS = frozenset({"qualification.json", "failure_report.md"})
 
 
 def build_candidates(
@@ -176,23 +183,22 @@ async def qualify(ws: Workspace, name: str, settings: Settings) -> Qualification
 
 def fresh_qualification(ws: Workspace, name: str, since: float) -> Qualification | None:
     """A qualification the build turn already ran (self_test_server) for exactly the files the
-    server has now, or None. Saves a second clean-room run (~10 s on a CPU) per build."""
-    from .qualification import bundle_hash, default_bundle, report_from_json
-    from .registry import load_registry
+    server has now, or None: read from the trusted store, never from the workspace. Saves a
+    second clean-room run (~10 s on a CPU) per build."""
+    from .qualification import hash_items, workspace_bundle
+    from .registry import load_registry, trusted_report
 
-    rec = load_registry(ws.root).servers.get(name)
-    sdir = server_dir(ws.root, name)
-    path = sdir / "qualification.json"
-    if rec is None or rec.status not in ("qualified", "registered") or not path.is_file():
+    rec = load_registry(ws).servers.get(name)
+    report = trusted_report(ws, name)
+    if rec is None or rec.status not in ("qualified", "registered") or report is None:
         return None
-    if path.stat().st_mtime < since:
+    if report.qualified_at < since or not report.passed:
         return None
     try:
-        report = report_from_json(json.loads(path.read_text()))
-    except (ValueError, TypeError):
+        current = hash_items(workspace_bundle(ws, name))
+    except HarnesslabError:
         return None
-    current = bundle_hash(default_bundle(sdir, name))
-    if not report.passed or report.bundle_hash != current or rec.bundle_hash != current:
+    if report.bundle_hash != current or rec.bundle_hash != current:
         return None
     return Qualification(
         name=name,
@@ -207,13 +213,13 @@ def register(ws: Workspace, name: str, settings: Settings) -> None:
     """Project a qualified server into .mcp.json / .codex/config.toml and the skill folders."""
     from . import registry
 
-    registry.register(ws.root, name, env=settings_env(settings))
+    registry.register(ws, name, env=settings_env(settings))
 
 
 def quarantine(ws: Workspace, name: str, reason: str) -> None:
     from . import registry
 
-    registry.quarantine(ws.root, name, reason)
+    registry.quarantine(ws, name, reason)
 
 
 __all__ = [

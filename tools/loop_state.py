@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import time
 import uuid
@@ -16,13 +18,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from . import workspace_files as wf
 from .agent_runners import RunnerName, TurnOutcome
 from .errors import UsageError
 from .executor import kill_group
-from .storage import atomic_write_json, read_jsonl
+from .storage import atomic_write_json
+from .workspace import Workspace
 
 Step = Literal["attempt", "score", "build", "qualify", "done"]
-RunStatus = Literal["running", "completed", "stopped", "interrupted", "failed"]
+# agent_failed: the loop finished, but no attempt ran to completion (every one failed to start or
+# exited with an error), so its scores are the untouched workspace's.
+RunStatus = Literal["running", "completed", "stopped", "interrupted", "failed", "agent_failed"]
+# Attempt statuses where the agent never got to work. Cut off by the time limit or by a loop
+# that died (timeout, interrupted) it did work, and that work was scored.
+NEVER_RAN = ("failed", "not_started")
 
 
 class RunConfig(BaseModel):
@@ -106,6 +115,9 @@ class Iteration(BaseModel):
     reset_to_best: str | None = Field(
         default=None, description="checkpoint restored after a broken attempt (optimization mode)"
     )
+    error: str = Field(
+        default="", description="an unexpected error that ended this iteration (scored 'error')"
+    )
 
 
 class RunState(BaseModel):
@@ -132,21 +144,48 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
 
 
-class RunStore:
-    """The run folder `.harnesslab/runs/<run-id>/`."""
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
-    def __init__(self, runs_dir: Path, run_id: str) -> None:
-        if not run_id or "/" in run_id or run_id.startswith("."):
-            raise UsageError(f"bad run id {run_id!r}.", next_step="use an id from the runs folder")
-        self.dir = runs_dir / run_id
+
+class RunStore:
+    """A run's two folders. Its state (config, runner, executor settings, scores, best, the
+    process groups it started) is trusted and lives in the workspace's trusted store
+    (`<store>/runs/<run-id>/`): `--resume` believes only that. Its artifacts (prompts,
+    transcripts, turn configs, summary.json) are for people and agents to read and live in the
+    workspace (`.harnesslab/runs/<run-id>/`)."""
+
+    def __init__(self, ws: Workspace, run_id: str) -> None:
+        if not RUN_ID_RE.match(run_id or ""):
+            raise UsageError(
+                f"bad run id {run_id!r}.", next_step="use an id `harnesslab run` printed"
+            )
+        self.ws = ws
+        self.dir = ws.runs_dir / run_id
+        self.artifacts_rel = f"{wf.inside(ws.root, ws.artifacts_dir)}/{run_id}"
         self.run_id = run_id
+
+    @property
+    def artifacts(self) -> Path:
+        return self.ws.root / self.artifacts_rel
 
     @property
     def state_path(self) -> Path:
         return self.dir / "state.json"
 
     def iteration_dir(self, index: int) -> Path:
-        return self.dir / f"iter-{index:02d}"
+        """An iteration's artifact folder in the workspace."""
+        return self.artifacts / f"iter-{index:02d}"
+
+    def fresh_turn_dir(self, index: int, phase: str) -> Path:
+        """A turn's artifact folder, emptied first: files the agent planted there (a symlink
+        named prompt.md or stdout.txt) must not be where the loop writes."""
+        rel = f"{self.artifacts_rel}/iter-{index:02d}/{phase}"
+        path = self.ws.root / rel
+        if path.is_symlink():
+            path.unlink()
+        elif path.exists():
+            shutil.rmtree(path)
+        return wf.real_dir(self.ws.root, rel)
 
     def save(self, state: RunState) -> None:
         state.updated_at = time.time()
@@ -155,13 +194,20 @@ class RunStore:
     def load(self) -> RunState:
         if not self.state_path.is_file():
             raise UsageError(
-                f"no run {self.run_id!r} in {self.dir.parent}.",
-                next_step="list the runs folder, or start a new run without --resume",
+                f"no run {self.run_id!r} in the trusted store of {self.ws.root}.",
+                next_step="start a new run without --resume (runs from before the trusted store "
+                "cannot be resumed)",
             )
         return RunState.model_validate_json(self.state_path.read_text())
 
     def write(self, rel: str, obj: Any) -> None:
+        """A trusted record of the run (scores, best, config)."""
         atomic_write_json(self.dir / rel, obj)
+
+    def write_artifact(self, rel: str, obj: Any) -> None:
+        """A file of the run for people and agents to read, in the workspace."""
+        if self.ws.root.is_dir():
+            wf.write_json(self.ws.root, f"{self.artifacts_rel}/{rel}", obj)
 
 
 def is_better(a: float, b: float, higher_is_better: bool) -> bool:
@@ -172,6 +218,18 @@ def reached(score: float | None, stop: float | None, higher_is_better: bool) -> 
     if score is None or stop is None:
         return False
     return score >= stop if higher_is_better else score <= stop
+
+
+def agent_never_ran(state: RunState) -> str:
+    """'' when some attempt ran (finished, or was cut off); else the first attempt's error,
+    which says why the agent never got to work."""
+    attempts = [it.attempt for it in state.iterations if it.attempt is not None]
+    if not attempts:  # every attempt step broke before it recorded a turn
+        errors = [it.error for it in state.iterations if it.error.startswith("attempt:")]
+        return errors[0] if errors and len(errors) == len(state.iterations) else ""
+    if any(a.status not in NEVER_RAN for a in attempts):
+        return ""
+    return next((a.error for a in attempts if a.error), attempts[0].status)
 
 
 def process_start(pid: int) -> str:
@@ -194,16 +252,17 @@ def kill_leftovers(procs: list[dict[str, Any]]) -> list[int]:
                 continue
         except (ProcessLookupError, PermissionError):
             continue
-        if rec.get("start") and process_start(pid) != rec["start"]:
+        # No recorded start time: nothing tells our process from a reused pid; leave it.
+        if not rec.get("start") or process_start(pid) != rec["start"]:
             continue
         kill_group(pid, signal.SIGKILL)
         killed.append(pid)
     return killed
 
 
-def tool_calls(telemetry: Path, start: float, end: float | None) -> dict[str, int]:
-    """MCP tool calls recorded in telemetry.jsonl between start and end, per server.tool."""
-    return _window(read_jsonl(telemetry), start, end)[0]
+def tool_calls(telemetry: list[dict[str, Any]], start: float, end: float | None) -> dict[str, int]:
+    """MCP tool calls recorded in telemetry between start and end, per server.tool."""
+    return _window(telemetry, start, end)[0]
 
 
 def _window(
@@ -222,15 +281,16 @@ def _window(
     return dict(sorted(counts.items())), gpu_s
 
 
-def summarize(state: RunState, telemetry: Path) -> dict[str, Any]:
-    """summary.json: baseline vs best, per-iteration scores, servers built, tool calls."""
+def summarize(state: RunState, telemetry: list[dict[str, Any]]) -> dict[str, Any]:
+    """summary.json: baseline vs best, per-iteration scores, servers built, tool calls
+    (`telemetry`: the workspace's telemetry records, Workspace.telemetry_records())."""
     cfg = state.config
     base = state.baseline.score_us if state.baseline else None
     best = state.best.score_us if state.best else None
     improvement = None
     if base and best is not None:
         improvement = 100.0 * (best - base) / base * (1 if cfg.higher_is_better else -1)
-    records = list(read_jsonl(telemetry))  # read once: every window below is a slice of it
+    records = telemetry  # read once: every window below is a slice of it
     iterations = []
     for it in state.iterations:
         iterations.append(
@@ -243,6 +303,7 @@ def summarize(state: RunState, telemetry: Path) -> dict[str, Any]:
                 "repair": _turn(it.repair) if it.repair else None,
                 "servers": [s.model_dump() for s in it.servers],
                 "active_servers": it.active_servers,
+                "error": it.error,
                 "tool_calls": _window(records, it.started_at, it.finished_at)[0],
                 "wall_s": round((it.finished_at or time.time()) - it.started_at, 1),
             }
@@ -307,6 +368,7 @@ __all__ = [
     "RunStore",
     "Score",
     "ServerOutcome",
+    "agent_never_ran",
     "is_better",
     "kill_leftovers",
     "new_run_id",

@@ -13,8 +13,8 @@ from typing import Any, Literal
 from .checkpoints import Checkpoints
 from .errors import UsageError
 from .launcher import Launcher, RunnerCall
-from .ledger import Ledger
 from .results import CaseResult, EnvInfo, EvalResult
+from .storage import append_jsonl
 from .tasks import Case
 from .workspace import Workspace
 
@@ -48,6 +48,10 @@ def case_events_progress(total: int, progress: Progress | None):
     done = [0]
 
     async def on_event(ev: dict[str, Any]) -> None:
+        if ev.get("event") == "waiting" and progress is not None:
+            maybe = progress(done[0], total, str(ev.get("message")))
+            if maybe is not None:
+                await maybe
         if ev.get("event") in ("case", "config", "probe") and progress is not None:
             done[0] += 1
             if ev.get("event") == "case" and "name" not in ev:  # a hidden case: index only
@@ -125,11 +129,18 @@ def to_eval_result(
 
 
 def record(
-    ws: Workspace, result: EvalResult, files: dict[str, bytes], *, case_set: str
+    ws: Workspace,
+    result: EvalResult,
+    files: dict[str, bytes],
+    *,
+    case_set: str,
+    hidden: list[dict[str, Any]] | None = None,
 ) -> EvalResult:
-    """Ledger append + checkpoint + best pointer; fills best/delta fields of `result`."""
+    """Ledger append + checkpoint + best pointer (all in the trusted store); fills best/delta
+    fields of `result`. The best compared with is the best on the same `case_set`. `hidden`:
+    per-case results with their hidden shapes (final runs), kept in the store only."""
     ws.ensure_exists()  # a workspace deleted mid-run is not recreated by the writes below
-    ledger = Ledger(ws.history_path)
+    ledger = ws.ledger()
     ckpt = Checkpoints(ws)
     best_before = ledger.best(result.mode, case_set=case_set)
     digest = ckpt.save(files)
@@ -157,12 +168,17 @@ def record(
         }
     )
     result.record_id = rec["id"]
+    if hidden is not None:
+        append_jsonl(
+            ws.store.hidden_results_path,
+            {"record": rec["id"], "case_set": case_set, "candidate": digest, "cases": hidden},
+        )
     if best_before is not None:
         result.best_score_us = best_before["score"]
     if result.status == "passed" and result.score_us is not None:
         if best_before is None or ledger.better(result.score_us, best_before["score"]):
             result.is_new_best = True
-            ckpt.set_best(result.mode, digest, result.score_us, rec["id"])
+            ckpt.set_best(result.mode, digest, result.score_us, rec["id"], case_set=case_set)
         if best_before is not None and best_before["score"]:
             result.delta_vs_best_pct = (
                 100.0 * (result.score_us - best_before["score"]) / best_before["score"]

@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .errors import UsageError
+from .history import primary_case_set
 from .launcher import Launcher
-from .ledger import Ledger
 from .probe import probe_names
 from .workspace import Workspace
 
@@ -24,6 +24,8 @@ class HistoryEntry(BaseModel):
     score: float | None
     when: str
     reason: str = ""
+    case_set: str = Field(default="", description="scores compare only within a case set")
+    untrusted: bool = Field(default=False, description="imported, never scored here")
 
 
 class ExecutorStatus(BaseModel):
@@ -55,6 +57,8 @@ def _entry(rec: dict[str, Any]) -> HistoryEntry:
         score=rec.get("score"),
         when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(rec.get("time", 0.0)))),
         reason=str(rec.get("reason") or "")[:300],
+        case_set=str(rec.get("case_set") or ""),
+        untrusted=bool(rec.get("untrusted")),
     )
 
 
@@ -122,9 +126,12 @@ def overview(ws: Workspace, launcher: Launcher, *, recent: int = 5) -> Overview:
             config = ws.read_config()
         except UsageError as exc:
             problems.append(str(exc))
-    ledger = Ledger(ws.history_path, higher_is_better=ws.task.higher_is_better)
+    ledger = ws.ledger()
     records = ledger.records()
-    best_dev, best_final = ledger.best("dev"), ledger.best("final")
+    best_dev, best_final = (
+        ledger.best(mode, case_set=cs) if (cs := primary_case_set(ws, ledger, mode)) else None
+        for mode in ("dev", "final")
+    )
     evaluated = any(r.get("candidate") == candidate and r.get("mode") == "dev" for r in records)
     last_dev = next((r for r in reversed(records) if r.get("mode") == "dev"), None)
     slots = [{"slot": s.label, "busy": s.lock.locked(), "calls": s.calls} for s in launcher.slots]

@@ -25,12 +25,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from . import workspace_files as wf
 from .errors import UsageError
 from .storage import atomic_write_text
 
 Client = Literal["claude", "codex"]
 ENTRY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 SKILL_ROOTS = (".claude/skills", ".agents/skills")
+MCP_JSON = ".mcp.json"
+CODEX_TOML = ".codex/config.toml"
 
 # Codex waits startup_timeout_sec for the server's first answer and tool_timeout_sec for one
 # tool call. Its defaults (10 s, 60 s) are too short here: the server imports the MCP SDK
@@ -93,37 +96,44 @@ def render_mcp_json(entry: ServerEntry) -> str:
     return json.dumps({"mcpServers": {entry.name: claude_entry(entry.checked())}}, indent=2) + "\n"
 
 
-def _read_mcp_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+def _exists(root: Path, rel: str) -> bool:
+    return wf.is_file(root, rel) or (root / rel).is_symlink()
+
+
+def _read_mcp_json(root: Path) -> dict[str, Any]:
+    """The workspace's .mcp.json (an agent-writable file: read through workspace_files, so a
+    symlink to some other JSON file is refused, not merged and written back)."""
+    if not _exists(root, MCP_JSON):
         return {}
+    text = wf.read_text(root, MCP_JSON)
     try:
-        data = json.loads(path.read_text() or "{}")
-    except json.JSONDecodeError as exc:
+        data = wf.parse_json(text or "{}", source=MCP_JSON)
+    except UsageError as exc:
         raise UsageError(
-            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); not overwriting it.",
+            f"{root / MCP_JSON}: {exc.message} Not overwriting it.",
             next_step="fix or remove the file, then run this again",
         ) from exc
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers", {}), dict):
-        raise UsageError(f"{path}: expected {{'mcpServers': {{...}}}}.", next_step="fix the file")
+        raise UsageError(
+            f"{root / MCP_JSON}: expected {{'mcpServers': {{...}}}}.", next_step="fix the file"
+        )
     return data
 
 
 def write_mcp_json(root: Path, entry: ServerEntry) -> Path:
     """Merge `entry` into `<root>/.mcp.json` (other servers and keys are kept)."""
-    path = root / ".mcp.json"
-    data = _read_mcp_json(path)
+    data = _read_mcp_json(root)
     data.setdefault("mcpServers", {})[entry.checked().name] = claude_entry(entry)
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
-    return path
+    wf.write_text(root, MCP_JSON, json.dumps(data, indent=2) + "\n")
+    return root / MCP_JSON
 
 
 def remove_mcp_json(root: Path, name: str) -> bool:
-    path = root / ".mcp.json"
-    data = _read_mcp_json(path)
+    data = _read_mcp_json(root)
     if name not in data.get("mcpServers", {}):
         return False
     del data["mcpServers"][name]
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+    wf.write_text(root, MCP_JSON, json.dumps(data, indent=2) + "\n")
     return True
 
 
@@ -155,7 +165,10 @@ def toml_key(key: str) -> str:
     return key if _BARE_KEY.match(key) else toml_string(key)
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """A TOML value: bool, number, string, list, or a dict as an inline table."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -163,7 +176,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return toml_string(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
@@ -187,14 +200,7 @@ def codex_entry(entry: ServerEntry) -> dict[str, Any]:
 
 def render_codex_toml(entry: ServerEntry) -> str:
     entry.checked()
-    table = codex_entry(entry)
-    head = f"mcp_servers.{toml_key(entry.name)}"
-    lines = [f"[{head}]"]
-    lines += [f"{toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if k != "env"]
-    if table.get("env"):
-        lines += ["", f"[{head}.env]"]
-        lines += [f"{toml_key(k)} = {_toml_value(v)}" for k, v in sorted(table["env"].items())]
-    return "\n".join(lines) + "\n"
+    return render_toml_table(["mcp_servers", entry.name], codex_entry(entry))
 
 
 def _header_path(line: str) -> list[str] | None:
@@ -214,10 +220,13 @@ def _header_path(line: str) -> list[str] | None:
     return path
 
 
-def _load_toml(path: Path) -> tuple[str, dict[str, Any]]:
-    if not path.is_file():
+def _load_toml(path: Path, root: Path | None = None) -> tuple[str, dict[str, Any]]:
+    """(text, data) of a TOML file; inside a workspace (`root`) read through workspace_files,
+    so a symlink planted by the agent is refused rather than followed."""
+    rel = path.relative_to(root).as_posix() if root is not None else ""
+    if not (_exists(root, rel) if root is not None else path.is_file()):
         return "", {}
-    text = path.read_text()
+    text = wf.read_text(root, rel) if root is not None else path.read_text()
     try:
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -227,55 +236,106 @@ def _load_toml(path: Path) -> tuple[str, dict[str, Any]]:
         ) from exc
 
 
-def _cut_table(text: str, name: str) -> str:
-    """`text` without the `[mcp_servers.<name>]` table and its sub-tables."""
+def _cut_table(text: str, key_path: list[str]) -> str:
+    """`text` without the table at `key_path` (e.g. `[mcp_servers.<name>]`) and its sub-tables."""
     kept: list[str] = []
     skipping = False
     for line in text.splitlines(keepends=True):
         path = _header_path(line)
         if path is not None:
-            skipping = path[:2] == ["mcp_servers", name]
+            skipping = path[: len(key_path)] == key_path
         if not skipping:
             kept.append(line)
     return "".join(kept)
 
 
-def write_codex_toml(root: Path, entry: ServerEntry) -> Path:
-    """Merge `entry` into `<root>/.codex/config.toml` (other tables and comments are kept)."""
-    path = root / ".codex" / "config.toml"
-    text, _ = _load_toml(path)
-    rest = _cut_table(text, entry.checked().name)
-    _refuse_other_forms(path, rest, entry.name)
-    new = rest.rstrip("\n") + ("\n\n" if rest.strip() else "") + render_codex_toml(entry)
-    # Never write what does not read back as exactly this entry.
-    if tomllib.loads(new).get("mcp_servers", {}).get(entry.name) != codex_entry(entry):
+def _dig(data: dict[str, Any], key_path: list[str]) -> Any:
+    node: Any = data
+    for key in key_path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _header(key_path: list[str]) -> str:
+    return ".".join(toml_key(k) for k in key_path)
+
+
+def render_toml_table(key_path: list[str], values: dict[str, Any]) -> str:
+    """`[a.b]` with its plain values, then one sub-table per dict value (`[a.b.env]`)."""
+    head = _header(key_path)
+    lines = [f"[{head}]"]
+    lines += [
+        f"{toml_key(k)} = {toml_value(v)}" for k, v in values.items() if not isinstance(v, dict)
+    ]
+    for k, v in values.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{head}.{toml_key(k)}]"]
+            lines += [f"{toml_key(kk)} = {toml_value(vv)}" for kk, vv in sorted(v.items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_toml_table(
+    path: Path, key_path: list[str], values: dict[str, Any], root: Path | None = None
+) -> Path:
+    """Replace the table at `key_path` in the TOML file `path` with `values`; every other table,
+    key and comment is kept byte for byte. Refuses a table written as an inline table or with
+    dotted keys, and never writes a file that does not read back as `values`. A file inside a
+    workspace (`root`) is written through workspace_files."""
+    text, _ = _load_toml(path, root)
+    rest = _cut_table(text, key_path)
+    where = _header(key_path)
+    if _dig(tomllib.loads(rest), key_path) is not None:
         raise UsageError(
-            f"{path}: the merged file does not read back as the new entry.",
-            next_step=f"remove mcp_servers.{entry.name} from the file by hand and run this again",
+            f"{path}: {where} is defined in a form this tool does not edit "
+            "(inline table or dotted keys).",
+            next_step=f"rewrite it as a [{where}] table or remove it by hand",
         )
-    atomic_write_text(path, new)
+    new = rest.rstrip("\n") + ("\n\n" if rest.strip() else "") + render_toml_table(key_path, values)
+    if _dig(tomllib.loads(new), key_path) != values:
+        raise UsageError(
+            f"{path}: the merged file does not read back as the new {where}.",
+            next_step=f"remove {where} from the file by hand and run this again",
+        )
+    if root is not None:
+        wf.write_text(root, path.relative_to(root).as_posix(), new)
+    else:
+        atomic_write_text(path, new)
     return path
 
 
+def read_toml_table(
+    path: Path, key_path: list[str], root: Path | None = None
+) -> dict[str, Any] | None:
+    """The table at `key_path` in the TOML file `path` (None when absent)."""
+    _, data = _load_toml(path, root)
+    node = _dig(data, key_path)
+    return node if isinstance(node, dict) else None
+
+
+def write_codex_toml(root: Path, entry: ServerEntry) -> Path:
+    """Merge `entry` into `<root>/.codex/config.toml` (other tables and comments are kept)."""
+    path = root / CODEX_TOML
+    return write_toml_table(
+        path, ["mcp_servers", entry.checked().name], codex_entry(entry), root=root
+    )
+
+
 def remove_codex_toml(root: Path, name: str) -> bool:
-    path = root / ".codex" / "config.toml"
-    text, data = _load_toml(path)
+    path = root / CODEX_TOML
+    text, data = _load_toml(path, root)
     if name not in data.get("mcp_servers", {}):
         return False
-    rest = _cut_table(text, name)
-    _refuse_other_forms(path, rest, name)
-    atomic_write_text(path, rest)
-    return True
-
-
-def _refuse_other_forms(path: Path, rest: str, name: str) -> None:
-    """The entry defined some other way (inline table, dotted keys): refuse to guess."""
+    rest = _cut_table(text, ["mcp_servers", name])
     if name in tomllib.loads(rest).get("mcp_servers", {}):
         raise UsageError(
             f"{path}: mcp_servers.{name} is defined in a form this tool does not edit "
             "(inline table or dotted keys).",
             next_step=f"rewrite it as a [mcp_servers.{name}] table or remove it by hand",
         )
+    wf.write_text(root, CODEX_TOML, rest)
+    return True
 
 
 # -- both clients -------------------------------------------------------------------------------
@@ -311,8 +371,7 @@ def project_skill(root: Path, skill_dir: Path, name: str | None = None) -> list[
         )
     out = []
     for rel in SKILL_ROOTS:
-        parent = root / rel
-        parent.mkdir(parents=True, exist_ok=True)
+        parent = wf.real_dir(root, rel)  # a symlinked .claude/skills is refused, not followed
         tmp = parent / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
         shutil.copytree(
             skill_dir, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=False
@@ -332,7 +391,10 @@ def remove_skill(root: Path, name: str) -> list[Path]:
     removed = []
     for rel in SKILL_ROOTS:
         dest = root / rel / name
-        if dest.is_dir():
+        if dest.is_symlink():
+            dest.unlink()
+            removed.append(dest)
+        elif dest.is_dir():
             shutil.rmtree(dest)
             removed.append(dest)
     return removed
@@ -346,13 +408,18 @@ __all__ = [
     "codex_entry",
     "project_server",
     "project_skill",
+    "read_toml_table",
     "remove_codex_toml",
     "remove_mcp_json",
     "remove_skill",
     "render_codex_toml",
     "render_mcp_json",
+    "render_toml_table",
+    "toml_key",
     "toml_string",
+    "toml_value",
     "unproject_server",
     "write_codex_toml",
     "write_mcp_json",
+    "write_toml_table",
 ]

@@ -29,6 +29,8 @@ import hashlib
 import shutil
 import tempfile
 import time
+import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +39,15 @@ from pydantic import BaseModel, Field
 
 from . import qualify_checks as qc
 from . import qualify_session as qs
-from .cleanroom import bundle_files, make_clean_room
+from . import workspace_files as wf
+from .cleanroom import SKIP_NAMES, bundle_files, kill_marked, make_clean_room
 from .errors import UsageError
-from .genserver import SERVER_NAME_RE, load_manifest, server_dir, skill_dir
+from .genserver import SERVER_NAME_RE, load_manifest
 from .qualify_checks import Check
 from .settings import Settings
 from .storage import atomic_write_json, atomic_write_text
 from .tasks import tasks_root
+from .trusted_store import private_dir
 from .workspace import STATE, Workspace
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -91,11 +95,42 @@ def default_bundle(sdir: Path, name: str) -> dict[str, Path]:
     return bundle
 
 
-def bundle_hash(bundle: dict[str, Path]) -> str:
+def hash_items(items: Iterable[tuple[str, bytes]]) -> str:
+    """The bundle hash of (relative path, bytes) items in bundle order."""
     h = hashlib.sha256()
-    for rel, path in bundle_files(bundle):
-        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    for rel, data in items:
+        h.update(rel.encode() + b"\0" + data + b"\0")
     return h.hexdigest()[:16]
+
+
+def bundle_hash(bundle: dict[str, Path]) -> str:
+    return hash_items((rel, path.read_bytes()) for rel, path in bundle_files(bundle))
+
+
+def bundle_roots(name: str) -> tuple[str, str]:
+    """Where a generated server's bundle lives in a workspace: its folder, then its skill."""
+    return (f"{STATE}/mcp/{name}", f"{STATE}/skills/{name}")
+
+
+def workspace_bundle(ws: Workspace, name: str) -> list[tuple[str, bytes]]:
+    """The server's bundle as the workspace holds it now, read as untrusted input (a symlink
+    anywhere in it is refused: it could pull any readable file into the bundle)."""
+    items: list[tuple[str, bytes]] = []
+    for rel in bundle_roots(name):
+        items += wf.walk_files(ws.root, rel, skip=SKIP_NAMES)
+    return items
+
+
+def snapshot_bundle(ws: Workspace, name: str, dest: Path) -> tuple[dict[str, Path], str]:
+    """Copy the server's bundle out of the workspace into `dest` (same relative layout): what is
+    qualified, hashed and, when it passes, served is this copy, which the agent cannot change
+    meanwhile. Returns (bundle mapping for qualify, bundle hash)."""
+    items = workspace_bundle(ws, name)
+    for rel, data in items:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes(data)
+    bundle = {rel: dest / rel for rel in bundle_roots(name) if (dest / rel).is_dir()}
+    return bundle, hash_items(items)
 
 
 def infer_dirty_roots(sdir: Path) -> list[Path]:
@@ -162,18 +197,23 @@ async def qualify(
         )
         return _finish(manifest.name, sdir, board, bundle, tools, started, out_dir)
 
-    env = qc.child_env(settings)
     # The bundle entry that is the server folder (the default bundle lists it first).
     srv_rel = next(
         (rel for rel, src in bundle.items() if src.resolve() == sdir), next(iter(bundle))
     )
     base = Path(tempfile.mkdtemp(prefix=f"harnesslab-qualify-{manifest.name}-"))
+    # Everything qualification starts sees a private state dir under `base` (never the
+    # operator's trusted store or secrets), only the allowlisted environment, and carries a
+    # mark by which whatever it leaves running is found and killed below.
+    token = uuid.uuid4().hex
+    env = qc.child_env(settings, base=base, token=token)
+    private = settings.model_copy(update={"state_dir": base / "state"})
     try:
         rooms = {}
         for key in ("session", "selftest", "pytest"):
-            rooms[key] = make_clean_room(ws_template, base / key, bundle)
+            rooms[key] = make_clean_room(ws_template, base / key, bundle, private)
             (base / f"{key}-io").mkdir()
-        cheats = qc.cheats_for(rooms["session"], cheats_dir, max_corpus_cheats)
+        cheats = qc.cheats_for(rooms["session"], private, cheats_dir, max_corpus_cheats)
         lanes: dict[str, list[Check]] = {"session": [], "selftest": [], "pytest": []}
         with anyio.move_on_after(max(deadline - anyio.current_time(), 1.0)):
             async with anyio.create_task_group() as tg:
@@ -231,6 +271,7 @@ async def qualify(
                 Check(name=missing, passed=False, evidence=evidence, next_step=next_step)
             )
     finally:
+        kill_marked(token)  # synchronous: runs even when the caller was cancelled
         if not keep_clean_room:
             shutil.rmtree(base, ignore_errors=True)
     report = _finish(manifest.name, sdir, board, bundle, tools, started, out_dir)
@@ -310,8 +351,11 @@ async def qualify_workspace_server(
     cheats_dir: Path | None = None,
     max_corpus_cheats: int = 3,
 ) -> QualificationReport:
-    """Qualify the generated server `name` of a workspace and record the outcome in the
-    registry (qualified, or quarantined with the precise reason)."""
+    """Qualify the generated server `name` of a workspace: a snapshot of its bundle (taken from
+    the workspace as untrusted input) is qualified; the outcome goes to the trusted store (the
+    report, and the snapshot itself when it passed: registration serves exactly that) and to
+    the registry (qualified, or quarantined with the precise reason). The workspace gets
+    qualification.json / failure_report.md as views to read."""
     from . import registry
 
     if not SERVER_NAME_RE.match(name or ""):
@@ -319,27 +363,43 @@ async def qualify_workspace_server(
             f"{name!r} is not a server name.",
             next_step="names are lowercase letters/digits joined by single hyphens",
         )
-    sdir = server_dir(ws.root, name)
-    if not sdir.is_dir():
+    sdir_rel = bundle_roots(name)[0]
+    if not wf.is_dir(ws.root, sdir_rel):
         raise UsageError(
             f"no generated server {name!r} in {ws.root}.",
             next_step="create it with generate_server (list_servers shows what exists)",
         )
-    bundle = {f"{STATE}/mcp/{name}": sdir}
-    if skill_dir(ws.root, name).is_dir():
-        bundle[f"{STATE}/skills/{name}"] = skill_dir(ws.root, name)
-    report = await qualify(
-        sdir,
-        template_for(ws),
-        bundle,
-        timeout_s,
-        settings=settings,
-        dirty_roots=[ws.root],
-        cheats_dir=cheats_dir,
-        max_corpus_cheats=max_corpus_cheats,
-        progress=progress,
-    )
-    registry.record_qualification(ws.root, report)
+    incoming = Path(tempfile.mkdtemp(prefix=".incoming-", dir=private_dir(ws.store.servers_dir)))
+    try:
+        bundle, digest = snapshot_bundle(ws, name, incoming)
+        with tempfile.TemporaryDirectory(prefix="harnesslab-reports-") as reports:
+            report = await qualify(
+                incoming / sdir_rel,
+                template_for(ws),
+                bundle,
+                timeout_s,
+                settings=settings,
+                dirty_roots=[ws.root],
+                cheats_dir=cheats_dir,
+                max_corpus_cheats=max_corpus_cheats,
+                progress=progress,
+                report_dir=Path(reports),
+            )
+        report.bundle_hash = digest
+        report.server_dir = str(ws.root / sdir_rel)
+        report.report_path = str(ws.root / sdir_rel / "qualification.json")
+        failure_rel = f"{sdir_rel}/failure_report.md"
+        if report.passed:
+            report.failure_report_path = ""
+            if wf.is_file(ws.root, failure_rel):
+                (ws.root / failure_rel).unlink()
+        else:
+            report.failure_report_path = str(ws.root / failure_rel)
+            wf.write_text(ws.root, failure_rel, failure_report(report))
+        wf.write_json(ws.root, f"{sdir_rel}/qualification.json", report.model_dump(mode="json"))
+        registry.record_qualification(ws, report, snapshot=incoming if report.passed else None)
+    finally:
+        shutil.rmtree(incoming, ignore_errors=True)  # a passing snapshot was moved away
     return report
 
 
@@ -352,9 +412,12 @@ __all__ = [
     "Check",
     "QualificationReport",
     "bundle_hash",
+    "bundle_roots",
     "default_bundle",
     "failure_report",
     "qualify",
     "qualify_workspace_server",
+    "snapshot_bundle",
     "template_for",
+    "workspace_bundle",
 ]

@@ -73,11 +73,44 @@ class Cheat(BaseModel):
     files: dict[str, str] = Field(description="relative path in the workspace -> content")
 
 
-def child_env(settings: Settings) -> dict[str, str]:
-    """The settings a child harnesslab process needs (HARNESSLAB_*), unbuffered output so that
-    stdout noise shows up when it is printed, not at exit."""
-    env = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-    for key, value in settings.model_dump(mode="json").items():
+# What a server under qualification inherits from the operator's environment: enough to find
+# Python, CUDA and the locale. Never provider API keys, tokens or the SSH agent socket: the
+# server's custom tools are the agent's code.
+ENV_ALLOW = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+)
+# Every process of one qualification carries this variable with the qualification's token, so
+# that what escaped its process group (setsid) is found in /proc and killed afterwards.
+RUN_MARK = "HARNESSLAB_QUALIFY_RUN"
+
+
+def child_env(settings: Settings, *, base: Path, token: str) -> dict[str, str]:
+    """The variables a child of qualification gets on top of ENV_ALLOW: the settings it needs
+    (HARNESSLAB_*) with a private state dir under `base` (not the operator's trusted store and
+    secrets), a private TMPDIR, the run mark, and unbuffered output so that stdout noise shows
+    up when it is printed, not at exit."""
+    (base / "tmp").mkdir(parents=True, exist_ok=True)
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TMPDIR": str(base / "tmp"),
+        RUN_MARK: token,
+    }
+    private = settings.model_copy(update={"state_dir": base / "state"})
+    for key, value in private.model_dump(mode="json").items():
         if value not in (None, ""):
             env[f"HARNESSLAB_{key.upper()}"] = str(value)
     return env
@@ -229,13 +262,15 @@ def default_cheats_dir() -> Path | None:
     return path if path.is_dir() else None
 
 
-def cheats_for(room: Path, cheats_dir: Path | None, max_corpus: int) -> list[Cheat]:
+def cheats_for(
+    room: Path, settings: Settings, cheats_dir: Path | None, max_corpus: int
+) -> list[Cheat]:
     """x.clone() plus up to `max_corpus` kernels of the integrity corpus for this task, one per
     exploit class (`expect:` in its docstring) in name order. Wrong-output cheats are left to
     the clone: each costs a full run, while most exploit classes are caught by the verifier's
     static scan in well under a second, so the corpus adds breadth, not minutes."""
     try:
-        task = open_workspace(room).task
+        task = open_workspace(room, settings).task
     except Exception:  # a plain folder: no kernel entry, no cheats apply
         return []
     if task.kind != "kernel":
@@ -313,6 +348,8 @@ def shell(argv: list[str]) -> str:
 
 __all__ = [
     "ACCEPTED",
+    "ENV_ALLOW",
+    "RUN_MARK",
     "Board",
     "Cheat",
     "Check",

@@ -15,7 +15,7 @@ from .cleanroom import ProtocolSession
 from .errors import ExecutorError
 from .executor import LocalExecutor
 from .genserver import Manifest, ManifestTool
-from .qualify_checks import Cheat, Check, Lane, remaining, shell, verdict_of
+from .qualify_checks import ENV_ALLOW, Cheat, Check, Lane, remaining, shell, verdict_of
 
 
 def tools_list_check(
@@ -92,7 +92,7 @@ async def session_checks(
         hello = await session.start(
             launch.argv,
             launch.cwd,
-            {**env, **launch.env},
+            {**launch.env, **env},  # the manifest's env cannot override the allowlist's own
             min(manifest.startup_timeout_s, remaining(deadline)),
         )
         took = round(time.perf_counter() - t0, 3)
@@ -316,7 +316,11 @@ async def self_test_check(
     timeout_s = min(manifest.self_test.timeout_s, remaining(deadline))
     try:
         res = await LocalExecutor(room).run(
-            launch.argv, cwd=str(launch.cwd), env={**env, **launch.env}, timeout_s=timeout_s
+            launch.argv,
+            cwd=str(launch.cwd),
+            env={**launch.env, **env},
+            timeout_s=timeout_s,
+            env_allow=ENV_ALLOW,
         )
     except ExecutorError as exc:
         await lane.add(
@@ -383,7 +387,9 @@ async def tests_check(
     argv += ["--rootdir", str(room / srv_rel), str(tests)]
     timeout_s = remaining(deadline)
     try:
-        res = await LocalExecutor(room).run(argv, cwd=str(room), env=env, timeout_s=timeout_s)
+        res = await LocalExecutor(room).run(
+            argv, cwd=str(room), env=env, timeout_s=timeout_s, env_allow=ENV_ALLOW
+        )
     except ExecutorError as exc:
         await lane.add(Check(name="own_tests", passed=False, evidence=f"pytest: {exc.message}"))
         return

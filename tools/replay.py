@@ -148,7 +148,9 @@ class Replayer:
         for p in step["params"]:
             kind = p["k"]
             if kind == "ptr":
-                v = ctypes.c_uint64(0 if p.get("null") else self._addr(binding, p["buf"], int(p["offset"])))
+                v = ctypes.c_uint64(
+                    0 if p.get("null") else self._addr(binding, p["buf"], int(p["offset"]))
+                )
             elif kind == "scratch":
                 name = p.get("buf")
                 v = ctypes.c_uint64(self._addr(binding, name, 0) if name else 0)
@@ -163,8 +165,7 @@ class Replayer:
                     bool(p.get("nan")),
                 )  # fmt: skip
                 keep.append(buf)
-                v = ctypes.c_void_p(addr)
-                keep.append(v)
+                keep.append(ctypes.c_void_p(addr))
                 sizes.append(128)
                 continue
             else:
@@ -281,7 +282,7 @@ def serve(fd_in: int, fd_out: int) -> int:
                 out = None
                 wire.send(fd_out, {"error": f"unknown request {op!r}"})
                 continue
-            wire.send(fd_out, {"ok": True, **out})
+            wire.send(fd_out, {"ok": True, **(out or {})})
         except (CudaError, ValueError, KeyError, TypeError, OSError) as exc:
             wire.send(fd_out, {"error": f"{type(exc).__name__}: {exc}"[:500]})
 

@@ -731,8 +731,10 @@ def check_harness(expected: dict[str, str]) -> None:
         except OSError:
             actual = ""
         if actual != digest:
-            raise RuntimeError(f"staged harness file {os.path.basename(name)} does not match "
-                               "the installed package; the host re-stages it on the next call")
+            raise RuntimeError(
+                f"staged harness file {os.path.basename(name)} does not match "
+                "the installed package; the host re-stages it on the next call"
+            )
 
 
 def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:

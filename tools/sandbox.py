@@ -460,9 +460,7 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
         "capabilities": "dropped",
         "lifetime": "pid_namespace" if pidns else "subreaper",
     }
-    applied["level"] = (
-        "none" if not abi else "full" if pidns and "net" in namespaces else "partial"
-    )
+    applied["level"] = "none" if not abi else "full" if pidns and "net" in namespaces else "partial"
     if policy.get("report", True):
         os.write(1, (json.dumps({"event": "sandbox", **applied}) + "\n").encode())
     if policy.get("require") and applied["level"] == "none":

@@ -10,14 +10,13 @@ import secrets
 import time
 from pathlib import Path
 
-from .errors import UsageError
 from .settings import Settings
 from .storage import atomic_write_text
+from .trusted_store import ensure_outside_workspace, workspace_key
 
 
 def _secret_path(settings: Settings, workspace_root: Path) -> Path:
-    key = hashlib.sha256(str(workspace_root.resolve()).encode()).hexdigest()[:24]
-    return settings.secrets_dir() / f"{key}.json"
+    return settings.secrets_dir() / f"{workspace_key(workspace_root)}.json"
 
 
 def workspace_secret(settings: Settings, workspace_root: Path, *, rotate: bool = False) -> dict:
@@ -37,18 +36,6 @@ def workspace_secret(settings: Settings, workspace_root: Path, *, rotate: bool =
         atomic_write_text(path, json.dumps(current))
         os.chmod(path, 0o600)
     return current
-
-
-def ensure_outside_workspace(settings: Settings, workspace_root: Path) -> None:
-    """The secret must live where the agent's files do not: a state dir inside the workspace
-    would hand the hidden cases to the candidate."""
-    state, root = settings.state_dir.expanduser().resolve(), workspace_root.resolve()
-    if state == root or root in state.parents:
-        raise UsageError(
-            f"the state directory {state} is inside the workspace {root}: hidden cases would "
-            "be readable by the candidate.",
-            next_step="set HARNESSLAB_STATE_DIR to a folder outside every workspace",
-        )
 
 
 def case_set_id(seed_hex: str) -> str:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -18,7 +18,9 @@ def _default_state_dir() -> Path:
 class Settings(BaseSettings):
     """Toolkit settings (env prefix HARNESSLAB_)."""
 
-    model_config = SettingsConfigDict(env_prefix="HARNESSLAB_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="HARNESSLAB_", extra="ignore", populate_by_name=True
+    )
 
     state_dir: Path = Field(
         default_factory=_default_state_dir,
@@ -80,6 +82,34 @@ class Settings(BaseSettings):
         default="",
         description="GPU indices to use per host, e.g. '0,1'; empty = one GPU (index 0).",
     )
+
+    # Agent CLIs (the claude and codex runners, `doctor`, `config --approve`).
+    claude_command: str = Field(
+        default="claude", description="Claude Code program for --runner claude (name or path)."
+    )
+    codex_command: str = Field(
+        default="codex", description="Codex CLI program for --runner codex (name or path)."
+    )
+    claude_config_dir: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("HARNESSLAB_CLAUDE_CONFIG_DIR", "CLAUDE_CONFIG_DIR"),
+        description="Claude Code's config folder (CLAUDE_CONFIG_DIR): its global .claude.json "
+        "holds the workspace trust that `config claude --approve` writes; default: home folder.",
+    )
+    codex_home: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("HARNESSLAB_CODEX_HOME", "CODEX_HOME"),
+        description="Codex's home (CODEX_HOME, default ~/.codex): its config.toml holds the "
+        "project trust that `config codex --approve` writes.",
+    )
+
+    def claude_global_config(self) -> Path:
+        """Claude Code's global config file (workspace trust lives in its `projects`)."""
+        return (self.claude_config_dir or Path.home()) / ".claude.json"
+
+    def codex_config(self) -> Path:
+        """Codex's user config file (project trust lives in its `projects` tables)."""
+        return (self.codex_home or Path.home() / ".codex") / "config.toml"
 
     def secrets_dir(self) -> Path:
         return self.state_dir / "secrets"

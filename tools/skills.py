@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from . import workspace_files as wf
 from .errors import UsageError
 from .projection import project_skill
 from .workspace import STATE
@@ -237,10 +238,11 @@ def skills_for_task(task: str | None) -> list[str]:
 
 
 def _workspace_task(ws_root: Path) -> str | None:
-    meta = Path(ws_root) / STATE / "task.json"
+    """The task named by the workspace's task view (it only picks which shipped skills to
+    copy, so a view, read as untrusted input, is enough)."""
     try:
-        task = json.loads(meta.read_text()).get("task")
-    except (OSError, ValueError, AttributeError):
+        task = wf.read_json(Path(ws_root), f"{STATE}/task.json").get("task")
+    except (UsageError, AttributeError):
         return None
     return task if isinstance(task, str) else None
 

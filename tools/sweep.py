@@ -18,10 +18,10 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, Field
 
+from . import workspace_files as wf
 from .checkpoints import Checkpoints
 from .errors import UsageError
 from .launcher import Launcher
-from .ledger import Ledger
 from .objective import (
     Progress,
     case_events_progress,
@@ -29,7 +29,6 @@ from .objective import (
     require_kernel_task,
     select_cases,
 )
-from .storage import atomic_write_text
 from .workspace import Workspace
 
 ConfigStatus = Literal["ok", "compile_error", "wrong_result", "timeout", "error"]
@@ -228,9 +227,10 @@ async def sweep(
         timing_s=timing_s,
     )
     ws.ensure_exists()  # a workspace deleted mid-sweep is not recreated by the writes below
-    Ledger(ws.history_path).append(
+    ws.ledger().append(
         {
             "mode": "sweep",
+            "case_set": "all" if not cases else ",".join(sorted(cases)),
             "candidate": digest,
             "status": out.status,
             "score": best.score_us if best else None,
@@ -243,7 +243,7 @@ async def sweep(
     )
     if apply and best is not None and best.config != base:
         out.applied_checkpoint = Checkpoints(ws).save(files)
-        atomic_write_text(ws.root / ws.task.config_file, json.dumps(best.config, indent=2) + "\n")
+        wf.write_text(ws.root, ws.task.config_file, json.dumps(best.config, indent=2) + "\n")
         out.applied = True
     return out
 

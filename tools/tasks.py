@@ -197,7 +197,9 @@ class TaskSpec(BaseModel):
             if key not in self.space:
                 continue  # the candidate's own knobs are its business; declared ones are checked
             allowed = self.space[key]
-            if value not in allowed:
+            # Strict: True == 1 and 1.0 == 1 in Python, so `in` alone would let num_warps=true
+            # or 4.0 through; a value must be one of the allowed values with the same type.
+            if not any(type(value) is type(a) and value == a for a in allowed):
                 raise UsageError(
                     f"{where}{key}={value!r} is not one of {','.join(map(str, allowed))}.",
                     next_step=f"set {key} to one of the allowed values",
@@ -232,16 +234,28 @@ def load_task(name_or_dir: str | Path) -> TaskSpec:
             f"{root} has no task.toml.",
             next_step="a task folder needs task.toml and task.md (see tasks/rmsnorm_gate)",
         )
+    return parse_task(toml_path.read_text(), root)
+
+
+def parse_task(text: str, root: Path) -> TaskSpec:
+    """A TaskSpec from task.toml text whose folder is `root` (the trusted store keeps the text
+    of a folder task as it was bound, and parses that, not the folder's file of today)."""
+    where = root / "task.toml"
     try:
-        data = tomllib.loads(toml_path.read_text())
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{toml_path}: not valid TOML ({exc}).", next_step="fix the file") from exc
-    dev = data.pop("dev_cases", [])
-    data["dev_cases"] = [_case_from_toml(c) for c in dev]
+        raise UsageError(f"{where}: not valid TOML ({exc}).", next_step="fix the file") from exc
     try:
+        dev = data.pop("dev_cases", [])
+        data["dev_cases"] = [_case_from_toml(c) for c in dev]
         return TaskSpec(root=root, **data)
-    except ValueError as exc:
-        raise UsageError(f"{toml_path}: {exc}", next_step="fix task.toml") from exc
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise UsageError(f"{where}: {exc}", next_step="fix task.toml") from exc
+
+
+def is_shipped(task: TaskSpec) -> bool:
+    """Whether `task` is one of the toolkit's own tasks (its folder in the installed package)."""
+    return task.root.resolve() == (tasks_root() / task.name).resolve()
 
 
 def _case_from_toml(raw: dict[str, Any]) -> dict[str, Any]:
@@ -259,7 +273,9 @@ __all__ = [
     "FinalDomain",
     "TaskSpec",
     "Tolerance",
+    "is_shipped",
     "list_tasks",
     "load_task",
+    "parse_task",
     "tasks_root",
 ]

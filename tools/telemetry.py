@@ -5,9 +5,13 @@ user's code or paths), the duration, a status (ok / tool_error / bad_input / cra
 an error code (an exception class or a short code, never a message: messages echo values) and
 the size of the result in bytes. The meta-server reads it to see which tools agents use and which fail.
 
+Telemetry is a workspace file (the meta-server and the agent read it), written as untrusted
+territory: appended through tools/workspace_files.py, never through a symlink or a hard link
+(a linked telemetry.jsonl would append tool names and argument names to any file).
+
 Lines are flushed but not fsynced: telemetry is diagnostic, and an fsync costs 1-10 ms per call,
 which is most of inspect_context's 5 ms round-trip budget. A crash loses at most the last lines;
-`read_jsonl` skips a torn one. A deleted workspace is never recreated by a telemetry write.
+a torn one is skipped when read. A deleted workspace is never recreated by a telemetry write.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from .storage import read_jsonl
+from . import workspace_files as wf
+from .errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +34,15 @@ CallStatus = Literal["ok", "tool_error", "bad_input", "crash", "cancelled"]
 
 
 class Telemetry:
-    """Appends call records for one server. `guard` is the folder that must still exist for a
-    record to be written (the workspace root): telemetry never resurrects a deleted workspace."""
+    """Appends call records for one server to `path` inside the workspace `guard`, the folder
+    that must still exist for a record to be written: telemetry never resurrects a deleted
+    workspace."""
 
-    def __init__(self, path: Path, server: str, *, guard: Path | None = None) -> None:
+    def __init__(self, path: Path, server: str, *, guard: Path) -> None:
         self.path = path
         self.server = server
         self.guard = guard
+        self.rel = wf.inside(guard, path)
         self._lock = threading.Lock()
 
     def record(
@@ -62,28 +70,26 @@ class Telemetry:
             rec["error"] = error[:80]
         if gpu:  # a tool that takes the GPU lock: its duration counts as GPU-backed work
             rec["gpu"] = True
-        if self.guard is not None and not self.guard.is_dir():
+        if not self.guard.is_dir():
             log.warning("telemetry not written: %s is gone", self.guard)
             return None
         line = json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n"
         try:
             with self._lock:
-                self.path.parent.mkdir(exist_ok=True)
-                with open(self.path, "a", encoding="utf-8") as fh:
-                    fh.write(line)
-        except OSError as exc:  # telemetry must never fail a tool call
+                wf.append_line(self.guard, self.rel, line)
+        except (OSError, UsageError) as exc:  # telemetry must never fail a tool call
             log.warning("telemetry not written to %s: %s", self.path, exc)
             return None
         return rec
 
     def records(self) -> list[dict[str, Any]]:
-        return list(read_jsonl(self.path))
+        return wf.read_jsonl(self.guard, self.rel)
 
 
-def summarize(path: Path) -> dict[str, dict[str, Any]]:
+def summarize(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per tool: calls, failures by status, median duration. For reports and the meta-server."""
     by_tool: dict[str, list[dict[str, Any]]] = {}
-    for rec in read_jsonl(path):
+    for rec in records:
         by_tool.setdefault(str(rec.get("tool")), []).append(rec)
     out: dict[str, dict[str, Any]] = {}
     for tool, recs in sorted(by_tool.items()):

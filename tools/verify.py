@@ -270,6 +270,14 @@ def compare_incumbent(raw: dict[str, Any], meaningful: bool, digest: str) -> dic
     }
 
 
+def incumbent_score(comparison: dict[str, Any]) -> float | None:
+    """The incumbent's score on this case set from the ABBA rows (None unless every case has
+    a time)."""
+    rows = comparison.get("cases") or []
+    times = [float(r["incumbent_us"]) for r in rows if r.get("incumbent_us") is not None]
+    return math.fsum(times) if rows and len(times) == len(rows) else None
+
+
 def judge(
     call: RunnerCall, cases: list[Case], nonce: str
 ) -> tuple[str, list[dict[str, str]], list[CaseResult], dict[str, Any]]:
@@ -365,8 +373,11 @@ async def guarded_verify(
             for f in scan.rejects
         ]
     ckpt = Checkpoints(ws)
-    best = ckpt.best("final")
-    incumbent = best["hash"] if best and best.get("hash") not in (None, digest) else None
+    # A score compares only within its case set; the incumbent timed beside the candidate
+    # (ABBA) may come from an earlier case set: both are timed here on this one.
+    best = ckpt.best("final", case_set=cs)
+    prior = best or ckpt.latest_best("final")
+    incumbent = prior["hash"] if prior and prior.get("hash") not in (None, digest) else None
     raw: dict[str, Any] = {}
     wall_s = 0.0
     if scan.rejects and enforce_scan:  # hard rejects stop here: the candidate never runs
@@ -418,12 +429,24 @@ async def guarded_verify(
     if "cases" in raw and incumbent:
         comparison = compare_incumbent(raw, env.meaningful, incumbent)
     if save:
-        record(ws, result, files, case_set=cs)
-        if comparison and comparison["meaningful"] and best and passed:
+        # Per-case results with the hidden shapes stay in the trusted store; the ledger's view
+        # in the workspace shows the aggregate score only.
+        hidden = [
+            {**c.model_dump(), **row.model_dump(exclude_none=True, exclude={"name"})}
+            for c, row in zip(cases, rows, strict=False)
+        ]
+        record(ws, result, files, case_set=cs, hidden=hidden)
+        if comparison and comparison["meaningful"] and prior and passed:
             # "Better" means better on the same machine state: the ABBA comparison decides.
             result.is_new_best = comparison["faster"]
-            winner = (digest, score) if comparison["faster"] else (best["hash"], best["score"])
-            ckpt.set_best("final", winner[0], float(winner[1] or 0.0), result.record_id or "")
+            if comparison["faster"]:
+                winner = (digest, score)
+            else:  # the incumbent's score on this case set: its own, or what ABBA measured
+                winner = (prior["hash"], best["score"] if best else incumbent_score(comparison))
+            if winner[1] is not None:
+                ckpt.set_best(
+                    "final", winner[0], float(winner[1]), result.record_id or "", case_set=cs
+                )
     evidence.update(
         input_seed=raw.get("input_seed"),
         device=env.device,
@@ -450,7 +473,13 @@ async def guarded_verify(
         incumbent=comparison,
         result=result,
         evidence=evidence,
-        certifies=certifies if certifies in ("correctness", "correctness_and_speed") else "nothing",
+        certifies=(
+            "correctness"
+            if certifies == "correctness"
+            else "correctness_and_speed"
+            if certifies == "correctness_and_speed"
+            else "nothing"
+        ),
         sandbox=str(cand_sandbox.get("level") or "none"),
     )
 

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
+from harnesslab.tests.conftest_shared import make_settings
 from harnesslab.tools import scan
 from harnesslab.tools.launcher import Launcher
 from harnesslab.tools.scan import scan_workspace
@@ -52,7 +53,7 @@ def expectation(path: Path) -> dict[str, str]:
 
 
 def workspace(tmp_path: Path, kernel: Path, config: dict[str, int] | None = None) -> Workspace:
-    ws = init_workspace("rmsnorm_gate", tmp_path / "ws")
+    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", make_settings(tmp_path))
     shutil.copy(kernel, ws.root / "kernel.py")
     if config:
         cfg = json.loads((ws.root / "kernel_config.json").read_text()) | config

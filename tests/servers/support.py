@@ -45,8 +45,8 @@ def settings(tmp: Path) -> Settings:
 
 
 def state_for(root: Path, tmp: Path, launcher: Launcher | None = None) -> ServerState:
-    ws = open_workspace(root)
     cfg = settings(tmp)
+    ws = open_workspace(root, cfg)
     return ServerState(
         workspace=ws,
         launcher=launcher or Launcher(cfg),
@@ -57,7 +57,7 @@ def state_for(root: Path, tmp: Path, launcher: Launcher | None = None) -> Server
 
 
 def kernel_workspace(tmp: Path) -> Workspace:
-    return init_workspace("rmsnorm_gate", tmp / "ws")
+    return init_workspace("rmsnorm_gate", tmp / "ws", settings(tmp))
 
 
 def _case(c: dict[str, Any]) -> dict[str, Any]:
@@ -178,3 +178,15 @@ def command_task(tmp: Path, value: str = "50") -> Path:
 
 def text_of(result: Any) -> str:
     return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+async def serving_url(proc) -> str:
+    """The URL `harnesslab serve --transport http` prints on stderr once it listens."""
+    buf = b""
+    assert proc.stderr is not None
+    async for chunk in proc.stderr:
+        buf += chunk
+        for line in buf.decode(errors="replace").splitlines():
+            if "serving on " in line:
+                return line.split("serving on ", 1)[1].strip()
+    raise AssertionError(f"server exited: {buf.decode(errors='replace')[-2000:]}")

@@ -43,14 +43,14 @@ def leftovers() -> list[str]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("warm", [True, False], ids=["warm_worker", "fresh_process"])
 async def test_cancelling_run_objective_from_the_client_kills_the_remote_group(tmp_path, warm):
-    ws = init_workspace("rmsnorm_gate", tmp_path / "ws")
-    (ws.root / "kernel.py").write_text(HANGING_KERNEL)
     settings = Settings(
         state_dir=tmp_path / "state",
         warm_workers=warm,
         case_timeout_s=500,
         remote_python=sys.executable,  # the "remote" is this machine: use this interpreter
     )
+    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", settings)
+    (ws.root / "kernel.py").write_text(HANGING_KERNEL)
     async with await serve_loopback(tmp_path / "remote") as remote:
         executor = SSHExecutor(remote.target(remote_root=str(tmp_path / "remote_root")))
         launcher = Launcher(settings, [executor])

@@ -6,7 +6,12 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
+
+import pytest
+
+from harnesslab.servers.cli import main as cli_main
 
 CLI = [sys.executable, "-m", "harnesslab.servers"]
 
@@ -18,19 +23,21 @@ def run_cli(*args: str, tmp_path: Path, timeout: float = 240) -> subprocess.Comp
 
 def test_init_then_eval_json_then_verify_json_succeed_on_the_cpu(tmp_path):
     ws = tmp_path / "ws"
-    init = run_cli("init", str(ws), "--json", tmp_path=tmp_path)
+    init = run_cli("init", "-w", str(ws), "--json", tmp_path=tmp_path)
     assert init.returncode == 0, init.stderr
     assert json.loads(init.stdout)["task"] == "rmsnorm_gate"
     ev = run_cli("eval", "-w", str(ws), "--json", "--cases", "1024x1024_fp16", tmp_path=tmp_path)
     assert ev.returncode == 0, ev.stderr
     result = json.loads(ev.stdout)
     assert result["status"] == "passed" and result["meaningful"] is False
-    ver = run_cli("verify", "-w", str(ws), "--json", tmp_path=tmp_path)
+    # --reveal-cases: the operator's flag (tests/trust/test_hidden_cases.py: without it, no
+    # shape is printed)
+    ver = run_cli("verify", "-w", str(ws), "--json", "--reveal-cases", tmp_path=tmp_path)
     assert ver.returncode == 0, ver.stderr
     verdict = json.loads(ver.stdout)
     assert verdict["verdict"] == "passed"
     # The hidden shapes (reported in the verdict's evidence, after the fact) appear in no file
-    # of the workspace, its .harnesslab state included.
+    # of the workspace, its .harnesslab views included.
     hidden = [f"{c['shape']['rows']}x{c['shape']['dim']}" for c in verdict["evidence"]["cases"]]
     assert hidden
     for path in (p for p in ws.rglob("*") if p.is_file()):
@@ -40,7 +47,7 @@ def test_init_then_eval_json_then_verify_json_succeed_on_the_cpu(tmp_path):
 
 
 def test_unknown_task_exits_2_naming_the_known_tasks(tmp_path):
-    res = run_cli("init", str(tmp_path / "ws"), "--task", "nope", tmp_path=tmp_path)
+    res = run_cli("init", "-w", str(tmp_path / "ws"), "--task", "nope", tmp_path=tmp_path)
     assert res.returncode == 2
     assert "unknown task 'nope'" in res.stderr and "rmsnorm_gate" in res.stderr
 
@@ -53,7 +60,7 @@ def test_missing_workspace_exits_2_with_the_fix(tmp_path):
 
 def test_failing_candidate_exits_1_and_out_of_range_config_exits_2(tmp_path):
     ws = tmp_path / "ws"
-    assert run_cli("init", str(ws), tmp_path=tmp_path).returncode == 0
+    assert run_cli("init", "-w", str(ws), tmp_path=tmp_path).returncode == 0
     kernel = ws / "kernel.py"
     kernel.write_text(
         kernel.read_text() + "\n_f = rmsnorm_gate\nrmsnorm_gate = lambda *a: _f(*a) * 2\n"
@@ -71,7 +78,7 @@ def test_init_refuses_a_non_empty_folder_without_force(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "notes.txt").write_text("mine")
-    res = run_cli("init", str(ws), tmp_path=tmp_path)
+    res = run_cli("init", "-w", str(ws), tmp_path=tmp_path)
     assert res.returncode == 2 and "--force" in res.stderr
     assert (ws / "notes.txt").read_text() == "mine"
 
@@ -87,3 +94,47 @@ def test_readme_opens_with_the_main_job_and_the_test_command():
     makefile = (root / "Makefile").read_text()
     assert "$(VENV)/bin/harnesslab demo" in makefile.split("demo: $(STAMP)")[1].split("\n\n")[0]
     assert "-m pytest" in makefile.split("test: $(STAMP)")[1].split("\n\n")[0]
+
+
+def test_version_names_the_installed_distribution(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli_main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"harnesslab {version('harnesslab')}"
+
+
+def test_init_takes_w_like_every_command_and_the_old_positional_still_works(tmp_path):
+    res = run_cli("init", "-w", str(tmp_path / "a"), "--json", tmp_path=tmp_path)
+    assert res.returncode == 0 and json.loads(res.stdout)["workspace"] == str(tmp_path / "a")
+    assert "deprecated" not in res.stderr
+    old = run_cli("init", str(tmp_path / "b"), tmp_path=tmp_path)
+    assert old.returncode == 0 and (tmp_path / "b" / "kernel.py").is_file()
+    assert f"use `harnesslab init -w {tmp_path / 'b'}`" in old.stderr
+    both = run_cli("init", str(tmp_path / "c"), "-w", str(tmp_path / "d"), tmp_path=tmp_path)
+    assert both.returncode == 2 and "two folders" in both.stderr
+
+
+def test_a_mistyped_command_or_flag_gets_the_closest_one_and_that_commands_usage(capsys):
+    for argv, hint, usage in (
+        (["evl"], "did you mean eval?", "usage: harnesslab [-h]"),
+        (["eval", "--worksapce", "x"], "did you mean --workspace?", "usage: harnesslab eval"),
+        (["run", "-w", "x", "--runner", "codx"], "did you mean codex?", "usage: harnesslab run"),
+        (["config", "claude", "--aprove"], "did you mean --approve?", "usage: harnesslab config"),
+    ):
+        with pytest.raises(SystemExit) as done:
+            cli_main(argv)
+        err = capsys.readouterr().err
+        assert done.value.code == 2, argv
+        assert hint in err and err.startswith(usage), err
+
+
+def test_token_env_without_url_is_an_error_that_says_what_to_add(tmp_path, capsys):
+    code = cli_main(["config", "claude", "-w", str(tmp_path), "--token-env", "HARNESSLAB_TOKEN"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--token-env only applies to an HTTP server (--url)" in err
+    assert "add --url" in err
+
+
+def test_approve_without_write_is_an_error(tmp_path, capsys):
+    assert cli_main(["config", "codex", "-w", str(tmp_path), "--approve"]) == 2
+    assert "--approve goes with --write" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harnesslab.tools.settings import Settings
 from harnesslab.tools.workspace import open_workspace
 
 CLI = [sys.executable, "-m", "harnesslab.servers"]
@@ -56,7 +57,8 @@ def test_demo_runs_two_autopilot_iterations_builds_a_server_and_uses_it(tmp_path
     assert gpu["total"] == pytest.approx(gpu["tools"] + gpu["scoring"], abs=0.11)
     assert gpu["total"] < summary["wall_s"]
     # the best verified checkpoint is in the workspace, re-verified on a new hidden case set
-    assert open_workspace(ws).candidate_hash() == summary["best"]["candidate"]
+    settings = Settings(state_dir=tmp_path / "state")
+    assert open_workspace(ws, settings).candidate_hash() == summary["best"]["candidate"]
     assert summary["final"]["verdict"] == "passed"
     assert summary["final"]["case_set"] != summary["baseline"]["case_set"]
     mcp = json.loads((ws / ".mcp.json").read_text())["mcpServers"]

@@ -21,7 +21,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from harnesslab.servers.cli import main as cli_main
 
-from .support import SMALL, TOOL_NAMES, kernel_workspace, text_of
+from .support import SMALL, TOOL_NAMES, kernel_workspace, serving_url, text_of
 
 HARNESSLAB = Path(sys.executable).parent / "harnesslab"
 CLI = [str(HARNESSLAB)] if HARNESSLAB.is_file() else [sys.executable, "-m", "harnesslab.servers"]
@@ -119,14 +119,18 @@ async def test_the_http_server_requires_its_bearer_token_and_serves_the_tools(tm
     async with await anyio.open_process(argv, env=env) as proc:
         try:
             with anyio.fail_after(60):
-                url = await _serving_url(proc)
+                url = await serving_url(proc)
             assert url.startswith("http://127.0.0.1:")
+            request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
             async with httpx2.AsyncClient() as raw:
-                denied = await raw.post(
-                    url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-                )
-            assert denied.status_code == 401
-            http = httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret"})
+                denied = await raw.post(url, json=request)
+                wrong = await raw.post(url, json=request, headers={"Authorization": "Bearer x"})
+            # 403 with a message, not 401: a 401 sends MCP clients into OAuth (see BearerAuth)
+            assert denied.status_code == 403 and "bearer token required" in denied.text
+            assert "Authorization: Bearer <token>" in denied.text
+            assert wrong.status_code == 403 and "wrong bearer token" in wrong.text
+            # the scheme is case-insensitive (RFC 7235)
+            http = httpx2.AsyncClient(headers={"Authorization": "bearer s3cret"})
             with anyio.fail_after(60):
                 async with http, Client(streamable_http_client(url, http_client=http)) as client:
                     assert {t.name for t in (await client.list_tools()).tools} == TOOL_NAMES
@@ -134,17 +138,6 @@ async def test_the_http_server_requires_its_bearer_token_and_serves_the_tools(tm
                     assert res.structured_content["task"]["name"] == "rmsnorm_gate"
         finally:
             proc.terminate()
-
-
-async def _serving_url(proc) -> str:
-    buf = b""
-    assert proc.stderr is not None
-    async for chunk in proc.stderr:
-        buf += chunk
-        for line in buf.decode(errors="replace").splitlines():
-            if "serving on " in line:
-                return line.split("serving on ", 1)[1].strip()
-    raise AssertionError(f"server exited: {buf.decode(errors='replace')[-2000:]}")
 
 
 def test_binding_a_public_address_without_a_token_is_refused(tmp_path):

@@ -390,7 +390,13 @@ async def test_rank_history_is_paginated_and_marks_the_incumbent(tmp_path):
     ledger = Ledger(state.workspace.history_path)
     for i in range(25):
         ledger.append(
-            {"mode": "dev", "candidate": f"{i:016x}", "status": "passed", "score": 100.0 - i}
+            {
+                "mode": "dev",
+                "case_set": "all",
+                "candidate": f"{i:016x}",
+                "status": "passed",
+                "score": 100.0 - i,
+            }
         )
     async with Client(build_task_server(state)) as client:
         first = (await call(client, "rank_history", {"limit": 10})).structured_content

@@ -124,8 +124,9 @@ def meta_server_tools() -> dict[str, set[str]]:
     if build is None:
         pytest.skip("harnesslab.servers.meta_server has no build_meta_server() to list its tools")
     with tempfile.TemporaryDirectory() as tmp:
-        ws = init_workspace("rmsnorm_gate", Path(tmp) / "ws")
-        server = build(ws, Settings(state_dir=Path(tmp) / "state"))
+        settings = Settings(state_dir=Path(tmp) / "state")
+        ws = init_workspace("rmsnorm_gate", Path(tmp) / "ws", settings)
+        server = build(ws, settings)
 
         async def listed() -> Any:
             return await server.list_tools()
@@ -150,8 +151,9 @@ def inspect_context_keys() -> set[str]:
 
     tool = task_server_tools()["inspect_context"]
     with tempfile.TemporaryDirectory() as tmp:
-        ws = init_workspace("rmsnorm_gate", Path(tmp) / "ws")
-        state = ServerState.open(ws.root, Settings(state_dir=Path(tmp) / "state"))
+        settings = Settings(state_dir=Path(tmp) / "state")
+        ws = init_workspace("rmsnorm_gate", Path(tmp) / "ws", settings)
+        state = ServerState.open(ws.root, settings)
 
         async def call() -> Any:
             try:
@@ -426,7 +428,11 @@ def test_a_fresh_harnesslab_init_workspace_carries_the_skills_for_both_clients(t
     ws = tmp_path / "ws"
     env = {**os.environ, "HARNESSLAB_STATE_DIR": str(tmp_path / "state")}
     res = subprocess.run(
-        [*CLI, "init", str(ws), "--json"], capture_output=True, text=True, timeout=120, env=env
+        [*CLI, "init", "-w", str(ws), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert res.returncode == 0, res.stderr
     _assert_projected(ws, ["kernel-optimization", "rmsnorm-gate"])
@@ -437,7 +443,7 @@ def test_harnesslab_config_write_projects_the_skills_too(tmp_path, client):
     if cli_help("config").returncode != 0:
         pytest.skip("`harnesslab config` is not written yet")
     ws = tmp_path / "ws"
-    assert cli_main(["init", str(ws), "--json"]) == 0
+    assert cli_main(["init", "-w", str(ws), "--json"]) == 0
     for rel in CLIENT_ROOTS.values():
         shutil.rmtree(ws / rel)
     env = {**os.environ, "HARNESSLAB_STATE_DIR": str(tmp_path / "state")}

@@ -20,16 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from harnesslab.tools.agent_runners import (
-    ClaudeRunner,
-    CodexRunner,
-    ExecRunner,
-    Turn,
-    build_runner,
-    codex_mcp_overrides,
-)
 from harnesslab.tools.checkpoints import Checkpoints
-from harnesslab.tools.errors import EnvironmentProblem, UsageError
 from harnesslab.tools.loop import resume_run, start_run
 from harnesslab.tools.loop_servers import turn_servers
 from harnesslab.tools.loop_state import RunConfig, RunStore
@@ -110,8 +101,8 @@ def wait_dead(pids: list[int], limit_s: float = 10.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-def rows_per_program(ws_root: Path, candidate: str) -> int:
-    files = Checkpoints(open_workspace(ws_root)).files(candidate)
+def rows_per_program(ws_root: Path, settings: Settings, candidate: str) -> int:
+    files = Checkpoints(open_workspace(ws_root, settings)).files(candidate)
     return json.loads(files["kernel_config.json"])["rows_per_program"]
 
 
@@ -148,21 +139,22 @@ async def test_verified_improvement_becomes_best_and_a_deleted_kernel_is_rolled_
     assert (config.workspace / "kernel.py").is_file()
     assert summary["final"]["verdict"] == "passed"
     assert summary["final"]["case_set"] != summary["baseline"]["case_set"]
-    assert open_workspace(config.workspace).candidate_hash() == best["candidate"]
+    ws = open_workspace(config.workspace, settings)
+    assert ws.candidate_hash() == best["candidate"]
     assert summary["status"] == "completed"
-    run_dir = config.workspace / ".harnesslab/runs" / summary["run_id"]
+    # the run's state in the trusted store, its artifacts in the workspace
+    store = RunStore(ws, summary["run_id"])
+    for rel in ("config.json", "state.json", "best.json", "iter-01/score.json"):
+        assert (store.dir / rel).is_file(), rel
+        assert not (store.artifacts / rel).exists(), rel
     for rel in (
-        "config.json",
-        "state.json",
         "summary.json",
-        "best.json",
-        "iter-01/score.json",
         "iter-01/attempt/prompt.md",
         "iter-01/attempt/mcp.json",
         "iter-01/attempt/result.json",
     ):
-        assert (run_dir / rel).is_file(), rel
-    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+        assert (store.artifacts / rel).is_file(), rel
+    assert json.loads((store.artifacts / "summary.json").read_text())["status"] == "completed"
 
 
 @pytest.mark.anyio
@@ -188,8 +180,8 @@ async def test_hung_agent_is_killed_with_its_child_and_its_work_still_scored_and
     assert wait_dead([pids["agent"], pids["child"]]) == []
     # the change the agent made before hanging was scored independently
     assert it["score"]["verdict"] == "passed"
-    assert rows_per_program(config.workspace, it["score"]["candidate"]) == 8
-    state = RunStore(config.workspace / ".harnesslab/runs", summary["run_id"]).load()
+    assert rows_per_program(config.workspace, settings, it["score"]["candidate"]) == 8
+    state = RunStore(open_workspace(config.workspace, settings), summary["run_id"]).load()
     assert state.active == []
     assert summary["status"] == "stopped" and "stop score" in summary["stop_reason"]
     assert len(summary["iterations"]) == 1
@@ -229,9 +221,10 @@ def cli_run_stopped_mid_attempt(
     return loop.returncode, err.decode(errors="replace")[-3000:], json.loads(pids_file.read_text())
 
 
-def only_run(config: RunConfig) -> RunStore:
-    (run_id,) = [p.name for p in (config.workspace / ".harnesslab/runs").iterdir()]
-    return RunStore(config.workspace / ".harnesslab/runs", run_id)
+def only_run(config: RunConfig, settings: Settings) -> RunStore:
+    ws = open_workspace(config.workspace, settings)
+    (run_id,) = [p.name for p in ws.runs_dir.iterdir()]
+    return RunStore(ws, run_id)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
@@ -243,7 +236,7 @@ def test_ctrl_c_or_sigterm_mid_attempt_records_the_interruption_and_kills_the_ag
     assert code == 130, err
     assert "--resume" in err
     assert wait_dead([pids["agent"], pids["child"]]) == []
-    state = only_run(config).load()
+    state = only_run(config, settings).load()
     assert state.status == "interrupted" and state.active == []
     assert state.iterations[0].running == "attempt"
 
@@ -255,7 +248,7 @@ async def test_a_crashed_loop_resumes_kills_what_it_left_and_finishes(
     config = scripted(tmp_path, small_task, {"attempt": ["hang"], "hang_once": True})
     _, _, pids = cli_run_stopped_mid_attempt(config, settings, signal.SIGKILL)
     assert alive(pids["agent"])  # orphaned by the crash
-    store = only_run(config)
+    store = only_run(config, settings)
     state = store.load()
     assert state.iterations[0].running == "attempt" and state.active
 
@@ -269,78 +262,27 @@ async def test_a_crashed_loop_resumes_kills_what_it_left_and_finishes(
     assert store.load().resumes == 1
 
 
-# -- runners ------------------------------------------------------------------------------------
-
-
-def test_missing_agent_binaries_say_what_to_install(monkeypatch):
-    monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(EnvironmentProblem) as err:
-        ClaudeRunner().preflight()
-    assert "npm install -g @anthropic-ai/claude-code" in err.value.next_step
-    with pytest.raises(EnvironmentProblem) as err:
-        CodexRunner().preflight()
-    assert "@openai/codex" in err.value.next_step
-    with pytest.raises(EnvironmentProblem):
-        ExecRunner("no-such-agent --go {prompt_file}").preflight()
-    build_runner("autopilot").preflight()  # built in: nothing to install
-
-
-def test_exec_template_rejects_bad_placeholders_and_keeps_paths_with_spaces_whole(tmp_path):
-    with pytest.raises(UsageError) as err:
-        ExecRunner("agent {promt_file}")
-    assert "{prompt_file}" in err.value.next_step
-    with pytest.raises(UsageError):
-        build_runner("exec", agent_cmd="")
-    with pytest.raises(UsageError):
-        build_runner("claude", agent_cmd="x")
-    folder = tmp_path / "a dir"
-    turn = Turn(
-        phase="build", prompt="p", dir=folder, workspace=folder, mcp_config=folder / "m.json",
-        timeout_s=5, session_id="s1",
-    )  # fmt: skip
-    argv = ExecRunner("agent --in {prompt_file} --ws={workspace} {session_id}").argv(turn)
-    assert argv == ["agent", "--in", str(folder / "prompt.md"), f"--ws={folder}", "s1"]
-
-
-def test_claude_and_codex_get_the_mcp_config_and_resume_the_session(tmp_path):
-    cfg = tmp_path / "mcp.json"
-    server = {"command": "python", "args": ["-m", "x"], "env": {"HARNESSLAB_STATE_DIR": "/s"}}
-    cfg.write_text(json.dumps({"mcpServers": {"harnesslab": server}}))
-    turn = Turn(
-        phase="build", prompt="do it", dir=tmp_path, workspace=tmp_path, mcp_config=cfg,
-        timeout_s=5, session_id="abc",
-    )  # fmt: skip
-    claude = ClaudeRunner().argv(turn)
-    assert claude[:3] == ["claude", "-p", "do it"] and "--resume" in claude
-    assert claude[claude.index("--mcp-config") + 1] == str(cfg)
-    assert "mcp__harnesslab" in claude[claude.index("--allowedTools") + 1]
-    codex = CodexRunner().argv(turn)
-    assert codex[:3] == ["codex", "exec", "--json"]
-    assert codex[-3:] == ["resume", "abc", "do it"]
-    overrides = codex_mcp_overrides(cfg)
-    assert 'mcp_servers.harnesslab.command="python"' in overrides
-    assert 'mcp_servers.harnesslab.env={ "HARNESSLAB_STATE_DIR" = "/s" }' in overrides
-    (tmp_path / "stdout.txt").write_text('{"type":"thread.started","thread_id":"t-1"}\n')
-    assert CodexRunner().session_from_output(turn) == "t-1"
-    (tmp_path / "stdout.txt").write_text('{"type":"result","session_id":"c-9","result":"ok"}')
-    assert ClaudeRunner().session_from_output(turn) == "c-9"
-
-
-@pytest.mark.anyio
-async def test_exec_runner_caps_a_flood_and_reports_a_non_zero_exit(tmp_path):
-    script = "import sys; sys.stdout.write('y' * 200000); sys.stderr.write('boom'); sys.exit(4)"
-    runner = ExecRunner(f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}")
-    turn = Turn(
-        phase="attempt", prompt="p", dir=tmp_path / "t", workspace=tmp_path,
-        mcp_config=tmp_path / "m.json", timeout_s=30, output_cap_bytes=4096,
-    )  # fmt: skip
-    with anyio.fail_after(30):
-        out = await runner.run(turn)
-    assert out.status == "failed" and out.exit_code == 4 and "boom" in out.error
-    assert out.result is None and "no result.json" in out.result_error
-    stdout = (tmp_path / "t" / "stdout.txt").read_bytes()
-    assert len(stdout) < 4096 + (64 << 10) + 100 and b"bytes dropped" in stdout
-    assert out.output_dropped_bytes > 0
+def test_an_agent_failing_every_turn_has_its_message_in_the_reason_and_the_run_exits_3(
+    tmp_path, settings, small_task
+):
+    """Like Claude Code without a login: the message is on stdout, the exit code 1. The run
+    says the agent never worked instead of reporting the untouched baseline as a result."""
+    message = "Not logged in · Please run /login"
+    script = f"print({message!r}); raise SystemExit(1)"
+    argv = [
+        sys.executable, "-m", "harnesslab.servers", "run", "--json",
+        "--task", str(small_task), "-w", str(tmp_path / "ws"), "--iterations", "1",
+        "--runner", "exec", "--agent-cmd", f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}",
+        "--build", "never",
+    ]  # fmt: skip
+    env = {**os.environ, "HARNESSLAB_STATE_DIR": str(settings.state_dir)}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    attempt = summary["iterations"][0]["attempt"]
+    assert attempt["status"] == "failed" and message in attempt["error"]
+    assert summary["status"] == "agent_failed" and message in summary["stop_reason"]
+    assert message in proc.stderr and "harnesslab doctor" in proc.stderr
 
 
 @pytest.mark.anyio
@@ -361,17 +303,17 @@ async def test_a_good_server_is_registered_and_a_broken_one_quarantined_after_on
     assert bad["status"] == "quarantined" and bad["repaired"] is True
     assert "diagnose is broken" in bad["report"]
     assert it["repair"]["status"] == "ok"
-    run_dir = config.workspace / ".harnesslab/runs" / summary["run_id"] / "iter-01"
-    repair_prompt = (run_dir / "repair/prompt.md").read_text()
+    ws = open_workspace(config.workspace, settings)
+    store = RunStore(ws, summary["run_id"])
+    repair_prompt = (store.artifacts / "iter-01/repair/prompt.md").read_text()
     assert "fake-bad-server" in repair_prompt and "diagnose is broken" in repair_prompt
-    qualification = json.loads((run_dir / "qualification.json").read_text())
+    qualification = json.loads((store.dir / "iter-01/qualification.json").read_text())
     assert sorted((q["name"], q["passed"], q["after_repair"]) for q in qualification) == [
         ("fake-bad-server", False, False),
         ("fake-bad-server", False, True),
         ("fake-good-server", True, False),
     ]
     # the next session gets the registered server, never the quarantined one
-    ws = open_workspace(config.workspace)
     active = turn_servers(ws, settings, meta=False).entries
     assert "fake-good-server" in active and "fake-bad-server" not in active
     mcp_json = json.loads((config.workspace / ".mcp.json").read_text())["mcpServers"]

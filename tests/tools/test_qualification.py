@@ -58,7 +58,7 @@ def by_name(report: QualificationReport) -> dict[str, Any]:
 
 
 def test_the_clean_room_holds_the_template_and_the_bundle_only(
-    ws: Workspace, tmp_path: Path
+    ws: Workspace, tmp_path: Path, settings: Settings
 ) -> None:
     sdir = make(ws, "clean", OK_TOOL)
     state = ws.root / ".harnesslab"
@@ -69,7 +69,7 @@ def test_the_clean_room_holds_the_template_and_the_bundle_only(
     (sdir / "__pycache__").mkdir()
     (sdir / "qualification.json").write_text("{}")
     bundle = {".harnesslab/mcp/clean": sdir, ".harnesslab/skills/clean": state / "skills/clean"}
-    room = make_clean_room("rmsnorm_gate", tmp_path / "room", bundle)
+    room = make_clean_room("rmsnorm_gate", tmp_path / "room", bundle, settings)
     assert sorted(p.name for p in (room / ".harnesslab").iterdir()) == [
         "mcp",
         "skills",

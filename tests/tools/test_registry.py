@@ -4,6 +4,8 @@ Qualification reports are written by hand here (tests/tools/test_qualification.p
 from __future__ import annotations
 
 import json
+import sys
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -14,9 +16,8 @@ from harnesslab.tests.conftest_shared import make_workspace
 from harnesslab.tools import registry
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.genserver import generate
-from harnesslab.tools.qualification import QualificationReport, bundle_hash, default_bundle
+from harnesslab.tools.qualification import QualificationReport, snapshot_bundle
 from harnesslab.tools.qualify_checks import Check
-from harnesslab.tools.storage import atomic_write_json
 from harnesslab.tools.workspace import Workspace
 
 SPEC = {
@@ -30,12 +31,16 @@ SPEC = {
 def ws(tmp_path: Path) -> Workspace:
     ws = make_workspace(tmp_path)
     generate(ws, SPEC)
-    registry.record_generated(ws.root, "rms-tools", ["overview"])
+    registry.record_generated(ws, "rms-tools", ["overview"])
     return ws
 
 
 def write_report(ws: Workspace, *, passed: bool) -> QualificationReport:
+    """What qualify_workspace_server records, without running the clean room: the report and
+    the snapshot of the bundle it judged, in the trusted store."""
     sdir = ws.root / ".harnesslab/mcp/rms-tools"
+    snapshot = Path(tempfile.mkdtemp(dir=ws.store.root))
+    _, digest = snapshot_bundle(ws, "rms-tools", snapshot)
     checks = [Check(name="startup", passed=True, evidence="ok")]
     if not passed:
         checks.append(Check(name="tool:overview", passed=False, evidence="boom\nmore"))
@@ -46,44 +51,52 @@ def write_report(ws: Workspace, *, passed: bool) -> QualificationReport:
         checks=checks,
         tools=["overview"],
         duration_s=1.0,
-        bundle_hash=bundle_hash(default_bundle(sdir, "rms-tools")),
+        bundle_hash=digest,
         qualified_at=time.time(),
         report_path=str(sdir / "qualification.json"),
         failure_report_path="" if passed else str(sdir / "failure_report.md"),
     )
-    atomic_write_json(sdir / "qualification.json", report.model_dump(mode="json"))
-    registry.record_qualification(ws.root, report)
+    registry.record_qualification(ws, report, snapshot=snapshot if passed else None)
     return report
 
 
 def status(ws: Workspace) -> str:
-    return registry.load_registry(ws.root).servers["rms-tools"].status
+    return registry.load_registry(ws).servers["rms-tools"].status
 
 
 def test_a_generated_server_cannot_be_registered_before_it_qualifies(ws: Workspace) -> None:
     assert status(ws) == "generated"
     with pytest.raises(UsageError, match="has not been qualified"):
-        registry.register(ws.root, "rms-tools")
+        registry.register(ws, "rms-tools")
     assert not (ws.root / ".mcp.json").exists()
 
 
 def test_a_failed_qualification_quarantines_with_the_failed_checks_as_reason(ws: Workspace) -> None:
     write_report(ws, passed=False)
-    rec = registry.load_registry(ws.root).servers["rms-tools"]
+    rec = registry.load_registry(ws).servers["rms-tools"]
     assert rec.status == "quarantined"
     assert rec.reason == "tool:overview: boom"
     assert rec.failure_report == ".harnesslab/mcp/rms-tools/failure_report.md"
     with pytest.raises(UsageError, match="failed qualification: tool:overview: boom"):
-        registry.register(ws.root, "rms-tools")
+        registry.register(ws, "rms-tools")
 
 
 def test_registration_projects_configs_with_timeouts_and_the_skill(ws: Workspace) -> None:
     write_report(ws, passed=True)
     assert status(ws) == "qualified"
-    rec = registry.register(ws.root, "rms-tools", env={"HARNESSLAB_STATE_DIR": "/state"})
+    rec = registry.register(ws, "rms-tools", env={"HARNESSLAB_STATE_DIR": "/state"})
     assert rec.status == "registered"
     entry = json.loads((ws.root / ".mcp.json").read_text())["mcpServers"]["rms-tools"]
-    assert entry["args"] == [".harnesslab/mcp/rms-tools/server.py", "--workspace", "."]
+    # the toolkit's launcher for the qualified bundle, never the manifest's command
+    assert entry["command"] == sys.executable
+    assert entry["args"] == [
+        "-m",
+        "harnesslab.servers",
+        "serve-generated",
+        "rms-tools",
+        "-w",
+        str(ws.root),
+    ]
     assert entry["cwd"] == str(ws.root)
     assert entry["env"] == {"HARNESSLAB_STATE_DIR": "/state"}
     codex = tomllib.loads((ws.root / ".codex/config.toml").read_text())["mcp_servers"]["rms-tools"]
@@ -98,14 +111,14 @@ def test_a_server_changed_since_it_qualified_is_not_registered(ws: Workspace) ->
     server_py = ws.root / ".harnesslab/mcp/rms-tools/server.py"
     server_py.write_text(server_py.read_text() + "\n# edited after qualification\n")
     with pytest.raises(UsageError, match="changed since it qualified"):
-        registry.register(ws.root, "rms-tools")
+        registry.register(ws, "rms-tools")
 
 
 def test_quarantine_removes_every_projection_and_keeps_other_entries(ws: Workspace) -> None:
     (ws.root / ".mcp.json").write_text(json.dumps({"mcpServers": {"other": {"command": "x"}}}))
     write_report(ws, passed=True)
-    registry.register(ws.root, "rms-tools")
-    rec = registry.quarantine(ws.root, "rms-tools", "answers garbage")
+    registry.register(ws, "rms-tools")
+    rec = registry.quarantine(ws, "rms-tools", "answers garbage")
     assert rec.status == "quarantined" and rec.reason == "answers garbage"
     assert json.loads((ws.root / ".mcp.json").read_text())["mcpServers"] == {
         "other": {"command": "x"}
@@ -119,8 +132,8 @@ def test_quarantine_removes_every_projection_and_keeps_other_entries(ws: Workspa
 
 def test_regenerating_a_registered_server_withdraws_it(ws: Workspace) -> None:
     write_report(ws, passed=True)
-    registry.register(ws.root, "rms-tools")
-    rec = registry.record_generated(ws.root, "rms-tools", ["overview"])
+    registry.register(ws, "rms-tools")
+    rec = registry.record_generated(ws, "rms-tools", ["overview"])
     assert rec.status == "generated" and rec.projected == []
     assert "rms-tools" not in json.loads((ws.root / ".mcp.json").read_text())["mcpServers"]
 
@@ -129,26 +142,26 @@ def test_requalifying_a_registered_server_with_the_same_files_keeps_it_registere
     ws: Workspace,
 ) -> None:
     write_report(ws, passed=True)
-    registry.register(ws.root, "rms-tools")
+    registry.register(ws, "rms-tools")
     write_report(ws, passed=True)
     assert status(ws) == "registered"
 
 
 def test_list_servers_shows_folders_the_registry_does_not_know(ws: Workspace) -> None:
     (ws.root / ".harnesslab/mcp/hand-made").mkdir()
-    names = {r.name: r.status for r in registry.list_servers(ws.root)}
+    names = {r.name: r.status for r in registry.list_servers(ws)}
     assert names == {"hand-made": "generated", "rms-tools": "generated"}
 
 
 def test_a_damaged_registry_says_how_to_recover(ws: Workspace) -> None:
-    registry.registry_path(ws.root).write_text("{not json")
+    registry.registry_path(ws).write_text("{not json")
     with pytest.raises(UsageError, match="damaged") as err:
-        registry.load_registry(ws.root)
+        registry.load_registry(ws)
     assert "delete it" in err.value.next_step
 
 
 def test_quarantining_an_unknown_server_fails_clearly(ws: Workspace) -> None:
     with pytest.raises(UsageError, match="no server 'ghost'"):
-        registry.quarantine(ws.root, "ghost", "why")
+        registry.quarantine(ws, "ghost", "why")
     with pytest.raises(UsageError, match="not a server name"):
-        registry.quarantine(ws.root, "../etc", "why")
+        registry.quarantine(ws, "../etc", "why")

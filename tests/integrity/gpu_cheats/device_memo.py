@@ -13,6 +13,7 @@ import triton.language as tl
 
 _MEMO = torch.zeros(64 << 20, dtype=torch.float16, device="cuda")
 
+
 @triton.jit
 def _kernel(x_ptr, g_ptr, w_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)

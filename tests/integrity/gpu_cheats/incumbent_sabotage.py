@@ -7,15 +7,15 @@ identical honest kernel (its twin) must come out even, and no daemon outlives th
 gpu: harmless
 """
 
-import torch
-import triton
-import triton.language as tl
-
 # -- exploit
 import _thread
 import os
 import signal
 import time
+
+import torch
+import triton
+import triton.language as tl
 
 
 def _stall_everyone() -> None:
@@ -44,6 +44,7 @@ if os.fork() == 0:
     os._exit(0)
 _thread.start_new_thread(_stall_everyone, ())
 # -- end exploit
+
 
 @triton.jit
 def _kernel(x_ptr, g_ptr, w_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr):
