@@ -47,7 +47,7 @@ RUNNER_FILES = (
 HARNESS = "harness"
 # Modes that import agent code run inside the sandbox; "verify" is the trusted parent, which
 # sandboxes its own children.
-SANDBOXED_MODES = ("evaluate", "sweep", "probe", "profile_target", "health")
+SANDBOXED_MODES = ("evaluate", "sweep", "probe", "profile_target")
 
 
 # What a sandboxed runner keeps of the environment (everything else, API keys and agent sockets
@@ -327,13 +327,13 @@ class Launcher:
 
         # Compiles (not exclusive), profiles (argv_prefix) and guarded runs (fresh) never use the
         # warm worker.
-        warm = (
+        warm = (  # a health check rides on a warm worker that exists, and never starts one
             self.settings.warm_workers
             and exclusive
             and not fresh
             and not argv_prefix
             and slot.warm_supported
-            and mode in SANDBOXED_MODES
+            and (mode in SANDBOXED_MODES or (mode == "health" and slot.worker is not None))
         )
         exit_code: int | None = 0
         timed_out = False
@@ -368,8 +368,7 @@ class Launcher:
         if result is not None and isinstance(result.get("env"), dict):
             self.last_env = result["env"]
             # What the sandbox's outer (trusted) process reported, never the runner's own claim.
-            result["env"]["sandbox"] = sandbox_level(sandbox) if mode in SANDBOXED_MODES else (
-                "verify" if mode == "verify" else "none")  # fmt: skip
+            result["env"]["sandbox"] = sandbox_level(sandbox)
         return RunnerCall(
             result=result,
             events=events,

