@@ -24,6 +24,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def Settings(**kw):  # noqa: N802 - harnesslab imported lazily: the probe parts run without it
+    from harnesslab.tools.settings import Settings as S
+
+    return S(**kw)
+
+
 TOOLS = ROOT / "tools"
 ROWS: list[dict[str, Any]] = []
 
@@ -257,7 +265,6 @@ def verify_once(ws, state: Path, **kw):  # noqa: D103
     import anyio
 
     from harnesslab.tools.launcher import Launcher
-    from harnesslab.tools.settings import Settings
     from harnesslab.tools.verify import guarded_verify
 
     settings = Settings(state_dir=state)
@@ -302,7 +309,7 @@ def verify_tasks(tasks: list[str], state: Path) -> dict[str, Any]:
     for task in tasks:
         for name, (path, _) in honest_kernels(task).items():
             tmp = Path(tempfile.mkdtemp(prefix=f"ws-{task}-"))
-            ws = init_workspace(task, tmp / "ws")
+            ws = init_workspace(task, tmp / "ws", Settings(state_dir=state))
             shutil.copy(path, ws.root / ws.task.entry_file)
             t0 = time.perf_counter()
             try:
@@ -326,7 +333,7 @@ def abba(state: Path) -> dict[str, Any]:
 
     kernels = honest_kernels("rmsnorm_gate")
     tmp = Path(tempfile.mkdtemp(prefix="ws-abba-"))
-    ws = init_workspace("rmsnorm_gate", tmp / "ws")
+    ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=state))
     rows = {}
     fast = kernels["solution_fast"][0].read_text()
     for name, text in (
@@ -381,7 +388,7 @@ def gpu_cheats(state: Path) -> dict[str, Any]:
             continue
         want = re.search(r"^gpu: (\S+)", path.read_text(), re.M).group(1)
         tmp = Path(tempfile.mkdtemp(prefix=f"ws-{path.stem}-"))
-        ws = init_workspace("rmsnorm_gate", tmp / "ws")
+        ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=state))
         (ws.root / "kernel.py").write_text(twin(path.read_text()))
         honest = verify_once(ws, state)
         shutil.copy(path, ws.root / "kernel.py")
@@ -412,18 +419,21 @@ def gpu_cheats(state: Path) -> dict[str, Any]:
 
 @part("overhead")
 def overhead(n: int = 5) -> dict[str, Any]:
-    """Warm run_objective (9 dev cases) through a sandboxed worker vs an unsandboxed one,
-    alternating, each on its own launcher and worker."""
+    """Warm run_objective (9 dev cases) through a sandboxed worker vs the same runner started
+    without sandbox.py, alternating, each on its own launcher and warm worker. (A first version
+    cleared SANDBOXED_MODES instead, which also turned the warm worker off: not comparable.)"""
     import anyio
 
     from harnesslab.tools import launcher as lmod
     from harnesslab.tools.objective import run_objective
-    from harnesslab.tools.settings import Settings
     from harnesslab.tools.workspace import init_workspace
 
     tmp = Path(tempfile.mkdtemp(prefix="ws-overhead-"))
-    ws = init_workspace("rmsnorm_gate", tmp / "ws")
-    sandboxed_modes = lmod.SANDBOXED_MODES
+    ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=tmp / "sa"))
+    sandboxed_argv = lmod.Launcher.runner_argv
+
+    def plain_argv(self, slot, mode, task, *, worker):  # the same runner, no sandbox.py
+        return [self._python(slot), "-I", "-B", self.harness(slot), "--worker" if worker else "-"]
 
     async def go():
         la = lmod.Launcher(Settings(state_dir=tmp / "sa"))
@@ -432,14 +442,16 @@ def overhead(n: int = 5) -> dict[str, Any]:
         try:
             for i in range(n + 1):
                 for name, lau in (("sandboxed", la), ("unsandboxed", lb)):
-                    lmod.SANDBOXED_MODES = sandboxed_modes if name == "sandboxed" else ()
+                    lmod.Launcher.runner_argv = (
+                        sandboxed_argv if name == "sandboxed" else plain_argv
+                    )
                     t0 = time.perf_counter()
                     r = await run_objective(ws, lau, save=False)
                     if i:
                         walls[name].append(time.perf_counter() - t0)
                     assert r.status == "passed", r.reason
         finally:
-            lmod.SANDBOXED_MODES = sandboxed_modes
+            lmod.Launcher.runner_argv = sandboxed_argv
             await la.aclose()
             await lb.aclose()
         return walls
@@ -463,11 +475,10 @@ def cost(state: Path) -> dict[str, Any]:
 
     from harnesslab.tools.launcher import Launcher
     from harnesslab.tools.secrets_store import workspace_secret
-    from harnesslab.tools.settings import Settings
     from harnesslab.tools.workspace import init_workspace
 
     tmp = Path(tempfile.mkdtemp(prefix="ws-cost-"))
-    ws = init_workspace("rmsnorm_gate", tmp / "ws")
+    ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=state))
     shutil.copy(honest_kernels("rmsnorm_gate")["solution_fast"][0], ws.root / "kernel.py")
     settings = Settings(state_dir=state)
     cases = ws.task.final.draw(workspace_secret(settings, ws.root)["seed"])
@@ -513,7 +524,7 @@ def repeat(state: Path, n: int, budget_s: float) -> dict[str, Any]:
     from harnesslab.tools.workspace import init_workspace
 
     tmp = Path(tempfile.mkdtemp(prefix="ws-repeat-"))
-    ws = init_workspace("rmsnorm_gate", tmp / "ws")
+    ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=state))
     text = honest_kernels("rmsnorm_gate")["solution_fast"][0].read_text()
     deadline = time.monotonic() + budget_s
     rows = []

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from .checkpoints import Checkpoints
 from .errors import UsageError
 from .executor import LocalExecutor
-from .launcher import Launcher
+from .launcher import Launcher, sandbox_level
 from .objective import Progress
 from .workspace import STATE, Workspace
 
@@ -53,6 +53,9 @@ class CommandRun(BaseModel):
     is_new_best: bool = False
     host: str = "local"
     wall_s: float = 0.0
+    sandbox: str = Field(
+        default="none", description="the sandbox the objective ran in, as it reported itself"
+    )
 
 
 def parse_output(stdout: str, score_key: str) -> tuple[dict[str, Any] | None, str]:
@@ -115,7 +118,19 @@ async def run_command_objective(
             )
             cwd = executor.path("command", task.name)
             await executor.sync_tree(local, cwd)
-        res = await executor.run(["sh", "-c", task.objective], cwd=cwd, timeout_s=timeout_s)
+        launcher._stage_common(task)
+        async with launcher._sync_locks[id(executor)]:
+            await executor.sync_tree(launcher.stage, executor.path("stage"))
+        argv = launcher.sandboxed_argv(slot, ["sh", "-c", task.objective], read=[], write=[cwd])
+        res = await executor.run(argv, cwd=cwd, timeout_s=timeout_s)
+        sandbox = "none"
+        first, _, rest = res.stdout.partition("\n")
+        if first.startswith('{"event": "sandbox"'):  # the sandbox's own report comes first
+            res = res.model_copy(update={"stdout": rest})
+            try:
+                sandbox = sandbox_level(json.loads(first))
+            except json.JSONDecodeError:
+                pass
     wall_s = time.perf_counter() - started
     obj, why = parse_output(res.stdout, task.score_key)
     score = None
@@ -139,6 +154,7 @@ async def run_command_objective(
         candidate=digest,
         host=executor.host,
         wall_s=wall_s,
+        sandbox=sandbox,
     )
     await _report(progress, 1, 1, f"{run.status}: {task.score_key}={run.score}")
     if save:

@@ -256,6 +256,22 @@ class Launcher:
             "--", py, "-I", "-B", *tail,
         ]  # fmt: skip
 
+    def sandboxed_argv(
+        self, slot: Slot, argv: list[str], *, read: list[str], write: list[str]
+    ) -> list[str]:
+        """`argv` started inside the sandbox on the slot's executor: read access to `read` (and
+        what Python, torch and triton need), write access to `write` and a private scratch.
+        For agent-written commands that are not the runner (a command task's objective)."""
+        py = self._python(slot)
+        policy = {
+            "read": read,
+            "write": write,
+            "scratch_root": slot.executor.path("stage", "scratch"),
+            "require": False,
+        }
+        return [py, "-I", "-B", self.harness(slot, "sandbox.py"), "--policy", json.dumps(policy),
+                "--", *argv]  # fmt: skip
+
     async def call(
         self,
         request: dict[str, Any],

@@ -5,6 +5,8 @@ sweep holds the GPU.
 
 from __future__ import annotations
 
+import functools
+import os
 import time
 from typing import Any
 
@@ -34,6 +36,52 @@ class ExecutorStatus(BaseModel):
     last_device: str | None = Field(description="device of the last runner result, if any")
 
 
+class Protections(BaseModel):
+    """Which of the trust model's protections are in force here (README "Threat model")."""
+
+    sandbox: str = Field(
+        description="how agent-written code is contained on the GPU host: full (Landlock + "
+        "namespaces + seccomp), partial, none, or unknown (a remote host before its first run)"
+    )
+    guarded_verify: str = Field(description="'sandboxed', or why the guarded verify refuses")
+    state_outside_workspace: bool = Field(
+        description="the trusted store and the secret live outside the workspace"
+    )
+    same_user: bool = Field(
+        description="the server runs as the user whose files the agent can reach: an agent "
+        "with a shell could read the trusted store (run the server as another user to close it)"
+    )
+
+
+@functools.cache
+def _local_sandbox() -> str:
+    from .sandbox import probe  # noqa: PLC0415 - forks once; inspect_context caches it
+
+    return str(probe().get("level", "none"))
+
+
+def protections(ws: Workspace, launcher: Launcher) -> Protections:
+    from .executor import LocalExecutor  # noqa: PLC0415
+
+    level = (launcher.last_env or {}).get("sandbox")
+    if not isinstance(level, str) or level not in ("full", "partial", "none"):
+        local = all(isinstance(ex, LocalExecutor) for ex in launcher.executors)
+        level = _local_sandbox() if local else "unknown"
+    state = launcher.settings.state_dir.expanduser().resolve()
+    outside = not (state == ws.root or ws.root in state.parents)
+    if level == "none" and not launcher.settings.allow_unsandboxed:
+        verify = "refused: no sandbox on the GPU host (HARNESSLAB_ALLOW_UNSANDBOXED=1 to allow)"
+    else:
+        verify = "sandboxed" if level in ("full", "partial", "unknown") else "unsandboxed (allowed)"
+    try:
+        same_user = state.stat().st_uid == os.getuid()
+    except OSError:
+        same_user = True
+    return Protections(
+        sandbox=level, guarded_verify=verify, state_outside_workspace=outside, same_user=same_user
+    )
+
+
 class Overview(BaseModel):
     task: dict[str, Any]
     workspace: str
@@ -46,6 +94,7 @@ class Overview(BaseModel):
     recent: list[HistoryEntry] = Field(description="the last few ledger records, newest first")
     records: int
     executor: ExecutorStatus
+    protections: Protections
     next_step: str
 
 
@@ -152,6 +201,7 @@ def overview(ws: Workspace, launcher: Launcher, *, recent: int = 5) -> Overview:
         recent=[_entry(r) for r in reversed(records[-recent:])],
         records=len(records),
         executor=execs,
+        protections=protections(ws, launcher),
         next_step=suggest(ws, problems, evaluated, last_dev, best_dev, best_final),
     )
 

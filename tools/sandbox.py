@@ -300,7 +300,8 @@ def enter_namespaces(wanted: list[str] | None = None) -> list[str]:
     wanted = list(NAMESPACES) if wanted is None else wanted
     flags = 0
     for name in wanted:
-        flags |= NAMESPACES[name]
+        if name != "mnt":  # the reaper makes its own mount namespace: this process keeps the
+            flags |= NAMESPACES[name]  # host's view (it removes the scratch folder at the end)
     if uid != 0:
         if not _unshare(CLONE_NEWUSER):
             return []
@@ -489,8 +490,8 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        if "mnt" in namespaces and not _private_mounts():
-            sys.stderr.write("sandbox: cannot make the mount namespace private\n")
+        if "mnt" in namespaces and not (_unshare(CLONE_NEWNS) and _private_mounts()):
+            sys.stderr.write("sandbox: cannot make a private mount namespace\n")
             os._exit(126)
         if pidns and "mnt" in namespaces:
             _private_proc()

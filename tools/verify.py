@@ -404,7 +404,8 @@ async def guarded_verify(
         )
         verdict, reasons, rows, stats = judge(call, cases, nonce)
         raw, wall_s = call.result or {}, call.wall_s
-    env = EnvInfo.model_validate(raw.get("env") or {})
+    cand_level = ((raw.get("sandbox") or {}).get("candidate") or {}).get("level")
+    env = EnvInfo.model_validate({**(raw.get("env") or {}), "sandbox": cand_level or "none"})
     passed = verdict == "passed" and bool(rows)
     timed = [r.median_us for r in rows]
     score = sum(t for t in timed if t is not None) if passed and None not in timed else None

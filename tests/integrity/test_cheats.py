@@ -13,8 +13,8 @@ import ast
 import json
 import os
 import re
-import sysconfig
 import shutil
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,14 @@ def expectation(path: Path) -> dict[str, str]:
     return out
 
 
+def observed_codes() -> set[str]:
+    """The codes a candidate's own process may report (guard.CHILD_CODES), read from the staged
+    source (guard.py imports its siblings by path, not as harnesslab modules)."""
+    src = (Path(scan.__file__).parent / "guard.py").read_text()
+    block = src[src.index("CHILD_CODES = {") : src.index("}", src.index("CHILD_CODES = {"))]
+    return set(re.findall(r'"([a-z_]+)": "', block))
+
+
 def processes_with(marker: str) -> list[int]:
     found = []
     for pid in os.listdir("/proc"):
@@ -67,6 +75,13 @@ def processes_with(marker: str) -> list[int]:
         except OSError:
             pass
     return found
+
+
+def clear_traces(path: Path) -> None:
+    """What an earlier, unsandboxed run of a cheat may have left, gone before this one."""
+    exp = expectation(path)
+    if "absent" in exp:
+        Path(exp["absent"]).unlink(missing_ok=True)
 
 
 def assert_contained(path: Path) -> None:
@@ -128,6 +143,7 @@ def test_static_scan_rejects_exactly_the_cheats_it_can_see(tmp_path: Path, path:
 
 @pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)
 def test_cheat_is_rejected_with_its_reason_code(tmp_path: Path, path: Path) -> None:
+    clear_traces(path)
     v = verify(workspace(tmp_path, path), tmp_path / "state")
     assert v.verdict == "rejected", v.reasons
     assert expectation(path)["expect"] in codes(v), v.reasons
@@ -140,11 +156,15 @@ RUNTIME = [p for p in CHEATS if "runtime" in expectation(p)]
 
 @pytest.mark.parametrize("path", RUNTIME, ids=lambda p: p.stem)
 def test_runtime_guard_catches_the_cheat_without_the_scan(tmp_path: Path, path: Path) -> None:
+    clear_traces(path)
     v = verify(workspace(tmp_path, path), tmp_path / "state", enforce_scan=False)
     want = expectation(path)["runtime"]
-    if want == "harmless":  # the sandbox stopped the attack: the kernel stayed correct
-        assert v.verdict == "passed", v.reasons
-        assert v.sandbox == "full" and v.certifies == "correctness"
+    if want == "harmless":  # the sandbox stopped the attack: the kernel stayed correct...
+        assert not codes(v) & {"wrong_output", "precision"}, v.reasons
+        if v.verdict == "passed":
+            assert v.sandbox == "full" and v.certifies == "correctness"
+        else:  # ...and what it tried may also have been seen (fork, kill: subprocess)
+            assert codes(v) <= observed_codes(), v.reasons
     else:
         assert v.verdict == "rejected", v.reasons
         assert want in codes(v), v.reasons

@@ -171,7 +171,7 @@ def test_the_dev_eval_contains_every_attempt(hostile: Hostile) -> None:
 def test_a_sweep_contains_every_attempt(hostile: Hostile) -> None:
     space = {"num_warps": [2, 4]}
     res = hostile.run(lambda la: sweep(hostile.ws, la, space=space, cases=["1024x1024_fp16"]))
-    assert [c.status for c in res.configs] == ["passed", "passed"], res
+    assert [c.status for c in res.results] == ["ok", "ok"], res
     hostile.contained()
 
 
@@ -186,7 +186,10 @@ def test_the_guarded_verify_contains_every_attempt(hostile: Hostile) -> None:
     v = hostile.run(
         lambda la: guarded_verify(hostile.ws, la, settings, enforce_scan=False)  # type: ignore[misc]
     )
-    assert v.verdict == "passed", v.reasons
+    # Harmless: no attack worked (the kernel would have given itself away with wrong outputs);
+    # its fork may also be seen by the candidate's own process and reject it.
+    codes = {r["code"] for r in v.reasons}
+    assert v.verdict == "passed" or codes == {"subprocess"}, v.reasons
     assert v.sandbox == "full"
     hostile.contained()
 

@@ -6,9 +6,7 @@ written by the harness: no text from the candidate's process reaches the verdict
 expect: candidate_error
 """
 
-import torch
 import triton
-import triton.language as tl
 
 
 @triton.jit

@@ -4,7 +4,7 @@ into the verifier's own Triton cache, so the next trusted process runs the agent
 Harmless without the scan: the stage is read-only to the candidate's process, and the
 trusted runner deletes any __pycache__ beside the harness and imports from hash-checked source.
 
-expect: reads_outside_workspace
+expect: introspection
 runtime: harmless
 """
 

@@ -11,7 +11,6 @@ import _thread
 
 import torch
 import triton
-import triton.language as tl
 
 
 @triton.jit

@@ -7,18 +7,17 @@ runtime: harmless
 """
 
 import os
-import signal
 
 import torch
 import triton
 import triton.language as tl
 
 WORKED = False
-_me = os.getpid()
+_mine = {int(t) for t in os.listdir("/proc/self/task")}  # this process's own threads
 for _pid in sorted(
     {os.getppid(), 1, *range(2, 64), *[int(p) for p in os.listdir("/proc") if p.isdigit()]}
 ):
-    if _pid == _me:
+    if _pid in _mine:
         continue
     try:
         os.kill(_pid, 0)  # permission to signal (SIGSTOP would follow)

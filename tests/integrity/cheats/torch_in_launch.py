@@ -9,7 +9,6 @@ runtime: torch_compute
 
 import torch
 import triton
-import triton.language as tl
 
 _ARGS = {}
 
