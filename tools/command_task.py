@@ -121,7 +121,9 @@ async def run_command_objective(
         launcher._stage_common(task)
         async with launcher._sync_locks[id(executor)]:
             await executor.sync_tree(launcher.stage, executor.path("stage"))
-        argv = launcher.sandboxed_argv(slot, ["sh", "-c", task.objective], read=[], write=[cwd])
+        argv = launcher.sandboxed_argv(
+            slot, ["sh", "-c", task.objective], read=[], write=[cwd], cwd=cwd
+        )
         res = await executor.run(argv, cwd=cwd, timeout_s=timeout_s)
         sandbox = "none"
         first, _, rest = res.stdout.partition("\n")

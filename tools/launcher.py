@@ -257,7 +257,7 @@ class Launcher:
         ]  # fmt: skip
 
     def sandboxed_argv(
-        self, slot: Slot, argv: list[str], *, read: list[str], write: list[str]
+        self, slot: Slot, argv: list[str], *, read: list[str], write: list[str], cwd: str
     ) -> list[str]:
         """`argv` started inside the sandbox on the slot's executor: read access to `read` (and
         what Python, torch and triton need), write access to `write` and a private scratch.
@@ -268,6 +268,7 @@ class Launcher:
             "write": write,
             "scratch_root": slot.executor.path("stage", "scratch"),
             "require": False,
+            "cwd": cwd,
         }
         return [py, "-I", "-B", self.harness(slot, "sandbox.py"), "--policy", json.dumps(policy),
                 "--", *argv]  # fmt: skip

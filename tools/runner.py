@@ -45,11 +45,12 @@ from typing import Any
 
 RUNNER_VERSION = "2"
 HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:  # started with -I: the staged siblings (guard.py, ...) by path
-    sys.path.insert(0, HERE)
-# Bytecode beside the staged files is never trusted (a planted .pyc would run instead of the
-# hash-checked source): the harness imports its siblings from source, and -B writes none.
-shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
+if __name__ == "__main__":  # the staged runner (not a module the lab loads by path)
+    if HERE not in sys.path:  # started with -I: the staged siblings (guard.py, ...) by path
+        sys.path.insert(0, HERE)
+    # Bytecode beside the staged files is never trusted (a planted .pyc would run instead of
+    # the hash-checked source): the harness imports its siblings from source, -B writes none.
+    shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
 SWEEP_WARMUP, SWEEP_REPEATS = 3, 10  # per case in sweeps (a score takes 10 and 30: time_case)
 _OUT = sys.stdout  # replaced in main() by a dup of fd 1 before candidate code can print
 
