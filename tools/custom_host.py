@@ -24,6 +24,7 @@ import ast
 import fcntl
 import inspect
 import json
+import keyword
 import os
 import select
 import signal
@@ -98,13 +99,15 @@ _NAMES: dict[str, Any] = {
 _MODULES = ("typing.", "pathlib.", "collections.abc.", "builtins.", "typing_extensions.")
 _LISTS = ("list", "List", "Sequence", "tuple", "Tuple", "set")
 MAX_ANNOTATION_DEPTH = 6
+MAX_ANNOTATION_CHARS = 500
+MAX_DOC_CHARS = 2000
 
 
 def annotation_type(text: str) -> Any:
     """The type a custom parameter's annotation stands for, from a fixed table: str, int,
     float, bool, None, Path (as str), list[...], dict[...], Optional/Union/`|`, Literal of
     constants; Any for everything else (an unknown class, a string that does not parse)."""
-    if not text:
+    if not text or len(text) > MAX_ANNOTATION_CHARS:
         return Any
     try:
         node = ast.parse(text.strip(), mode="eval").body
@@ -206,20 +209,20 @@ def _shape(raw: Any) -> ToolShape:
         raise WorkerGone("the custom worker's description is malformed")
     params = []
     for p in raw["params"]:
-        if not isinstance(p, dict) or not str(p.get("name", "")).isidentifier():
+        name = str(p.get("name", "")) if isinstance(p, dict) else ""
+        if not name.isidentifier() or keyword.iskeyword(name):
             raise WorkerGone("the custom worker's description is malformed")
         params.append(
             ParamShape(
-                name=str(p["name"]),
+                name=name,
                 kind=str(p.get("kind", "")),
                 annotation=str(p.get("annotation") or ""),
                 has_default=bool(p.get("has_default")),
                 default=p.get("default"),
             )
         )
-    return ToolShape(
-        doc=str(raw.get("doc") or ""), params=params, returns=str(raw.get("returns") or "")
-    )
+    doc = str(raw.get("doc") or "")[:MAX_DOC_CHARS]
+    return ToolShape(doc=doc, params=params, returns=str(raw.get("returns") or ""))
 
 
 def public_signature(where: str, shape: ToolShape) -> inspect.Signature:
@@ -244,7 +247,13 @@ def public_signature(where: str, shape: ToolShape) -> inspect.Signature:
                 annotation=annotation_type(p.annotation),
             )
         )
-    return inspect.Signature(params, return_annotation=return_type(shape.returns))
+    try:
+        return inspect.Signature(params, return_annotation=return_type(shape.returns))
+    except ValueError as exc:  # two parameters of one name, and the like
+        raise UsageError(
+            f"{where}: its parameters cannot be served ({exc}).",
+            next_step="give it plain, distinct keyword parameters",
+        ) from None
 
 
 # -- the worker process --------------------------------------------------------------------------
