@@ -139,13 +139,14 @@ def toolkit_server_check(server_dir: Path, name: str) -> Check:
 
 def sandbox_check(levels: dict[str, str], *, allowed_none: bool) -> Check:
     """Where the agent's code ran in each lane, as each sandbox reported it itself."""
-    evidence = "; ".join(f"{lane}: {level}" for lane, level in levels.items())
+    summary = "; ".join(f"{lane}: {level.split(' (')[0]}" for lane, level in levels.items())
+    evidence = summary + "\n" + "\n".join(f"{lane}: {level}" for lane, level in levels.items())
     bad = [lane for lane, level in levels.items() if level == "none"]
     if bad and not allowed_none:
         return Check(
             name="sandbox",
             passed=False,
-            evidence=f"agent code ran without a sandbox in {', '.join(bad)}: {evidence}",
+            evidence=f"no sandbox in {', '.join(bad)}: {evidence}",
             next_step="qualify on Linux with Landlock (HARNESSLAB_ALLOW_UNSANDBOXED=1 runs it "
             "anyway, knowingly)",
         )
