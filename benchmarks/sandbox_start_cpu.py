@@ -34,9 +34,13 @@ def main() -> None:
             times[name].append((time.perf_counter() - t0) * 1e3)
     for name, xs in times.items():
         xs.sort()
-        print(f"{name:10s} median {statistics.median(xs):6.1f} ms  p10 {xs[n // 10]:6.1f}  "
-              f"p90 {xs[(9 * n) // 10]:6.1f}  (n={n})")
-    print(f"added by the sandbox: {statistics.median(times['sandboxed']) - statistics.median(times['plain']):.1f} ms per process start")
+        print(
+            f"{name:10s} median {statistics.median(xs):6.1f} ms  p10 {xs[n // 10]:6.1f}  "
+            f"p90 {xs[(9 * n) // 10]:6.1f}  (n={n})"
+        )
+    print(
+        f"added by the sandbox: {statistics.median(times['sandboxed']) - statistics.median(times['plain']):.1f} ms per process start"
+    )
 
 
 main()

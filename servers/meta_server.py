@@ -209,8 +209,10 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         tests, README) and its skill into .harnesslab/skills/<name>/SKILL.md. Each tool is a
         built-in (inspect_context, run_objective, sweep_kernel_config, numerical_probe,
         guarded_final_verify, rank_history, restore_best_checkpoint, profile_kernel,
-        remote_health_check) with preset arguments fixed, or a custom `async def` whose
-        parameters named `workspace` (Path) or `state` are filled in by the server. probe_args
+        remote_health_check) with preset arguments fixed, or a custom `async def` that runs in
+        a sandbox (read-write: the workspace only; no network) with JSON arguments and result;
+        a parameter named `workspace` (Path) is filled in by the server (`state` is refused:
+        use a built-in for runs). Never edit server.py: an edited one is refused. probe_args
         must be ONE small, fast call (a single dev case): qualification runs each tool with
         them several times. Regenerating replaces the server and unregisters it. Costs no
         GPU time. Next: self_test_server."""

@@ -52,6 +52,8 @@ class ServerState:
     settings: Settings
     telemetry: Telemetry
     name: str = "harnesslab-task"
+    # Run by aclose() before the launcher closes (a generated server's custom-tool worker).
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
     def open(
@@ -72,6 +74,9 @@ class ServerState:
         )
 
     async def aclose(self) -> None:
+        for close in reversed(self.closers):
+            await close()
+        self.closers.clear()
         await self.launcher.aclose()
 
 

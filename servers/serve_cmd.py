@@ -175,6 +175,7 @@ def _serve_generated_args(p: argparse.ArgumentParser) -> None:
     _serve_generated_args,
 )
 def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
+    from harnesslab.tools.genserver import check_server_py  # noqa: PLC0415
     from harnesslab.tools.loop_servers import settings_env  # noqa: PLC0415
     from harnesslab.tools.registry import load_registry, qualified_bundle  # noqa: PLC0415
 
@@ -187,8 +188,12 @@ def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
             "register_server it first",
         )
     kept = qualified_bundle(ws, args.name, rec.bundle_hash)  # re-hashed: refused if altered
-    server_py = kept / ".harnesslab" / "mcp" / args.name / "server.py"
-    argv = [sys.executable, str(server_py), "--workspace", str(ws.root)]
+    server_dir = kept / ".harnesslab" / "mcp" / args.name
+    # The server process runs toolkit code only: exactly this toolkit's server.py, in isolated
+    # mode (-I: the bundle folder is not on sys.path, so no module of the agent's shadows one
+    # it imports). The custom tools run in the sandboxed worker it starts.
+    check_server_py(server_dir, args.name)
+    argv = [sys.executable, "-I", "-B", str(server_dir / "server.py"), "--workspace", str(ws.root)]
     os.chdir(ws.root)
     sys.stdout.flush()
     sys.stderr.flush()

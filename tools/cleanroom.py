@@ -13,6 +13,7 @@ whole group whatever state it is in.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -113,6 +114,67 @@ def kill_marked(token: str, *, rounds: int = 5) -> list[int]:
         if not found:
             break
     return killed
+
+
+# -- the sandbox around the agent's own processes in a clean room ------------------------------
+
+SANDBOX_PY = Path(__file__).resolve().with_name("sandbox.py")
+# What the toolkit's own code needs to be imported inside the sandbox (its folders, wherever
+# the installation put them: site-packages, or the source tree of an editable install).
+TOOLKIT_PACKAGES = (
+    "harnesslab.tools",
+    "harnesslab.servers",
+    "harnesslab.tasks",
+    "harnesslab.skills",
+)
+
+
+def toolkit_paths() -> list[str]:
+    out: list[str] = []
+    for name in TOOLKIT_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None:
+            out += [str(p) for p in spec.submodule_search_locations or []]
+    return sorted(set(out))
+
+
+def sandboxed(
+    argv: list[str], room: Path, state_dir: Path, env: dict[str, str], *, python: str, require: bool
+) -> list[str]:
+    """`argv` run in the sandbox (tools/sandbox.py): the clean room and its private state dir
+    writable, nothing else; the toolkit, Python and the system read-only; no network; only
+    `env` on top of the sandbox's short allowlist; nothing left running after it. Its first
+    stdout line is the sandbox's report (`sandbox_report`)."""
+    policy = {
+        "read": toolkit_paths(),
+        "write": [str(room), str(state_dir)],
+        "cwd": str(room),
+        "env": env,
+        "env_allow": [],
+        "require": require,
+    }
+    return [python, "-I", "-B", str(SANDBOX_PY), "--policy", json.dumps(policy), "--", *argv]
+
+
+def sandbox_report(stdout: str) -> tuple[dict[str, Any], str]:
+    """(the sandbox's report, the rest of stdout) from a sandboxed command's output."""
+    first, _, rest = stdout.partition("\n")
+    try:
+        report = json.loads(first)
+    except ValueError:
+        return {}, stdout
+    if not isinstance(report, dict) or report.get("event") != "sandbox":
+        return {}, stdout
+    return {k: v for k, v in report.items() if k != "event"}, rest
+
+
+def describe_sandbox(report: dict[str, Any]) -> str:
+    """ "full (Landlock ABI 7, namespaces pid+net+ipc+mnt)", or "none"."""
+    level = report.get("level")
+    if level not in ("full", "partial"):
+        return "none"
+    spaces = "+".join(report.get("namespaces") or []) or "none"
+    return f"{level} (Landlock ABI {report.get('landlock_abi')}, namespaces {spaces})"
 
 
 def bundle_files(bundle: dict[str, Path]) -> list[tuple[str, Path]]:
@@ -245,6 +307,10 @@ __all__ = [
     "ProtocolSession",
     "bundle_files",
     "copy_bundle_item",
+    "describe_sandbox",
     "kill_marked",
     "make_clean_room",
+    "sandbox_report",
+    "sandboxed",
+    "toolkit_paths",
 ]

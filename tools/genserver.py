@@ -11,6 +11,9 @@ function the agent wrote into the server's folder. `generate()` writes
 
 Every path written into those files is relative: the server runs from the workspace root
 (`cwd` "."), so the same bundle works in a clean copy of the workspace and after registration.
+server.py is the toolkit's own rendering of the template (`render_server_py`); qualification and
+serve-generated run no other (`check_server_py`). Custom functions run in a sandboxed worker
+(tools/custom_host.py), so one that asks for the server's `state` is refused here.
 This module never imports mcp; the server's code lives in the templates (tools/gentemplates.py).
 """
 
@@ -27,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from . import gentemplates
 from . import workspace_files as wf
+from .custom_host import REFUSED as REFUSED_PARAM
+from .custom_host import state_refusal
 from .errors import UsageError
 from .tasks import KERNEL_TOOL_NAMES
 from .workspace import STATE, Workspace
@@ -307,7 +312,7 @@ def generate(
         wf.write_text(root, f"{srel}/{fname}", source)
         written.append(sdir / fname)
     wf.write_json(root, f"{srel}/manifest.json", manifest.model_dump(mode="json"))
-    wf.write_text(root, f"{srel}/server.py", gentemplates.SERVER_PY.replace("{{NAME}}", spec.name))
+    wf.write_text(root, f"{srel}/server.py", render_server_py(spec.name))
     wf.write_text(root, f"{srel}/tests/test_server.py", gentemplates.TEST_PY)
     wf.write_text(root, f"{srel}/README.md", gentemplates.readme(manifest))
     wf.write_text(
@@ -328,6 +333,33 @@ def generate(
         tools=[t.tool_name for t in spec.tools],
         warnings=warnings,
     )
+
+
+def render_server_py(name: str) -> str:
+    """The toolkit's server.py for the server `name`: the only one it runs."""
+    return gentemplates.SERVER_PY.replace("{{NAME}}", name)
+
+
+def check_server_py(server_dir: Path, name: str) -> None:
+    """UsageError unless `server_dir`/server.py is exactly the toolkit's rendering for `name`
+    (the server process runs toolkit code only; the agent's code runs in the sandbox)."""
+    path = server_dir / "server.py"
+    try:
+        same = (
+            path.is_file()
+            and not path.is_symlink()
+            and path.read_bytes() == (render_server_py(name).encode())
+        )
+    except OSError:
+        same = False
+    if not same:
+        raise UsageError(
+            "server.py was edited; regenerate with generate_server (it differs from this "
+            "toolkit's own server.py, the only one it runs: edited by hand, or written by "
+            "another harnesslab version).",
+            next_step=f"call generate_server for {name!r} again (custom code belongs in its "
+            "own .py files), then self_test_server",
+        )
 
 
 def build_manifest(spec: ServerSpec, command: str, docs: dict[str, str] | None = None) -> Manifest:
@@ -442,6 +474,9 @@ def _check_tools(
                 f"tool {tool.tool_name!r}: {ref.file}:{ref.function} is not async.",
                 next_step=f"declare it `async def {ref.function}(...)`",
             )
+        args = node.args
+        if any(a.arg == REFUSED_PARAM for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)):
+            raise state_refusal(f"tool {tool.tool_name!r}: {ref.file}:{ref.function}")
         docs[tool.tool_name] = " ".join((ast.get_docstring(node) or "").split())
     return warnings, docs
 
@@ -470,9 +505,11 @@ __all__ = [
     "SelfTest",
     "ServerSpec",
     "ToolSpec",
+    "check_server_py",
     "generate",
     "load_manifest",
     "parse_spec",
+    "render_server_py",
     "server_dir",
     "skill_dir",
 ]

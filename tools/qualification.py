@@ -7,6 +7,7 @@ only the server's reusable `.harnesslab/` bundle. Checks, each with evidence and
     syntax                every .py file of the bundle compiles
     portable_paths        no absolute path into the dirty workspace anywhere in the bundle
     skill                 SKILL.md front matter: name = folder, a description under 1024 chars
+    toolkit_server        (generated servers) server.py is the toolkit's own rendering
     startup               the server answers initialize over stdio within its startup timeout
     tools_list            tools/list non-empty, every schema a valid JSON Schema object,
                           every tool the manifest enables is listed
@@ -14,11 +15,17 @@ only the server's reusable `.harnesslab/` bundle. Checks, each with evidence and
     verifier:<name>       a verifier-like tool accepts the honest baseline and rejects cheating
                           kernels (x.clone() and a few of tests/integrity/cheats)
     stdout_protocol_only  nothing but JSON-RPC on the server's stdout
-    self_test             `--self-test` (manifest self_test args) exits 0
+    self_test             `--self-test` exits 0 (a generated server's: its custom tools)
     own_tests             the server's tests pass under pytest
+    sandbox               where the agent's code ran, as each sandbox reported it
 
-The session, the self-test and the tests run at once, each in its own clean room. Every step is
-bounded by its own limit and by the overall `timeout_s`; processes are killed by group after.
+The session, the self-test and the tests run at once, each in its own clean room (a fresh
+workspace and a private state dir). The agent's code runs sandboxed everywhere (tools/
+sandbox.py: the clean room writable and nothing else, no network, nothing left running): a
+generated server's custom tools in the sandboxed worker its server starts (the server process
+itself runs toolkit code only), the self-test and the own tests wholly inside the sandbox.
+Every step is bounded by its own limit and by the overall `timeout_s`; processes are killed by
+group after.
 Results go to qualification.json and, on failure, failure_report.md (written to be pasted into
 a repair prompt). The per-check logic lives in tools/qualify_checks.py.
 """
@@ -26,6 +33,7 @@ a repair prompt). The per-check logic lives in tools/qualify_checks.py.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import tempfile
 import time
@@ -40,9 +48,9 @@ from pydantic import BaseModel, Field
 from . import qualify_checks as qc
 from . import qualify_session as qs
 from . import workspace_files as wf
-from .cleanroom import SKIP_NAMES, bundle_files, kill_marked, make_clean_room
+from .cleanroom import SKIP_NAMES, bundle_files, describe_sandbox, kill_marked, make_clean_room
 from .errors import UsageError
-from .genserver import SERVER_NAME_RE, load_manifest
+from .genserver import SERVER_NAME_RE, LaunchSpec, Manifest, load_manifest
 from .qualify_checks import Check
 from .settings import Settings
 from .storage import atomic_write_json, atomic_write_text
@@ -153,12 +161,19 @@ async def qualify(
     progress: qc.Progress | None = None,
     report_dir: Path | None = None,
     keep_clean_room: bool = False,
+    generated: bool | None = None,
 ) -> QualificationReport:
     """Qualify the server in `server_dir` against a clean room made from `ws_template` (a task
     name or folder, see make_clean_room) plus `bundle` (relative destination -> source; default:
     the server folder and its skill). Never raises for a bad server: every problem is a failed
     check. Writes qualification.json (+ failure_report.md) into `report_dir` (default:
-    server_dir)."""
+    server_dir).
+
+    `generated` (default: its manifest says harnesslab generated it, or it sits in a
+    workspace's .harnesslab/mcp/): its server.py must be the toolkit's own, which qualification
+    starts itself (never the manifest's command) and whose custom tools run in their sandboxed
+    worker. A server brought from outside is started with its manifest's command. Either way
+    the self-test and the server's own tests run sandboxed."""
     started = time.perf_counter()
     deadline = anyio.current_time() + timeout_s
     sdir = Path(server_dir).resolve()
@@ -172,7 +187,9 @@ async def qualify(
         )
         return _finish(sdir.name, sdir, board, {}, [], started, out_dir)
     tools = [t.name for t in manifest.enabled_tools()]
-    board.total = 9 + len(tools) + sum(t.verifier for t in manifest.enabled_tools())
+    if generated is None:
+        generated = manifest.generator.startswith("harnesslab") or infer_dirty_roots(sdir) != [sdir]
+    board.total = 10 + generated + len(tools) + sum(t.verifier for t in manifest.enabled_tools())
     bundle = bundle or default_bundle(sdir, manifest.name)
     await board.add(
         Check(
@@ -196,24 +213,47 @@ async def qualify(
             )
         )
         return _finish(manifest.name, sdir, board, bundle, tools, started, out_dir)
+    if generated:
+        toolkit = qc.toolkit_server_check(sdir, manifest.name)
+        await board.add(toolkit)
+        if not toolkit.passed:
+            await board.add(
+                Check(
+                    name="startup",
+                    passed=False,
+                    evidence="not started: server.py is not the toolkit's (see toolkit_server)",
+                    next_step="regenerate the server with generate_server",
+                )
+            )
+            return _finish(manifest.name, sdir, board, bundle, tools, started, out_dir)
 
     # The bundle entry that is the server folder (the default bundle lists it first).
     srv_rel = next(
         (rel for rel, src in bundle.items() if src.resolve() == sdir), next(iter(bundle))
     )
     base = Path(tempfile.mkdtemp(prefix=f"harnesslab-qualify-{manifest.name}-"))
-    # Everything qualification starts sees a private state dir under `base` (never the
-    # operator's trusted store or secrets), only the allowlisted environment, and carries a
-    # mark by which whatever it leaves running is found and killed below.
+    # Everything qualification starts sees a private state dir per lane under `base` (never
+    # the operator's trusted store or secrets), only the allowlisted environment, and carries
+    # a mark by which whatever it leaves running is found and killed below.
     token = uuid.uuid4().hex
-    env = qc.child_env(settings, base=base, token=token)
-    private = settings.model_copy(update={"state_dir": base / "state"})
+    confined = qs.Confined(python=settings.python, require=not settings.allow_unsandboxed)
     try:
-        rooms = {}
+        rooms, states, envs = {}, {}, {}
         for key in ("session", "selftest", "pytest"):
+            states[key] = base / f"{key}-state"
+            private = settings.model_copy(update={"state_dir": states[key]})
             rooms[key] = make_clean_room(ws_template, base / key, bundle, private)
+            envs[key] = qc.child_env(settings, base=base, token=token, state_dir=states[key])
             (base / f"{key}-io").mkdir()
-        cheats = qc.cheats_for(rooms["session"], private, cheats_dir, max_corpus_cheats)
+        session_settings = settings.model_copy(update={"state_dir": states["session"]})
+        cheats = qc.cheats_for(rooms["session"], session_settings, cheats_dir, max_corpus_cheats)
+        launch, self_test_argv = _launches(
+            manifest, rooms, srv_rel, settings.python, generated, base / "session-io"
+        )
+        if not generated:
+            confined.levels["server"] = "unsandboxed (brought: started as its manifest says)"
+        elif any(t.kind != "builtin" for t in manifest.enabled_tools()):
+            confined.levels["custom tools"] = "not started"
         lanes: dict[str, list[Check]] = {"session": [], "selftest": [], "pytest": []}
         with anyio.move_on_after(max(deadline - anyio.current_time(), 1.0)):
             async with anyio.create_task_group() as tg:
@@ -221,9 +261,9 @@ async def qualify(
                     qs.session_checks,
                     manifest,
                     rooms["session"],
-                    srv_rel,
+                    launch,
                     settings.python,
-                    env,
+                    envs["session"],
                     deadline,
                     cheats,
                     board.lane(lanes["session"]),
@@ -233,20 +273,23 @@ async def qualify(
                     qs.self_test_check,
                     manifest,
                     rooms["selftest"],
-                    srv_rel,
-                    env,
+                    self_test_argv,
+                    states["selftest"],
+                    envs["selftest"],
                     deadline,
                     board.lane(lanes["selftest"]),
+                    confined,
                 )
                 tg.start_soon(
                     qs.tests_check,
                     manifest,
                     rooms["pytest"],
                     srv_rel,
-                    settings.python,
-                    env,
+                    states["pytest"],
+                    envs["pytest"],
                     deadline,
                     board.lane(lanes["pytest"]),
+                    confined,
                 )
         for lane in lanes.values():
             for check in lane:
@@ -270,6 +313,9 @@ async def qualify(
             await board.add(
                 Check(name=missing, passed=False, evidence=evidence, next_step=next_step)
             )
+        if "custom tools" in confined.levels:
+            confined.levels["custom tools"] = _worker_level(base / "session-io" / SANDBOX_REPORT)
+        await board.add(qc.sandbox_check(confined.levels, allowed_none=settings.allow_unsandboxed))
     finally:
         kill_marked(token)  # synchronous: runs even when the caller was cancelled
         if not keep_clean_room:
@@ -278,6 +324,55 @@ async def qualify(
     if keep_clean_room:
         report.clean_room = str(base)
     return report
+
+
+SANDBOX_REPORT = "custom-tools-sandbox.jsonl"
+
+
+def _launches(
+    manifest: Manifest,
+    rooms: dict[str, Path],
+    srv_rel: str,
+    python: str,
+    generated: bool,
+    session_io: Path,
+) -> tuple[LaunchSpec, list[str]]:
+    """How the session starts the server, and the self-test's command. A generated server:
+    the toolkit's own server.py with the toolkit's interpreter in isolated mode (-I: nothing of
+    the bundle folder is importable by it), never the manifest's command. A brought server:
+    its manifest's."""
+    if not generated:
+        session = manifest.launch(rooms["session"], rooms["session"] / srv_rel)
+        room = rooms["selftest"]
+        self_test = manifest.launch(room, room / srv_rel, self_test=True)
+        return session, self_test.argv
+
+    def server(room: Path) -> list[str]:
+        return [python, "-I", "-B", str(room / srv_rel / "server.py"), "--workspace", str(room)]
+
+    session = LaunchSpec(
+        argv=[*server(rooms["session"]), "--sandbox-report", str(session_io / SANDBOX_REPORT)],
+        cwd=rooms["session"],
+    )
+    # Built-ins are called by the session (which has the network an SSH executor needs); the
+    # sandboxed self-test calls the agent's custom tools.
+    return session, [*server(rooms["selftest"]), "--self-test", "--custom-only"]
+
+
+def _worker_level(path: Path) -> str:
+    """What the custom tools' sandbox applied in the session (the server wrote down each
+    worker's sandbox report, read before the worker ran: the weakest of them)."""
+    levels = []
+    if path.is_file():
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                levels.append(json.loads(line))
+            except ValueError:
+                continue
+    if not levels:
+        return "not started"
+    rank = {"full": 2, "partial": 1}
+    return describe_sandbox(min(levels, key=lambda r: rank.get(str(r.get("level")), 0)))
 
 
 def _finish(
@@ -384,6 +479,7 @@ async def qualify_workspace_server(
                 max_corpus_cheats=max_corpus_cheats,
                 progress=progress,
                 report_dir=Path(reports),
+                generated=True,
             )
         report.bundle_hash = digest
         report.server_dir = str(ws.root / sdir_rel)

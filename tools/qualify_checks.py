@@ -17,7 +17,8 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
-from .genserver import SKILL_DESCRIPTION_MAX, Manifest
+from .errors import UsageError
+from .genserver import SKILL_DESCRIPTION_MAX, Manifest, check_server_py
 from .settings import Settings
 from .workspace import STATE, open_workspace
 
@@ -97,11 +98,11 @@ ENV_ALLOW = (
 RUN_MARK = "HARNESSLAB_QUALIFY_RUN"
 
 
-def child_env(settings: Settings, *, base: Path, token: str) -> dict[str, str]:
+def child_env(settings: Settings, *, base: Path, token: str, state_dir: Path) -> dict[str, str]:
     """The variables a child of qualification gets on top of ENV_ALLOW: the settings it needs
-    (HARNESSLAB_*) with a private state dir under `base` (not the operator's trusted store and
-    secrets), a private TMPDIR, the run mark, and unbuffered output so that stdout noise shows
-    up when it is printed, not at exit."""
+    (HARNESSLAB_*) with a private `state_dir` under `base` (not the operator's trusted store
+    and secrets), a private TMPDIR, the run mark, and unbuffered output so that stdout noise
+    shows up when it is printed, not at exit."""
     (base / "tmp").mkdir(parents=True, exist_ok=True)
     env = {
         "PYTHONUNBUFFERED": "1",
@@ -109,7 +110,7 @@ def child_env(settings: Settings, *, base: Path, token: str) -> dict[str, str]:
         "TMPDIR": str(base / "tmp"),
         RUN_MARK: token,
     }
-    private = settings.model_copy(update={"state_dir": base / "state"})
+    private = settings.model_copy(update={"state_dir": state_dir})
     for key, value in private.model_dump(mode="json").items():
         if value not in (None, ""):
             env[f"HARNESSLAB_{key.upper()}"] = str(value)
@@ -118,6 +119,38 @@ def child_env(settings: Settings, *, base: Path, token: str) -> dict[str, str]:
 
 def remaining(deadline: float) -> float:
     return max(deadline - anyio.current_time(), 0.5)
+
+
+def toolkit_server_check(server_dir: Path, name: str) -> Check:
+    """A generated server's server.py is the toolkit's own rendering: the server process runs
+    toolkit code only (the agent's code runs in the custom tools' sandbox)."""
+    try:
+        check_server_py(server_dir, name)
+    except UsageError as exc:
+        return Check(
+            name="toolkit_server", passed=False, evidence=exc.message, next_step=exc.next_step
+        )
+    return Check(
+        name="toolkit_server",
+        passed=True,
+        evidence="server.py is the toolkit's own; the custom tools run in its sandboxed worker",
+    )
+
+
+def sandbox_check(levels: dict[str, str], *, allowed_none: bool) -> Check:
+    """Where the agent's code ran in each lane, as each sandbox reported it itself."""
+    summary = "; ".join(f"{lane}: {level.split(' (')[0]}" for lane, level in levels.items())
+    evidence = summary + "\n" + "\n".join(f"{lane}: {level}" for lane, level in levels.items())
+    bad = [lane for lane, level in levels.items() if level == "none"]
+    if bad and not allowed_none:
+        return Check(
+            name="sandbox",
+            passed=False,
+            evidence=f"no sandbox in {', '.join(bad)}: {evidence}",
+            next_step="qualify on Linux with Landlock (HARNESSLAB_ALLOW_UNSANDBOXED=1 runs it "
+            "anyway, knowingly)",
+        )
+    return Check(name="sandbox", passed=True, evidence=f"sandbox: {evidence}")
 
 
 def expected_checks(manifest: Manifest) -> list[str]:
@@ -360,8 +393,10 @@ __all__ = [
     "expected_checks",
     "path_check",
     "remaining",
+    "sandbox_check",
     "shell",
     "skill_check",
     "syntax_check",
+    "toolkit_server_check",
     "verdict_of",
 ]

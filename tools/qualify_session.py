@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from .cleanroom import ProtocolSession
+from .cleanroom import ProtocolSession, describe_sandbox, sandbox_report, sandboxed
 from .errors import ExecutorError
-from .executor import LocalExecutor
-from .genserver import Manifest, ManifestTool
+from .executor import CommandResult, LocalExecutor
+from .genserver import LaunchSpec, Manifest, ManifestTool
 from .qualify_checks import ENV_ALLOW, Cheat, Check, Lane, remaining, shell, verdict_of
 
 
@@ -76,7 +77,7 @@ def _required(tool: dict[str, Any]) -> list[str]:
 async def session_checks(
     manifest: Manifest,
     room: Path,
-    srv_rel: str,
+    launch: LaunchSpec,
     python: str,
     env: dict[str, str],
     deadline: float,
@@ -84,9 +85,10 @@ async def session_checks(
     lane: Lane,
     io_dir: Path,
 ) -> None:
-    """startup, tools_list, tool:<name>, verifier:<name>, then stdout_protocol_only."""
+    """startup, tools_list, tool:<name>, verifier:<name>, then stdout_protocol_only. `launch`
+    starts the server: for a generated one the toolkit's own command (its custom tools then
+    run in their sandboxed worker), never the manifest's."""
     session = ProtocolSession(python, io_dir)
-    launch = manifest.launch(room, room / srv_rel)
     try:
         t0 = time.perf_counter()
         hello = await session.start(
@@ -298,9 +300,48 @@ def _noise_check(session: ProtocolSession) -> Check:
     return Check(name="stdout_protocol_only", passed=True, evidence="only JSON-RPC lines on stdout")
 
 
+@dataclass
+class Confined:
+    """How a lane runs the agent's processes: in the sandbox (cleanroom.sandboxed), writable
+    clean room and private state dir only. `levels` collects what each sandbox reported."""
+
+    python: str
+    require: bool
+    levels: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, argv: list[str], room: Path, state_dir: Path, env: dict[str, str]) -> list[str]:
+        return sandboxed(argv, room, state_dir, env, python=self.python, require=self.require)
+
+    async def run(
+        self, lane: str, argv: list[str], room: Path, state_dir: Path, env: dict[str, str],
+        timeout_s: float,
+    ) -> CommandResult:  # fmt: skip
+        """Run `argv` sandboxed in `room`; the sandbox's report is taken off its stdout."""
+        self.levels[lane] = "not started"
+        res = await LocalExecutor(room).run(
+            self.argv(argv, room, state_dir, env),
+            cwd=str(room),
+            timeout_s=timeout_s,
+            env_allow=ENV_ALLOW,  # the sandbox's own process; what runs inside gets `env` only
+        )
+        report, res.stdout = sandbox_report(res.stdout)
+        if report:
+            self.levels[lane] = describe_sandbox(report)
+        return res
+
+
 async def self_test_check(
-    manifest: Manifest, room: Path, srv_rel: str, env: dict[str, str], deadline: float, lane: Lane
+    manifest: Manifest,
+    room: Path,
+    argv: list[str],
+    state_dir: Path,
+    env: dict[str, str],
+    deadline: float,
+    lane: Lane,
+    confined: Confined,
 ) -> None:
+    """`argv` (the self-test command: for a generated server the toolkit's, calling its custom
+    tools) run sandboxed in the clean room."""
     if manifest.self_test is None:
         await lane.add(
             Check(
@@ -312,22 +353,15 @@ async def self_test_check(
             )
         )
         return
-    launch = manifest.launch(room, room / srv_rel, self_test=True)
     timeout_s = min(manifest.self_test.timeout_s, remaining(deadline))
     try:
-        res = await LocalExecutor(room).run(
-            launch.argv,
-            cwd=str(launch.cwd),
-            env={**launch.env, **env},
-            timeout_s=timeout_s,
-            env_allow=ENV_ALLOW,
-        )
+        res = await confined.run("self-test", argv, room, state_dir, env, timeout_s)
     except ExecutorError as exc:
         await lane.add(
             Check(
                 name="self_test",
                 passed=False,
-                evidence=f"`{shell(launch.argv)}` did not start: {exc.message}",
+                evidence=f"`{shell(argv)}` did not start: {exc.message}",
                 next_step="fix manifest.json command/args so the self-test can start",
             )
         )
@@ -342,7 +376,7 @@ async def self_test_check(
             Check(
                 name="self_test",
                 passed=False,
-                evidence=f"`{shell(launch.argv)}` {how}\n{tail}",
+                evidence=f"`{shell(argv)}` {how}\n{tail}",
                 next_step="run the self-test from the workspace root and fix what it reports",
                 duration_s=round(res.duration_s, 3),
             )
@@ -362,11 +396,13 @@ async def tests_check(
     manifest: Manifest,
     room: Path,
     srv_rel: str,
-    python: str,
+    state_dir: Path,
     env: dict[str, str],
     deadline: float,
     lane: Lane,
+    confined: Confined,
 ) -> None:
+    """The server's own pytest files (the agent's code) run sandboxed in the clean room."""
     tests = room / srv_rel / (manifest.tests or "tests")
     if not manifest.tests or not tests.is_dir():
         await lane.add(
@@ -378,7 +414,8 @@ async def tests_check(
             )
         )
         return
-    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+    argv = [confined.python, "-I", "-B", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    argv += ["-o", "addopts="]
     if manifest.generator.startswith("harnesslab"):
         # Generated tests need only the anyio plugin (autoloading the rest costs ~1 s), and
         # their built-in probes repeat what the session and the self-test already called.
@@ -387,9 +424,7 @@ async def tests_check(
     argv += ["--rootdir", str(room / srv_rel), str(tests)]
     timeout_s = remaining(deadline)
     try:
-        res = await LocalExecutor(room).run(
-            argv, cwd=str(room), env=env, timeout_s=timeout_s, env_allow=ENV_ALLOW
-        )
+        res = await confined.run("own tests", argv, room, state_dir, env, timeout_s)
     except ExecutorError as exc:
         await lane.add(Check(name="own_tests", passed=False, evidence=f"pytest: {exc.message}"))
         return
@@ -413,6 +448,7 @@ async def tests_check(
 
 
 __all__ = [
+    "Confined",
     "self_test_check",
     "session_checks",
     "tests_check",

@@ -24,7 +24,8 @@ reaper forks the target, which, before exec:
 When the target exits, the reaper exits with its status: the kernel then kills every process
 left in the namespace (a setsid double-fork daemon included). Without a PID namespace the outer
 is a subreaper and kills every descendant itself. A killed outer takes the reaper with it
-(PDEATHSIG), and the reaper the target. The scratch folder is removed at the end.
+(PDEATHSIG), and the reaper the target; with `"die_with_parent": PID` a dead caller takes the
+outer with it too (the value is the caller's pid). The scratch folder is removed at the end.
 
 The first line the outer writes on stdout is `{"event": "sandbox", ...}`: what was applied, so
 the caller never has to trust the target's own report. Where nothing can be applied the policy
@@ -485,6 +486,16 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
+    parent = policy.get("die_with_parent")
+    if parent:
+        # A long-lived caller (a generated server; the value is its pid) that dies takes the
+        # sandbox with it: TERM here kills the reaper, whose namespace goes with it. The caller
+        # starts this process from a thread that lives as long as it does (the kernel signals
+        # on the death of the forking thread).
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # it died before the line above
+            shutil.rmtree(scratch, ignore_errors=True)
+            return 1
     child = os.fork()
     if child == 0:  # the reaper: PID 1 of the new namespace (or a plain child without one)
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

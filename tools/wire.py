@@ -27,10 +27,24 @@ class WireError(Exception):
         self.kind = kind  # "eof" | "timeout" | "protocol"
 
 
-def send(fd: int, obj: Any) -> None:
+def encode(obj: Any) -> bytes:
+    """One frame: the length prefix and the JSON."""
     data = json.dumps(obj, separators=(",", ":")).encode()
-    buf = struct.pack(">I", len(data)) + data
-    view = memoryview(buf)
+    return struct.pack(">I", len(data)) + data
+
+
+def decode(raw: bytes) -> Any:
+    """A frame's payload (after its length prefix), checked for nesting before it is parsed."""
+    if raw.count(b"[") + raw.count(b"{") > 10 * MAX_DEPTH and _depth(raw) > MAX_DEPTH:
+        raise WireError("protocol", "nesting too deep")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise WireError("protocol", type(exc).__name__) from None
+
+
+def send(fd: int, obj: Any) -> None:
+    view = memoryview(encode(obj))
     while view:
         n = os.write(fd, view)
         view = view[n:]
@@ -66,13 +80,7 @@ def recv(fd: int, timeout_s: float | None = None, *, spin: bool = False) -> Any:
     (size,) = struct.unpack(">I", _read_exact(fd, 4, deadline, spin))
     if size > MAX_FRAME:
         raise WireError("protocol", f"frame of {size} bytes")
-    raw = _read_exact(fd, size, deadline, spin)
-    if raw.count(b"[") + raw.count(b"{") > 10 * MAX_DEPTH and _depth(raw) > MAX_DEPTH:
-        raise WireError("protocol", "nesting too deep")
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise WireError("protocol", type(exc).__name__) from None
+    return decode(_read_exact(fd, size, deadline, spin))
 
 
 def _depth(raw: bytes) -> int:
@@ -96,6 +104,11 @@ def _depth(raw: bytes) -> int:
     return best
 
 
+def read_exact(fd: int, n: int, timeout_s: float) -> bytes:
+    """Exactly `n` bytes within `timeout_s` (WireError "timeout" or "eof" otherwise)."""
+    return _read_exact(fd, n, time.monotonic() + timeout_s, False)
+
+
 def read_line(fd: int, timeout_s: float, limit: int = 4096) -> bytes:
     """One newline-terminated line (the sandbox's report precedes the framed protocol)."""
     deadline = time.monotonic() + timeout_s
@@ -107,4 +120,4 @@ def read_line(fd: int, timeout_s: float, limit: int = 4096) -> bytes:
     return bytes(out)
 
 
-__all__ = ["WireError", "read_line", "recv", "send"]
+__all__ = ["MAX_FRAME", "WireError", "decode", "encode", "read_exact", "read_line", "recv", "send"]

@@ -209,9 +209,9 @@ PROBE_NOTES: dict[str, str] = {
 
 __all__ = [
     "PROBES",
-    "edge_cases",
     "PROBE_NOTES",
     "bytes_moved",
+    "edge_cases",
     "flops",
     "interpreter_shape",
     "make_inputs",

@@ -142,15 +142,12 @@ async def test_generate_self_test_register_on_a_fresh_workspace(
 
 
 DIRTY = "DATA = '{ws}/kernel_config.json'\n\n\nasync def f() -> dict:\n    return {}\n"
+# A custom tool's print() no longer breaks the protocol (it runs in a sandboxed worker whose
+# stdout is the server's stderr; tests/tools/test_qualification.py checks that), so there is
+# no "stdout-noise" variant of a generated server any more.
 VARIANTS: dict[str, tuple[str, dict[str, Any], str, str]] = {
     # name: (fix.py source, tool options, failed check, text in the reason)
     "syntax-error": ("async def f(:\n    return {}\n", {}, "syntax", "fix.py line 1"),
-    "stdout-noise": (
-        "print('debug: loaded')\n\n\nasync def f() -> dict:\n    return {}\n",
-        {},
-        "stdout_protocol_only",
-        "debug: loaded",
-    ),
     "tool-raises": (
         "async def f() -> dict:\n    raise RuntimeError('probe exploded')\n",
         {},

@@ -1,16 +1,18 @@
-"""genserver: specs, generated files, and the generated server run in process (no subprocess)."""
+"""genserver: specs, generated files, and the generated server run in process (its custom tools
+in their sandboxed worker, tools/custom_host.py)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
 
 from harnesslab.tests.conftest_shared import make_workspace
+from harnesslab.tools.custom_host import annotation_type
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.genserver import generate, load_manifest, parse_spec
 from harnesslab.tools.workspace import Workspace
@@ -234,7 +236,88 @@ async def test_a_custom_tool_that_raises_or_hangs_answers_with_a_tool_error(
             async with Client(server) as client:
                 boom = await client.call_tool("boom", {})
                 hang = await client.call_tool("hang", {})
+                again = await client.call_tool("boom", {})  # answered by a new worker
     finally:
         await module.close_state(state)
     assert boom.is_error and "RuntimeError: boom" in boom.content[0].text
     assert hang.is_error and "timed out after 0.5s" in hang.content[0].text
+    assert again.is_error and "RuntimeError: boom" in again.content[0].text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("int", int),
+        ("list[pathlib.Path]", list[str]),
+        ("Optional[int]", int | None),
+        ("dict[str, list[float]]", dict[str, list[float]]),
+        ("typing.Literal['fp16', 'bf16']", Literal["fp16", "bf16"]),
+        ("'list[int]'", list[int]),
+        ("SomeModel", Any),
+        ("__import__('os').system('touch /tmp/pwned')", Any),
+        ("", Any),
+    ],
+)
+def test_custom_annotations_map_through_a_fixed_table_and_are_never_evaluated(
+    text: str, expected: Any
+) -> None:
+    assert annotation_type(text) == expected
+
+
+STATEFUL = (
+    "async def f(workspace, state) -> dict:\n    return {'runs': len(state.launcher.slots)}\n"
+)
+STATE_ADVICE = "asks for `state`"
+
+
+def test_a_custom_tool_that_asks_for_state_is_refused_with_what_to_use_instead(
+    ws: Workspace,
+) -> None:
+    tools = [{"custom": {"function": "f", "file": "fix.py"}}]
+    with pytest.raises(UsageError, match=STATE_ADVICE) as err:
+        generate(ws, spec(tools=tools), {"fix.py": STATEFUL})
+    assert "`workspace`" in str(err.value) and "built-in" in str(err.value)
+
+
+def test_a_custom_tool_given_state_after_generation_stops_the_server_with_the_same_advice(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARNESSLAB_STATE_DIR", str(tmp_path / "state"))
+    tools = [{"custom": {"function": "f", "file": "fix.py"}}]
+    generate(ws, spec(tools=tools), {"fix.py": "async def f(workspace) -> dict:\n    return {}\n"})
+    sdir = ws.root / ".harnesslab/mcp/rms-tools"
+    (sdir / "fix.py").write_text(STATEFUL)  # edited by hand, past generate's check
+    module = _load_server(sdir)
+    with pytest.raises(UsageError, match=STATE_ADVICE):
+        module.build_server(ws.root)
+
+
+@pytest.mark.anyio
+async def test_a_hostile_custom_tool_fails_every_attempt_and_leaves_nothing_when_served(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Write outside, read the state dir, connect, signal, leave a daemon: through the
+    generated server's own tool call (tests/integrity/test_sandbox.py runs the same attacks
+    as a kernel; tests/tools/test_qualification.py during qualification and registered)."""
+    from mcp import Client
+
+    from harnesslab.tests.integrity.hostile_tool import FILE, SPEC_TOOL, HostileTool
+
+    monkeypatch.setenv("HARNESSLAB_STATE_DIR", str(tmp_path / "state"))
+    hostile = HostileTool(tmp_path, tmp_path / "state")
+    try:
+        generate(ws, spec(tools=[SPEC_TOOL]), {FILE: hostile.source()})
+        module = _load_server(ws.root / ".harnesslab/mcp/rms-tools")
+        server, state = module.build_server(ws.root)
+        try:
+            with anyio.fail_after(60):
+                async with Client(server) as client:
+                    result = await client.call_tool("hostile", {})
+        finally:
+            await module.close_state(state)
+        assert not result.is_error, result.content[0].text
+        assert result.structured_content == {"worked": []}
+        assert (ws.root / "hostile-ran.txt").is_file()  # its workspace stays writable
+        hostile.contained()
+    finally:
+        hostile.close()

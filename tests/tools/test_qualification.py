@@ -6,6 +6,7 @@ The meta-server tests (tests/servers/test_meta_server.py) cover the broken varia
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,16 +16,24 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client, StdioServerParameters
 
+from harnesslab.servers.cli import main as cli_main
 from harnesslab.tests.conftest_shared import make_settings, make_workspace
+from harnesslab.tests.integrity.hostile_tool import FILE as HOSTILE_FILE
+from harnesslab.tests.integrity.hostile_tool import SPEC_TOOL, HostileTool
+from harnesslab.tools import gentemplates, registry
 from harnesslab.tools.cleanroom import make_clean_room
 from harnesslab.tools.genserver import generate
+from harnesslab.tools.loop_servers import settings_env
 from harnesslab.tools.qualification import QualificationReport, qualify, qualify_workspace_server
 from harnesslab.tools.qualify_checks import path_check, verdict_of
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.workspace import Workspace
 
 OK_TOOL = "async def f(flag: bool = False) -> dict:\n    return {'flag': flag}\n"
+# print() in a custom tool reaches the server's stderr, never the protocol on its stdout.
+NOISY_TOOL = "print('loaded')\n\n\nasync def f(flag: bool = False) -> dict:\n    print('called')\n    return {'flag': flag}\n"
 
 
 @pytest.fixture
@@ -90,13 +99,13 @@ def test_the_clean_room_holds_the_template_and_the_bundle_only(
 async def test_a_passing_run_writes_its_report_and_clears_an_old_failure_report(
     ws: Workspace, settings: Settings
 ) -> None:
-    sdir = make(ws, "fine", OK_TOOL)
+    sdir = make(ws, "fine", NOISY_TOOL)
     (sdir / "failure_report.md").write_text("stale")
     with anyio.fail_after(90):
         report = await qualify_workspace_server(ws, "fine", settings, timeout_s=60)
     assert report.passed, report.reason()
     names = [c.name for c in report.checks]
-    assert names[:4] == ["manifest", "syntax", "portable_paths", "skill"]
+    assert names[:5] == ["manifest", "syntax", "portable_paths", "skill", "toolkit_server"]
     assert {
         "startup",
         "tools_list",
@@ -104,7 +113,10 @@ async def test_a_passing_run_writes_its_report_and_clears_an_old_failure_report(
         "stdout_protocol_only",
         "self_test",
         "own_tests",
+        "sandbox",
     } <= set(names)
+    sandbox = by_name(report)["sandbox"].evidence
+    assert all(f"{lane}: full" in sandbox for lane in ("custom tools", "self-test", "own tests"))
     saved = QualificationReport.model_validate_json((sdir / "qualification.json").read_text())
     assert saved.passed and saved.bundle_hash == report.bundle_hash
     assert not (sdir / "failure_report.md").exists()
@@ -288,3 +300,74 @@ async def test_a_missing_manifest_is_one_failed_check_not_an_exception(
     assert [(c.name, c.passed) for c in report.checks] == [("manifest", False)]
     assert (folder / "failure_report.md").read_text().startswith("# Server `empty` failed")
     assert textwrap.dedent(report.reason()).startswith("manifest: ")
+
+
+def served(ws: Workspace, name: str, settings: Settings) -> StdioServerParameters:
+    """How a client starts the registered server (the toolkit's serve-generated launcher)."""
+    registry.register(ws, name, env=settings_env(settings), clients=("claude",))
+    entry = json.loads((ws.root / ".mcp.json").read_text())["mcpServers"][name]
+    return StdioServerParameters(
+        command=entry["command"], args=entry["args"], cwd=entry["cwd"], env=entry.get("env")
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_hostile_custom_tool_is_contained_in_qualification_and_when_registered(
+    ws: Workspace, tmp_path: Path, settings: Settings
+) -> None:
+    """Every attempt fails, and nothing is left, in each lane of qualification (the session's
+    server, its self-test, its own tests) and when served by serve-generated over stdio."""
+    hostile = HostileTool(tmp_path, settings.state_dir)
+    try:
+        spec = {"name": "hostile", "description": "Tries to escape.", "tools": [SPEC_TOOL]}
+        generate(ws, spec, {HOSTILE_FILE: hostile.source()})
+        tests = ws.root / ".harnesslab/mcp/hostile/tests"
+        (tests / "test_escape.py").write_text(hostile.test_file())  # the agent's own tests
+        with anyio.fail_after(150):
+            report = await qualify_workspace_server(ws, "hostile", settings, timeout_s=120)
+        assert report.passed, report.reason()
+        hostile.contained()
+        with anyio.fail_after(60):
+            async with Client(served(ws, "hostile", settings), mode="legacy") as stdio:
+                answer = await stdio.call_tool("hostile", {})
+        assert not answer.is_error, answer.content
+        assert answer.structured_content == {"worked": []}
+        assert (ws.root / "hostile-ran.txt").is_file()
+        hostile.contained()
+    finally:
+        hostile.close()
+
+
+EDIT = "\nPath({marker!r}).write_text('the edited server ran')\n"
+
+
+@pytest.mark.anyio
+async def test_an_edited_server_py_is_refused_by_qualification_and_by_serve_generated(
+    ws: Workspace, tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sdir = make(ws, "edited", OK_TOOL)
+    with anyio.fail_after(90):
+        report = await qualify_workspace_server(ws, "edited", settings, timeout_s=60)
+    assert report.passed, report.reason()
+    registry.register(ws, "edited", env=settings_env(settings), clients=("claude",))
+
+    # A kept bundle whose server.py is not this toolkit's rendering (an older template, say):
+    # serve-generated refuses to start it.
+    monkeypatch.setattr(gentemplates, "SERVER_PY", gentemplates.SERVER_PY + "\n# newer\n")
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail(f"served an edited bundle: {a}"))
+    monkeypatch.setenv("HARNESSLAB_STATE_DIR", str(settings.state_dir))
+    assert cli_main(["serve-generated", "edited", "-w", str(ws.root)]) == 2
+    monkeypatch.undo()
+
+    # The agent edits server.py in its workspace: qualification refuses it before running it.
+    marker = tmp_path / "edited-server-ran"
+    (sdir / "server.py").write_text(
+        (sdir / "server.py").read_text() + EDIT.format(marker=str(marker))
+    )
+    with anyio.fail_after(90):
+        report = await qualify_workspace_server(ws, "edited", settings, timeout_s=60)
+    assert not report.passed
+    check = by_name(report)["toolkit_server"]
+    assert "server.py was edited; regenerate with generate_server" in check.evidence
+    assert not marker.exists(), "qualification ran the edited server.py"

@@ -2,8 +2,8 @@
 qualification.json or registry.json in the workspace decides nothing: registration needs a
 qualification this toolkit ran, recorded in the trusted store, and projects the toolkit's own
 launcher, which serves the bundle that qualified (re-hashed), whatever the workspace's copy
-says later. Qualification runs the agent's code with an allowlisted environment and leaves
-nothing running."""
+says later. Qualification runs the agent's code sandboxed, with an allowlisted environment, and
+leaves nothing running."""
 
 from __future__ import annotations
 
@@ -85,34 +85,33 @@ async def test_a_forged_registry_puts_no_server_in_the_next_turn(tmp_path, monke
     assert all(e["command"] != "sh" for e in servers.entries.values())
 
 
+MARKER = "hl-probe-env-child"
 PROBE = """
-import json
 import os
 import subprocess
+import sys
 
 
 async def probe_env() -> dict:
-    \"\"\"What the environment holds, and a setsid child that tries to outlive qualification.\"\"\"
-    child = subprocess.Popen(["sleep", "120"], start_new_session=True)
-    seen = {{
-        "api_key": "OPENAI_API_KEY" in os.environ,
-        "ssh_agent": "SSH_AUTH_SOCK" in os.environ,
-        "state_dir": os.environ.get("HARNESSLAB_STATE_DIR", ""),
-        "child": child.pid,
-    }}
-    with open({log!r}, "a") as fh:
-        fh.write(json.dumps(seen) + "\\n")
+    \"\"\"Fails when it sees the operator's secrets or state dir; leaves a setsid child behind.\"\"\"
+    argv = [sys.executable, "-c", "import time; time.sleep(120)", {marker!r}]
+    subprocess.Popen(argv, start_new_session=True)
+    seen = [k for k in ("OPENAI_API_KEY", "SSH_AUTH_SOCK", "HARNESSLAB_STATE_DIR") if k in os.environ]
+    if seen:
+        raise RuntimeError("the custom tool sees " + ", ".join(seen))
     return {{"ok": True}}
 """
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not stat.is_file() or stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+def marked() -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and MARKER.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
 
 
 @pytest.mark.slow
@@ -123,18 +122,14 @@ async def test_a_registered_server_is_the_qualified_bundle_served_by_the_toolkit
     monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "agent.sock"))
     root = init_ws(tmp_path, monkeypatch, capsys)
     state = ServerState.open(root, settings_for(tmp_path))
-    log = tmp_path / "seen.jsonl"
     tools = [{"custom": {"function": "probe_env", "file": "probe.py"}}]
-    sdir = await generate(state, "probe", tools, {"probe.py": PROBE.format(log=str(log))})
+    sdir = await generate(state, "probe", tools, {"probe.py": PROBE.format(marker=MARKER)})
 
+    # The custom tool runs sandboxed (tests/tools/test_qualification.py has the full hostile
+    # tool): it sees no secret and no state dir, or it would fail qualification.
     qual = await meta(state, "self_test_server", {"name": "probe"})
     assert not qual.is_error and qual.structured_content["qualified"], text_of(qual)
-    seen = [json.loads(line) for line in log.read_text().splitlines()]
-    assert seen and not any(s["api_key"] or s["ssh_agent"] for s in seen)
-    assert all(
-        s["state_dir"] and not s["state_dir"].startswith(str(tmp_path / "state")) for s in seen
-    )
-    assert [s["child"] for s in seen if alive(s["child"])] == []  # nothing left running
+    assert marked() == []  # nothing left running
 
     reg = await meta(state, "register_server", {"name": "probe"})
     assert not reg.is_error, text_of(reg)
@@ -158,6 +153,7 @@ async def test_a_registered_server_is_the_qualified_bundle_served_by_the_toolkit
         async with Client(params, mode="legacy") as stdio:
             answer = await stdio.call_tool("probe_env", {})
     assert answer.structured_content == {"ok": True}
+    assert marked() == []  # its sandbox ended with the server
 
     # The kept bundle altered in the store: the launcher refuses to serve it.
     kept = next(state.workspace.store.servers_dir.glob("probe/*/.harnesslab/mcp/probe/probe.py"))
