@@ -10,6 +10,8 @@ with the SDK's stdio client.
   one -> run_objective -> sweep_kernel_config (coarse, then around the best) -> apply the best
   config -> numerical_probe -> guarded_final_verify; a config that fails the probe or the verify
   is undone.
+- command tasks: servers/autopilot_command.py (one-knob changes of the config file, scored
+  with run_objective; the build writes a tool that restores the winning config).
 - build / repair: through the meta-server, generate a task-specific server that offers the
   winning sweep region as a preset of sweep_kernel_config, self-test (qualify) and register it;
   the next attempt starts with it.
@@ -38,6 +40,8 @@ from mcp.client.stdio import StdioServerParameters
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.storage import atomic_write_json
 from harnesslab.tools.workspace import STATE, open_workspace
+
+from . import autopilot_command
 
 log = logging.getLogger("harnesslab.autopilot")
 
@@ -203,6 +207,9 @@ def best_of(results: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 async def attempt(s: Session, servers: dict[str, dict[str, Any]]) -> None:
     ws = open_workspace(Path(s.args.workspace), s.args.settings)
+    if ws.task.kind == "command":  # no sweep tool, maybe no config file: its own strategy
+        await autopilot_command.attempt(s, servers, ws)
+        return
     await s.connect(TASK_SERVER, servers[TASK_SERVER])
     ctx = await s.call(TASK_SERVER, "inspect_context")
     task = ctx.get("task") or {}
@@ -316,6 +323,9 @@ def server_spec(task_name: str, notes: dict[str, Any]) -> dict[str, Any]:
 
 async def build(s: Session, servers: dict[str, dict[str, Any]]) -> None:
     ws = open_workspace(Path(s.args.workspace), s.args.settings)
+    if ws.task.kind == "command":
+        await autopilot_command.build(s, servers, ws)
+        return
     if not s.notes.get("best"):
         s.result.update(status="not_built", summary="the attempt found no winning config")
         s.save()

@@ -19,6 +19,7 @@ from harnesslab.tools.verify import guarded_verify
 from harnesslab.tools.workspace import init_workspace, open_workspace
 
 from .cli import add_executor_args, command, run_async
+from .command_report import eval_command, verify_command
 from .report import print_eval
 
 
@@ -114,7 +115,9 @@ def cmd_bind(args: argparse.Namespace, settings: Settings) -> int:
 
 def _eval_args(p: argparse.ArgumentParser) -> None:
     workspace_args(p)
-    p.add_argument("--cases", help="comma-separated dev case names (default: all)")
+    p.add_argument(
+        "--cases", help="comma-separated dev case names (default: all; command tasks: {cases})"
+    )
     p.add_argument("--warmup", type=int, help="untimed calls before timing (0..100)")
     p.add_argument("--repeats", type=int, help="timed samples per case (1..200)")
 
@@ -122,6 +125,8 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 @command("eval", "Run the objective on the workspace's dev cases.", _eval_args)
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     ws = open_workspace(args.workspace, settings)
+    if ws.task.kind == "command":  # the task's dev objective, with its own units
+        return eval_command(ws, args, settings, progress_printer(not args.json))
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
 
     async def go():
@@ -162,6 +167,8 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 )
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     ws = open_workspace(args.workspace, settings)
+    if ws.task.kind == "command":  # the task's final objective, guarded
+        return verify_command(ws, args, settings, progress_printer(not args.json))
 
     async def go():
         launcher = build_launcher(settings)

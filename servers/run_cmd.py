@@ -32,6 +32,43 @@ GPU_FIELDS = ("gpu_host", "ssh_key", "known_hosts", "gpus", "interpret", "accept
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 
 
+def durations_s(text: str) -> list[float]:
+    """'5m,8m' -> [300.0, 480.0]."""
+    return [duration_s(part) for part in text.split(",") if part.strip()] or [duration_s(text)]
+
+
+def agent_conveniences(args: argparse.Namespace, settings: Settings) -> tuple[list[str], Settings]:
+    """The HarnessGym-style runner flags as what they stand for: extra agent arguments and the
+    programs to run. Each belongs to one runner; given with another it is an error."""
+    runner = args.runner or "autopilot"
+    extra: list[str] = []
+    claude_only = {
+        "--claude-model": getattr(args, "claude_model", None),
+        "--claude-max-budget-usd": getattr(args, "claude_max_budget_usd", None),
+        "--claude-bin": getattr(args, "claude_bin", None),
+    }
+    for flag, value in {**claude_only, "--codex-bin": getattr(args, "codex_bin", None)}.items():
+        wanted = "codex" if flag == "--codex-bin" else "claude"
+        if value is not None and runner != wanted:
+            raise UsageError(
+                f"{flag} is for --runner {wanted} (this run uses --runner {runner}).",
+                next_step=f"drop {flag}, or pass --runner {wanted}",
+            )
+    if claude_only["--claude-model"]:
+        extra += ["--model", str(claude_only["--claude-model"])]
+    budget = claude_only["--claude-max-budget-usd"]
+    if budget is not None:
+        if budget <= 0:
+            raise UsageError("--claude-max-budget-usd must be positive.")
+        extra += ["--max-budget-usd", f"{budget:g}"]
+    updates: dict[str, Any] = {}
+    if claude_only["--claude-bin"]:
+        updates["claude_command"] = str(claude_only["--claude-bin"])
+    if getattr(args, "codex_bin", None):
+        updates["codex_command"] = str(args.codex_bin)
+    return extra, settings.model_copy(update=updates) if updates else settings
+
+
 def duration_s(text: str) -> float:
     """'90', '90s', '5m', '1.5h' -> seconds."""
     m = _DURATION.match(text)
@@ -92,6 +129,22 @@ def _score(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def _unit(summary: dict[str, Any]) -> str:
+    """'score us' for a kernel task, 'best_cycles (cycles)' for a command task."""
+    key, unit = summary.get("score_key") or "score_us", summary.get("unit", "us")
+    if key == "score_us":
+        return "score us"
+    return f"{key} ({unit})" if unit else key
+
+
+def _vs(value: float | None, base: float | None, higher: bool) -> str:
+    """Change against the baseline, signed so that + is better."""
+    if value is None or not base:
+        return ""
+    gain = 100 * (value - base) / base * (1 if higher else -1)
+    return f"{abs(gain):.1f}% {'better' if gain >= 0 else 'worse'}"
+
+
 def _speedup(sc: dict[str, Any]) -> str:
     x = sc.get("speedup_vs_incumbent")
     return "" if x is None else f"{x:.2f}x vs {str(sc.get('incumbent') or '')[:8]}"
@@ -104,7 +157,8 @@ def iterations_table(summary: dict[str, Any]) -> Table:
         title=f"run {summary['run_id']}: {summary['status']} - {summary['stop_reason']}{note}",
         title_justify="left",
     )
-    columns = ("iteration", "attempt", "verified score us", "vs baseline", "ABBA vs best")
+    unit = _unit(summary)
+    columns = ("iteration", "attempt", f"verified {unit}", "vs baseline", "ABBA vs best")
     for col in (*columns, "new best", "build", "servers"):
         t.add_column(col, overflow="fold")
     t.add_row("baseline", "-", _score(base), "", "", "", "", "")
@@ -117,7 +171,7 @@ def iterations_table(summary: dict[str, Any]) -> Table:
             str(it["iteration"]),
             f"{att.get('status', '-')} {att.get('duration_s', 0):.0f}s",
             _score(value) if value is not None else sc.get("verdict", "-"),
-            f"{100 * (value - base) / base:+.1f}%" if value is not None and base else "",
+            _vs(value, base, bool(summary.get("higher_is_better"))),
             _speedup(sc),
             "yes" if it.get("new_best") else "",
             build.get("skipped") or build.get("status", "-"),
@@ -132,18 +186,19 @@ def result_table(summary: dict[str, Any]) -> Table:
     final = summary.get("final") or {}
     imp = summary.get("improvement_pct")
     t = Table(title="result", title_justify="left")
-    for col in ("", "score us", "note"):
+    hidden = "hidden cases" if summary.get("unit", "us") == "us" else "final objective"
+    for col in ("", _unit(summary), "note"):
         t.add_column(col, overflow="fold")
-    t.add_row("baseline (hidden cases)", _score(base.get("score_us")), base.get("verdict", "-"))
+    t.add_row(f"baseline ({hidden})", _score(base.get("score_us")), base.get("verdict", "-"))
     t.add_row(
-        "best (same hidden cases)",
+        f"best (same {hidden})",
         _score(best.get("score_us")),
         f"iteration {best.get('iteration', '-')}, checkpoint {best.get('candidate', '-')}"
         + (f", {abs(imp):.1f}% {'better' if imp >= 0 else 'worse'} than baseline" if imp else "")
         + (", restored into the workspace" if summary.get("restored") else ""),
     )
     t.add_row(
-        "final (NEW hidden cases)",
+        f"final ({'NEW ' if final.get('case_set') != best.get('case_set') else ''}{hidden})",
         _score(final.get("score_us")),
         f"{final.get('verdict', '-')} on {final.get('case_set', '-')}"
         + (
@@ -202,7 +257,34 @@ def _run_args(p: argparse.ArgumentParser) -> None:
         "--agent-arg", action="append", default=None, help="extra runner argument (repeatable)"
     )
     p.add_argument("--attempt-timeout", type=duration_s, default=300.0, help="e.g. 5m")
+    p.add_argument(
+        "--attempt-timeouts",
+        type=durations_s,
+        default=None,
+        metavar="LIST",
+        help="per-iteration attempt limits, e.g. 5m,8m (the last holds for later iterations)",
+    )
     p.add_argument("--build-timeout", type=duration_s, default=300.0, help="e.g. 5m")
+    p.add_argument(
+        "--artifact-repair-attempts",
+        type=int,
+        default=1,
+        metavar="N",
+        help="repair turns after a failed qualification (default 1; 0: quarantine at once)",
+    )
+    p.add_argument("--run-id", help="name of the new run (default: time + random suffix)")
+    p.add_argument(
+        "--task-text", help="the brief, inline (instead of the task's task.md) for the prompts"
+    )
+    g = p.add_argument_group("agent CLIs (conveniences over --agent-arg and HARNESSLAB_*)")
+    g.add_argument("--claude-bin", help="Claude Code program for --runner claude")
+    g.add_argument("--codex-bin", help="Codex program for --runner codex")
+    g.add_argument("--claude-model", help="--runner claude: the model (claude --model)")
+    g.add_argument(
+        "--claude-max-budget-usd",
+        type=float,
+        help="--runner claude: spend cap per turn (claude --max-budget-usd)",
+    )
     p.add_argument("--stop-score", type=float, help="stop once the verified score is this good")
     p.add_argument("--higher-is-better", action="store_true", help="for command tasks' scores")
     p.add_argument(
@@ -287,6 +369,10 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         # again here; nothing in the workspace's run folder is read.
         ws = open_workspace(args.workspace, settings)
         stored = RunStore(ws, args.resume).load().config
+        args.runner = args.runner or stored.runner
+        extra, settings = agent_conveniences(args, settings)
+        if extra:
+            args.agent_arg = [*(args.agent_arg or stored.agent_args), *extra]
         given = _gpu_settings(settings)
         settings = settings.model_copy(update={**stored.gpu, **given})
         update: dict[str, Any] = {"gpu": {**stored.gpu, **given}}
@@ -310,14 +396,20 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         )
     if args.iterations < 1:
         raise UsageError("--iterations must be at least 1.")
+    if not 0 <= args.artifact_repair_attempts <= 5:
+        raise UsageError("--artifact-repair-attempts must be 0..5.")
+    extra, settings = agent_conveniences(args, settings)
     config = RunConfig(
         task=args.task or "",
         workspace=args.workspace,
         iterations=args.iterations,
         runner=args.runner or "autopilot",
         agent_cmd=args.agent_cmd or "",
-        agent_args=args.agent_arg or [],
+        agent_args=[*(args.agent_arg or []), *extra],
         attempt_timeout_s=args.attempt_timeout,
+        attempt_timeouts_s=args.attempt_timeouts or [],
+        repair_attempts=args.artifact_repair_attempts,
+        task_text=args.task_text or "",
         build_timeout_s=args.build_timeout,
         stop_score=args.stop_score,
         higher_is_better=args.higher_is_better,
@@ -328,7 +420,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     )
 
     async def start(progress: Progress) -> dict[str, Any]:
-        return await start_run(config, settings, on_event=progress)
+        return await start_run(config, settings, on_event=progress, run_id=args.run_id)
 
     return _go(args, settings, start)
 

@@ -130,7 +130,10 @@ class ObjectiveOut(BaseModel):
     status: Literal["passed", "failed", "error"]
     score: float | None = Field(description="kernel: sum of case medians in us; command: score")
     score_unit: str = Field(description="unit and direction of score")
-    meaningful: bool = Field(description="false on the Triton CPU interpreter: timings say nothing")
+    meaningful: bool | None = Field(
+        description="false on the Triton CPU interpreter: timings say nothing; null when a "
+        "command task's objective does not say"
+    )
     candidate: str = Field(description="hash of the editable files evaluated")
     record_id: str | None
     best_score: float | None = Field(description="best passing score before this run")
@@ -194,11 +197,13 @@ class VerifyOut(BaseModel):
     verdict: Literal["passed", "rejected", "error"]
     reasons: list[dict[str, str]]
     score_us: float | None
+    score: float | None = Field(default=None, description="the verdict's score, in score_unit")
+    score_unit: str = Field(default="", description="unit and direction of score")
     geomean_pct_of_copy_bw: float | None
     case_set: str = Field(description="public id of the hidden case set (changes on rotate)")
     best_final_score_us: float | None
     is_new_best: bool
-    meaningful: bool
+    meaningful: bool | None
     cases: list[HiddenCase] = Field(description="per hidden case, shapes withheld")
     evidence: dict[str, Any]
     next_step: str

@@ -11,6 +11,7 @@ from mcp.server.mcpserver import Context
 
 from harnesslab.tools import workspace_files as wf
 from harnesslab.tools.command_task import run_command_objective
+from harnesslab.tools.command_verify import command_verify
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.health import HealthReport, health_check
 from harnesslab.tools.history import HistoryPage, rank_history, restore_candidate
@@ -76,12 +77,19 @@ async def _run_objective(
 ) -> ObjectiveOut:
     ws = state.workspace
     if ws.task.kind == "command":
-        run = await run_command_objective(ws, state.launcher, progress=reporter(ctx))
+        run = await run_command_objective(
+            ws,
+            state.launcher,
+            progress=reporter(ctx),
+            warmup=args.warmup,
+            repeats=args.repeats,
+            cases=args.cases,
+        )
         return ObjectiveOut(
             status=run.status,
             score=run.score,
-            score_unit=f"{run.score_key}, {'higher' if run.higher_is_better else 'lower'} is better",
-            meaningful=True,
+            score_unit=ws.task.score_label("dev"),
+            meaningful=run.meaningful,
             candidate=run.candidate,
             record_id=run.record_id,
             best_score=run.best_score,
@@ -210,6 +218,8 @@ async def _probe(state: ServerState, args: ProbeIn, ctx: Context | None) -> Prob
 
 
 async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> VerifyOut:
+    if state.workspace.task.kind == "command":
+        return await _verify_command(state, args, ctx)
     v = await guarded_verify(
         state.workspace, state.launcher, state.settings, rotate=args.rotate, progress=reporter(ctx)
     )
@@ -234,6 +244,8 @@ async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> Ve
         verdict=v.verdict,
         reasons=v.reasons[:MAX_CASES_SHOWN],
         score_us=v.score_us,
+        score=v.score_us,
+        score_unit=state.workspace.task.score_label("final"),
         geomean_pct_of_copy_bw=v.geomean_pct_of_copy_bw,
         case_set=v.case_set,
         best_final_score_us=v.best_final_score_us,
@@ -241,6 +253,40 @@ async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> Ve
         meaningful=v.meaningful,
         cases=cases,
         evidence=json.loads(json.dumps(evidence, default=str)),
+        next_step=nxt,
+    )
+
+
+async def _verify_command(state: ServerState, args: VerifyIn, ctx: Context | None) -> VerifyOut:
+    """A command task's final objective (tools/command_verify.py): score, verdict and reasons
+    written by the harness; the hidden cases and the objective's output stay in the store."""
+    v = await command_verify(
+        state.workspace, state.launcher, state.settings, rotate=args.rotate, progress=reporter(ctx)
+    )
+    if v.verdict == "passed":
+        nxt = "verified; keep improving, rank_history(mode='final') shows the final ranking"
+    else:
+        nxt = "not verified: read reasons; run_objective shows the dev objective's own messages"
+    return VerifyOut(
+        verdict=v.verdict,
+        reasons=v.reasons[:MAX_CASES_SHOWN],
+        score_us=v.score if v.unit == "us" else None,
+        score=v.score,
+        score_unit=v.score_label(),
+        geomean_pct_of_copy_bw=None,
+        case_set=v.case_set,
+        best_final_score_us=v.best_final_score if v.unit == "us" else None,
+        is_new_best=v.is_new_best,
+        meaningful=v.meaningful,
+        cases=[],
+        evidence={
+            "candidate": v.candidate,
+            "hidden_cases": v.hidden_cases,
+            "certifies": v.certifies,
+            "sandbox": v.sandbox,
+            "best_final_score": v.best_final_score,
+            "warnings": v.warnings,
+        },
         next_step=nxt,
     )
 
@@ -369,8 +415,9 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "Score the candidate on hidden final cases drawn from a secret seed, in a fresh runner "
             "with a pristine harness, several fresh input sets per case; compare with the best "
             "final result. Returns the verdict with reasons and evidence (hidden shapes are never "
-            "shown). Appends to the ledger. Costs ~10-30 GPU seconds. Next: keep optimizing, or "
-            "restore_best_checkpoint(mode='final') at the end."
+            "shown). Appends to the ledger. Costs ~10-30 GPU seconds. Command tasks run their "
+            "final objective instead (the task's own verifier, never your copy of it). Next: keep "
+            "optimizing, or restore_best_checkpoint(mode='final') at the end."
         ),
         input_model=VerifyIn,
         output_model=VerifyOut,
@@ -378,7 +425,6 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         read_only=False,
         destructive=False,
         idempotent=False,
-        kernel_only=True,
         gpu=True,
     ),
     BuiltinTool(

@@ -53,6 +53,10 @@ def make_clean_room(
     destination (e.g. ".harnesslab/mcp/<name>"). Its trusted store goes under
     `settings.state_dir` (qualification passes a private one)."""
     template = Path(ws_template) if not isinstance(ws_template, Path) else ws_template
+    # The private state dir exists from the start: a sandbox grants write access only to a
+    # folder that exists, and a command task copied as a plain folder creates none (its self-test
+    # then failed with "Permission denied" on opening the workspace).
+    settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     if isinstance(ws_template, str) and not template.is_dir():
         init_workspace(ws_template, dest, settings)
     elif (template / "task.toml").is_file() and (

@@ -10,8 +10,6 @@ restore_best_checkpoint work on command tasks as on kernel tasks.
 
 from __future__ import annotations
 
-import json
-import math
 import shutil
 import time
 from typing import Any, Literal
@@ -19,26 +17,40 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from .checkpoints import Checkpoints
+from .command_run import (
+    capped_output,
+    dev_reason,
+    expand,
+    meaningful_of,
+    parse_output,
+    run_sandboxed,
+    says_failed,
+    score_of,
+)
 from .errors import UsageError
 from .executor import LocalExecutor
-from .launcher import Launcher, sandbox_level
+from .launcher import Launcher
 from .objective import Progress
+from .tasks import Objective
 from .workspace import STATE, Workspace
 
-MAX_OUTPUT_KEYS = 40
 COMMAND_CASE_SET = "command"  # a command task's objective is one fixed case set
 
 
 class CommandRun(BaseModel):
-    """One run of a command task's objective."""
+    """One run of a command task's dev objective."""
 
     status: Literal["passed", "failed"]
     score: float | None = Field(description="value of score_key in the command's JSON")
     score_key: str
+    unit: str = ""
     higher_is_better: bool
     reason: str = ""
     exit_code: int | None
     timed_out: bool = False
+    meaningful: bool | None = Field(
+        default=None, description="the objective's own `meaningful`; None when it does not say"
+    )
     output: dict[str, Any] = Field(
         default_factory=dict, description="the command's JSON object (first 40 keys)"
     )
@@ -58,32 +70,27 @@ class CommandRun(BaseModel):
     )
 
 
-def parse_output(stdout: str, score_key: str) -> tuple[dict[str, Any] | None, str]:
-    """The command's JSON object: the whole stdout, or else its last line that is a JSON
-    object holding `score_key`. Returns (object or None, why not)."""
-    text = stdout.strip()
-    candidates = [text] + [ln.strip() for ln in reversed(text.splitlines())]
-    for chunk in candidates:
-        if not chunk.startswith("{"):
-            continue
-        try:
-            obj = json.loads(chunk)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and score_key in obj:
-            return obj, ""
-    if not text:
-        return None, "the objective command printed nothing on stdout"
-    return None, f"no JSON object with key {score_key!r} on stdout (last line: {text[-200:]!r})"
-
-
-def score_of(obj: dict[str, Any], key: str) -> tuple[float | None, str]:
-    value = obj.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None, f"{key}={value!r} is not a number"
-    if not math.isfinite(value):
-        return None, f"{key}={value!r} is not finite"
-    return float(value), ""
+def dev_values(
+    obj: Objective, python: str, warmup: int | None, repeats: int | None, cases: list[str] | None
+) -> dict[str, str]:
+    """Placeholder values of a dev run. An argument the command has no placeholder for is an
+    error that says so (it would be ignored silently otherwise)."""
+    given = {"warmup": warmup, "repeats": repeats, "cases": ",".join(cases) if cases else None}
+    for name, value in given.items():
+        if value is not None and f"{{{name}}}" not in obj.command:
+            raise UsageError(
+                f"this command task's dev objective takes no {name} (its command "
+                f"`{obj.command}` has no {{{name}}} placeholder).",
+                next_step=f"call run_objective without {name}, or add {{{name}}} (with a "
+                f"default) to [objectives.dev] in task.toml",
+            )
+    values = {"python": python}
+    defaults = {"warmup": obj.warmup, "repeats": obj.repeats, "cases": obj.cases}
+    for name, value in given.items():
+        chosen = value if value is not None else defaults[name]
+        if chosen is not None:
+            values[name] = str(chosen)
+    return values
 
 
 async def run_command_objective(
@@ -93,16 +100,24 @@ async def run_command_objective(
     timeout_s: float | None = None,
     progress: Progress | None = None,
     save: bool = True,
+    warmup: int | None = None,
+    repeats: int | None = None,
+    cases: list[str] | None = None,
 ) -> CommandRun:
+    """The dev objective on the workspace as it is: feedback for the agent (its own files, its
+    own text in the reason); the verdict is tools/command_verify.py's."""
     task = ws.task
     if task.kind != "command":
         raise UsageError(f"{task.name} is a kernel task.", next_step="use run_objective")
+    obj = task.objective_for("dev")
     files = ws.editable_files()
     digest = ws.candidate_hash(files)
     slot = launcher.pick()
     executor = slot.executor
-    timeout_s = timeout_s or launcher.settings.eval_timeout_s
-    await _report(progress, 0, 1, f"running `{task.objective}` on {executor.host}")
+    timeout_s = timeout_s or obj.timeout_s or launcher.settings.eval_timeout_s
+    python = launcher.python(slot)
+    command = expand(obj.command, dev_values(obj, python, warmup, repeats, cases))
+    await _report(progress, 0, 1, f"running `{command}` on {executor.host}")
     started = time.perf_counter()
     async with launcher.hold(slot):
         if isinstance(executor, LocalExecutor):
@@ -121,44 +136,44 @@ async def run_command_objective(
         launcher._stage_common(task)
         async with launcher._sync_locks[id(executor)]:
             await executor.sync_tree(launcher.stage, executor.path("stage"))
-        argv = launcher.sandboxed_argv(
-            slot, ["sh", "-c", task.objective], read=[], write=[cwd], cwd=cwd
+        res, sandbox = await run_sandboxed(
+            launcher,
+            slot,
+            command,
+            cwd=cwd,
+            read=[],
+            write=[cwd],
+            timeout_s=timeout_s,
         )
-        res = await executor.run(argv, cwd=cwd, timeout_s=timeout_s)
-        sandbox = "none"
-        first, _, rest = res.stdout.partition("\n")
-        if first.startswith('{"event": "sandbox"'):  # the sandbox's own report comes first
-            res = res.model_copy(update={"stdout": rest})
-            try:
-                sandbox = sandbox_level(json.loads(first))
-            except json.JSONDecodeError:
-                pass
     wall_s = time.perf_counter() - started
-    obj, why = parse_output(res.stdout, task.score_key)
+    parsed, why = parse_output(res.stdout, obj.score_key or "score")
     score = None
-    if obj is not None:
-        score, why = score_of(obj, task.score_key)
-    if res.timed_out:
-        why = f"the objective command timed out after {timeout_s:.0f}s and was killed"
-    elif res.exit_code != 0:
-        tail = res.stderr_tail(3).replace("\n", " | ")
-        why = f"the objective command exited with {res.exit_code}: {tail[-300:]}"
+    if parsed is not None and not why:
+        score, why = score_of(parsed, obj.score_key or "score")
+    passed = (
+        score is not None
+        and res.exit_code == 0
+        and not res.timed_out
+        and not (parsed is not None and says_failed(parsed))
+    )
     run = CommandRun(
-        status="passed" if score is not None and res.exit_code == 0 else "failed",
-        score=score if res.exit_code == 0 else None,
-        score_key=task.score_key,
-        higher_is_better=task.higher_is_better,
-        reason=why,
+        status="passed" if passed else "failed",
+        score=score if passed else None,
+        score_key=obj.score_key or "score",
+        unit=obj.unit or "",
+        higher_is_better=bool(obj.higher_is_better),
+        reason="" if passed else dev_reason(res, parsed, why, timeout_s, python),
         exit_code=res.exit_code,
         timed_out=res.timed_out,
-        output=dict(list((obj or {}).items())[:MAX_OUTPUT_KEYS]),
+        meaningful=meaningful_of(parsed),
+        output=capped_output(parsed),
         stderr_tail=res.stderr_tail(10)[-2000:],
         candidate=digest,
         host=executor.host,
         wall_s=wall_s,
         sandbox=sandbox,
     )
-    await _report(progress, 1, 1, f"{run.status}: {task.score_key}={run.score}")
+    await _report(progress, 1, 1, f"{run.status}: {run.score_key}={run.score}")
     if save:
         record_command_run(ws, run, files)
     return run
@@ -179,7 +194,7 @@ def record_command_run(ws: Workspace, run: CommandRun, files: dict[str, bytes]) 
             "status": run.status,
             "score": run.score,
             "score_key": run.score_key,
-            "meaningful": True,
+            "meaningful": run.meaningful,
             "case_set": COMMAND_CASE_SET,
             "reason": run.reason,
             "device": run.host,
@@ -190,7 +205,7 @@ def record_command_run(ws: Workspace, run: CommandRun, files: dict[str, bytes]) 
     if best_before is not None:
         run.best_score = best_before["score"]
     if run.status == "passed" and run.score is not None:
-        if best_before is None or ledger.better(run.score, best_before["score"]):
+        if best_before is None or ledger.better(run.score, best_before["score"], run.mode):
             run.is_new_best = True
             ckpt.set_best(run.mode, digest, run.score, rec["id"], case_set=COMMAND_CASE_SET)
         if best_before is not None and best_before["score"]:
@@ -207,4 +222,10 @@ async def _report(progress: Progress | None, done: float, total: float, message:
             await maybe
 
 
-__all__ = ["CommandRun", "parse_output", "record_command_run", "run_command_objective"]
+__all__ = [
+    "CommandRun",
+    "dev_values",
+    "parse_output",
+    "record_command_run",
+    "run_command_objective",
+]

@@ -127,7 +127,7 @@ def rank_history(
         mode=mode,
         case_set=cs,
         case_sets=ledger.case_sets(mode),
-        lower_is_better=not ws.task.higher_is_better,
+        lower_is_better=not ws.task.higher_is_better_for(mode),
         total=len(rows),
         offset=offset,
         next_offset=offset + limit if offset + limit < len(rows) else None,
@@ -182,16 +182,13 @@ def score_chart(ws: Workspace, mode: str, records: list[dict[str, Any]], ledger:
     ys = [s for _, s in points]
     best: list[float] = []
     for s in ys:
-        best.append(s if not best or ledger.better(s, best[-1]) else best[-1])
+        best.append(s if not best or ledger.better(s, best[-1], mode) else best[-1])
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     try:
         ax.plot(xs, ys, "o", alpha=0.6, label="evaluations")
         ax.step(xs, best, where="post", label="best so far")
-        unit = "us" if ws.task.kind == "kernel" else ws.task.score_key
         ax.set_xlabel("minutes since first record")
-        ax.set_ylabel(
-            f"score ({unit}, {'higher' if ledger.higher_is_better else 'lower'} is better)"
-        )
+        ax.set_ylabel(f"score ({ws.task.score_label(mode)})")
         ax.set_title(f"{ws.task.name}: {mode} score over time")
         ax.legend()
         rel = f"{STATE}/charts/{mode}-{time.strftime('%Y%m%dT%H%M%S')}.png"
@@ -253,7 +250,7 @@ def restore_candidate(
     ]
     score = None
     for s in scores:
-        score = s if score is None or ledger.better(s, score) else score
+        score = s if score is None or ledger.better(s, score, mode) else score
     return RestoreResult(
         restored=outcome["restored"],
         previous=outcome["previous"],

@@ -257,18 +257,33 @@ class Launcher:
         ]  # fmt: skip
 
     def sandboxed_argv(
-        self, slot: Slot, argv: list[str], *, read: list[str], write: list[str], cwd: str
+        self,
+        slot: Slot,
+        argv: list[str],
+        *,
+        read: list[str],
+        write: list[str],
+        cwd: str,
+        env: dict[str, str] | None = None,
+        require: bool = False,
+        installed_bytecode: bool = False,
     ) -> list[str]:
         """`argv` started inside the sandbox on the slot's executor: read access to `read` (and
         what Python, torch and triton need), write access to `write` and a private scratch.
-        For agent-written commands that are not the runner (a command task's objective)."""
+        For agent-written commands that are not the runner (a command task's objective).
+        `env` is set in the target (paths only: the policy is on a command line); `require`
+        refuses to run where no sandbox can be applied (a verdict needs one);
+        `installed_bytecode` lets it read the interpreter's own bytecode (for a folder with no
+        __pycache__ the agent planted that could decide anything)."""
         py = self._python(slot)
-        policy = {
+        policy: dict[str, Any] = {
             "read": read,
             "write": write,
             "scratch_root": slot.executor.path("stage", "scratch"),
-            "require": False,
+            "require": require,
             "cwd": cwd,
+            "env": dict(env or {}),
+            "installed_bytecode": installed_bytecode,
         }
         return [py, "-I", "-B", self.harness(slot, "sandbox.py"), "--policy", json.dumps(policy),
                 "--", *argv]  # fmt: skip
@@ -412,6 +427,11 @@ class Launcher:
         if isinstance(slot.executor, LocalExecutor):
             return self.settings.python
         return self.settings.remote_python
+
+    def python(self, slot: Slot) -> str:
+        """The interpreter the toolkit runs on `slot`'s host: what a command task's {python}
+        names."""
+        return self._python(slot)
 
     async def _call_worker(
         self,

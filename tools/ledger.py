@@ -49,10 +49,16 @@ class Ledger:
         *,
         higher_is_better: bool = False,
         on_append: Callable[[Ledger], None] | None = None,
+        mode_higher: dict[str, bool] | None = None,
     ) -> None:
         self.path = path
         self.higher_is_better = higher_is_better
         self.on_append = on_append
+        # A command task's dev and final objectives may rank opposite ways (us vs speedup).
+        self.mode_higher = dict(mode_higher or {})
+
+    def higher(self, mode: str | None) -> bool:
+        return self.mode_higher.get(mode or "", self.higher_is_better)
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
         record = {"id": new_record_id(), "time": time.time(), "pid": os.getpid(), **record}
@@ -64,8 +70,8 @@ class Ledger:
     def records(self, mode: str | None = None) -> list[dict[str, Any]]:
         return [r for r in read_jsonl(self.path) if mode is None or r.get("mode") == mode]
 
-    def better(self, a: float, b: float) -> bool:
-        return a > b if self.higher_is_better else a < b
+    def better(self, a: float, b: float, mode: str | None = None) -> bool:
+        return a > b if self.higher(mode) else a < b
 
     def best(self, mode: str, *, case_set: str) -> dict[str, Any] | None:
         """Best trusted passing record of `mode` on `case_set`."""
@@ -90,9 +96,9 @@ class Ledger:
             if rec.get("mode") != mode or not counts(rec) or rec.get("case_set") != case_set:
                 continue
             h = rec.get("candidate", "")
-            if h not in by_hash or self.better(rec["score"], by_hash[h]["score"]):
+            if h not in by_hash or self.better(rec["score"], by_hash[h]["score"], mode):
                 by_hash[h] = rec
-        return sorted(by_hash.values(), key=lambda r: r["score"], reverse=self.higher_is_better)
+        return sorted(by_hash.values(), key=lambda r: r["score"], reverse=self.higher(mode))
 
     def view(self) -> dict[str, Any]:
         """What the agent may read: per mode and case set, the ranked candidates with their
@@ -118,6 +124,7 @@ class Ledger:
             "about": "A view of the trusted ledger (kept outside the workspace): editing this "
             "file changes nothing. rank_history reads the ledger itself.",
             "lower_is_better": not self.higher_is_better,
+            "lower_is_better_by_mode": {m: not self.higher(m) for m in modes},
             "modes": modes,
         }
 

@@ -25,8 +25,8 @@ import anyio
 
 from .agent_runners import AgentRunner, Turn, TurnOutcome, build_runner
 from .checkpoints import Checkpoints
-from .command_task import run_command_objective
-from .errors import HarnesslabError
+from .command_verify import command_verify
+from .errors import HarnesslabError, UsageError
 from .launcher import Launcher, build_launcher
 from .loop_prompts import attempt_prompt, brief_text, build_prompt, repair_prompt
 from .loop_servers import (
@@ -76,6 +76,23 @@ def prepare_workspace(task: str, root: Path, settings: Settings) -> Workspace:
     return init_workspace(task, root, settings)
 
 
+def task_scoring(ws: Workspace, config: RunConfig) -> dict[str, Any]:
+    """Direction, score key and unit of the loop's scores: the task's final objective's (a
+    kernel task's are microseconds, lower is better). `--higher-is-better` may only agree."""
+    task = ws.task
+    higher = task.higher_is_better_for("final")
+    if config.higher_is_better and not higher:
+        raise UsageError(
+            f"--higher-is-better contradicts task {task.name}: its final objective's scores are "
+            f"{task.score_label('final')}.",
+            next_step="drop --higher-is-better, or set higher_is_better = true in task.toml",
+        )
+    if task.kind != "command":
+        return {"higher_is_better": False, "score_key": "score_us", "unit": "us"}
+    obj = task.objective_for("final")
+    return {"higher_is_better": higher, "score_key": obj.score_key, "unit": obj.unit or ""}
+
+
 class Loop:
     """One run: a state, its folder, the workspace, a runner and a launcher for scoring."""
 
@@ -99,9 +116,7 @@ class Loop:
         )
         self.on_event = on_event
         self.launcher: Launcher | None = None
-        self.higher = cfg.higher_is_better or (
-            ws.task.kind == "command" and ws.task.higher_is_better
-        )
+        self.higher = cfg.higher_is_better or ws.task.higher_is_better_for("final")
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def emit(self, kind: str, message: str = "", **data: Any) -> None:
@@ -129,15 +144,15 @@ class Loop:
         self.emit("phase", f"{label}: guarded verify" + (" (rotated cases)" if rotate else ""))
         started = time.perf_counter()
         try:
-            if self.ws.task.kind == "command":
-                run = await run_command_objective(self.ws, self.launcher)
+            if self.ws.task.kind == "command":  # its final objective, guarded
+                cv = await command_verify(self.ws, self.launcher, self.settings, rotate=rotate)
                 out = Score(
-                    verdict="passed" if run.status == "passed" else "rejected",
-                    score_us=run.score,
-                    candidate=run.candidate,
-                    case_set="command",
-                    meaningful=True,
-                    reasons=[run.reason] if run.reason else [],
+                    verdict=cv.verdict,
+                    score_us=cv.score,
+                    candidate=cv.candidate,
+                    case_set=cv.case_set,
+                    meaningful=bool(cv.meaningful),
+                    reasons=[r["detail"] for r in cv.reasons][:8],
                 )
             else:
                 v = await guarded_verify(self.ws, self.launcher, self.settings, rotate=rotate)
@@ -224,14 +239,15 @@ class Loop:
     # -- steps ------------------------------------------------------------------------------------
     async def step_attempt(self, it: Iteration) -> None:
         cfg = self.state.config
-        turn, tools = self._turn(it, "attempt", meta=False, timeout_s=cfg.attempt_timeout_s)
+        limit_s = cfg.attempt_limit_s(it.index)
+        turn, tools = self._turn(it, "attempt", meta=False, timeout_s=limit_s)
         turn.prompt = attempt_prompt(
             self.ws,
             self.state,
             it,
             tools,
             result_file=str(turn.result_file),
-            brief=brief_text(self.ws),
+            brief=cfg.task_text or brief_text(self.ws),
         )
         it.attempt = await self.run_turn(turn)
         it.session_id = it.attempt.session_id
@@ -305,8 +321,12 @@ class Loop:
                 q = await self._qualify(it, name, repaired=False)
                 if not q.passed:
                     failed[name] = q
-        if failed and it.repair is None:
-            # One repair turn: the same session gets the failure reports.
+        if it.repair is not None and it.repairs == 0:  # a run from before repairs were counted
+            it.repairs = 1
+        while failed and it.repairs < cfg.repair_attempts:
+            # A repair turn (--artifact-repair-attempts, default one): the same session gets
+            # the failure reports.
+            it.repairs += 1
             turn, _ = self._turn(it, "repair", meta=True, timeout_s=cfg.build_timeout_s)
             turn.prompt = repair_prompt(
                 {n: q.report for n, q in failed.items()},
@@ -383,7 +403,7 @@ class Loop:
         }
         self.launcher = build_launcher(self.settings)
         try:
-            if state.baseline is None:
+            if state.baseline is None and cfg.score_baseline:
                 state.baseline = await self.score(label="baseline")
                 self.store.write("baseline.json", state.baseline.model_dump())
                 self.update_best(state.baseline, 0)
@@ -453,8 +473,10 @@ class Loop:
             except Exception as exc:  # boundary: the final verify still runs
                 log.exception("final restore failed")
                 state.restored = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
-        state.final = await self.score(rotate=self.ws.task.kind == "kernel", label="final")
-        self.store.write("final.json", state.final.model_dump())
+        if cfg.final_verify:
+            rotate = self.ws.task.kind == "kernel" or self.ws.task.final is not None
+            state.final = await self.score(rotate=rotate, label="final")
+            self.store.write("final.json", state.final.model_dump())
         state.finished = True
         if state.status == "running":
             state.status = "completed"
@@ -480,8 +502,13 @@ async def start_run(
     )
     await runner.ready()  # before a workspace or a run folder is created
     ws = prepare_workspace(config.task, config.workspace, settings)
-    config = config.model_copy(update={"workspace": ws.root})
+    config = config.model_copy(update={"workspace": ws.root, **task_scoring(ws, config)})
     store = RunStore(ws, run_id or new_run_id())
+    if store.state_path.is_file():
+        raise UsageError(
+            f"run {store.run_id!r} already exists in {ws.root}.",
+            next_step=f"continue it with --resume {store.run_id}, or choose another --run-id",
+        )
     state = RunState(run_id=store.run_id, config=config)
     store.write("config.json", config.model_dump(mode="json"))
     loop = Loop(state, store, ws, settings, runner=runner, on_event=on_event)

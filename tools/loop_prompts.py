@@ -27,10 +27,13 @@ def _f(x: float | None) -> str:
 
 def scoreboard(state: RunState, ws: Workspace) -> str:
     cfg = state.config
-    unit = "us" if ws.task.kind == "kernel" else ""
-    better = "higher" if cfg.higher_is_better or ws.task.higher_is_better else "lower"
+    unit = cfg.unit if ws.task.kind == "command" else "us"
+    better = "higher" if cfg.higher_is_better or ws.task.higher_is_better_for("final") else "lower"
+    hidden = ws.task.final is not None
     lines = [
-        f"Scores are the loop's own guarded verification on hidden cases ({better} is better):"
+        "Scores are the loop's own guarded verification"
+        + (" on hidden cases" if hidden else " (the task's final objective)")
+        + f" ({better} is better):"
     ]
     if state.baseline is not None:
         lines.append(f"- baseline: {_f(state.baseline.score_us)} {unit} ({state.baseline.verdict})")
@@ -71,7 +74,7 @@ def attempt_prompt(
     return f"""# harnesslab: iteration {it.index} of {cfg.iterations} - attempt
 
 You are optimizing the task below in the workspace {ws.root} (edit only: {", ".join(ws.task.editable)}).
-You have {cfg.attempt_timeout_s:.0f} seconds; the loop kills the session after that and scores
+You have {cfg.attempt_limit_s(it.index):.0f} seconds; the loop kills the session after that and scores
 the workspace as it stands, so keep it correct at every step.
 
 ## MCP servers available

@@ -44,9 +44,28 @@ class RunConfig(BaseModel):
     agent_cmd: str = Field(default="", description="exec runner command template")
     agent_args: list[str] = Field(default_factory=list, description="extra runner arguments")
     attempt_timeout_s: float = Field(default=300.0, gt=0)
+    attempt_timeouts_s: list[float] = Field(
+        default_factory=list,
+        description="per-iteration attempt limits (HarnessGym's --attempt-timeouts 5m,8m); the "
+        "last one holds for later iterations; empty: attempt_timeout_s",
+    )
     build_timeout_s: float = Field(default=300.0, gt=0)
+    repair_attempts: int = Field(
+        default=1, ge=0, le=5, description="repair turns after a failed qualification"
+    )
+    task_text: str = Field(
+        default="", max_length=200_000, description="the brief, given inline instead of task.md"
+    )
+    score_baseline: bool = Field(
+        default=True, description="score the untouched workspace first (compare's trials skip it)"
+    )
+    final_verify: bool = Field(
+        default=True, description="restore the best and verify it again at the end"
+    )
     stop_score: float | None = Field(default=None, description="stop once verified this good")
     higher_is_better: bool = False
+    score_key: str = Field(default="score_us", description="what a score is (from the task)")
+    unit: str = Field(default="us", description="unit of the scores (from the task)")
     optimization_mode: bool = Field(
         default=True, description="checkpoint the best verified workspace; restore it at the end"
     )
@@ -58,6 +77,12 @@ class RunConfig(BaseModel):
     gpu: dict[str, Any] = Field(
         default_factory=dict, description="executor settings that differ from the defaults"
     )
+
+    def attempt_limit_s(self, iteration: int) -> float:
+        """The attempt limit of iteration `iteration` (1-based)."""
+        if not self.attempt_timeouts_s:
+            return self.attempt_timeout_s
+        return self.attempt_timeouts_s[min(iteration, len(self.attempt_timeouts_s)) - 1]
 
 
 class Score(BaseModel):
@@ -108,6 +133,7 @@ class Iteration(BaseModel):
         default_factory=list, description="generated servers the build created or changed"
     )
     repair: TurnOutcome | None = None
+    repairs: int = Field(default=0, description="repair turns run in this iteration")
     qualification: list[dict[str, Any]] = Field(default_factory=list)
     servers: list[ServerOutcome] = Field(default_factory=list)
     active_servers: list[str] = Field(default_factory=list)
@@ -287,6 +313,7 @@ def summarize(state: RunState, telemetry: list[dict[str, Any]]) -> dict[str, Any
     cfg = state.config
     base = state.baseline.score_us if state.baseline else None
     best = state.best.score_us if state.best else None
+    # The direction and unit are the task's (start_run copies them into the config).
     improvement = None
     if base and best is not None:
         improvement = 100.0 * (best - base) / base * (1 if cfg.higher_is_better else -1)
@@ -322,6 +349,8 @@ def summarize(state: RunState, telemetry: list[dict[str, Any]]) -> dict[str, Any
         "stop_reason": state.stop_reason,
         "meaningful": meaningful,
         "higher_is_better": cfg.higher_is_better,
+        "score_key": cfg.score_key,
+        "unit": cfg.unit,
         "iterations_planned": cfg.iterations,
         "iterations_done": sum(1 for it in state.iterations if it.step == "done"),
         "baseline": state.baseline.model_dump() if state.baseline else None,

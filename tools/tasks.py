@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import UsageError
 
@@ -34,6 +34,8 @@ KERNEL_TOOL_NAMES = (
 )
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+OBJECTIVE_PLACEHOLDERS = ("python", "warmup", "repeats", "cases", "cases_file", "task_dir")
 DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -114,6 +116,42 @@ def _short(dtype: str) -> str:
     return {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(dtype, dtype)
 
 
+class Objective(BaseModel):
+    """One objective of a command task: a command printing JSON with a score key.
+
+    `dev` is what run_objective runs for the agent, in its workspace; `final` is what the loop
+    and guarded_final_verify run, in a fresh copy of the task's files as bound (never the
+    agent's) with the candidate's editable files, sandboxed, fed the hidden cases. Fields left
+    out take the task's top-level score_key, unit and higher_is_better."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(
+        min_length=1,
+        description="shell command; placeholders {python} (the toolkit's interpreter), "
+        "{warmup} {repeats} {cases} (dev: run_objective's arguments), {cases_file} (final: the "
+        "hidden cases as JSON, also in $HARNESSLAB_FINAL_CASES), {task_dir}",
+    )
+    timeout_s: float | None = Field(default=None, gt=0, le=86400)
+    score_key: str | None = None
+    unit: str | None = None
+    higher_is_better: bool | None = None
+    warmup: int | None = Field(default=None, ge=0, le=100, description="default for {warmup}")
+    repeats: int | None = Field(default=None, ge=1, le=200, description="default for {repeats}")
+    cases: str | None = Field(default=None, description="default for {cases}")
+
+    @field_validator("command")
+    @classmethod
+    def _placeholders(cls, v: str) -> str:
+        for name in PLACEHOLDER_RE.findall(v):
+            if name not in OBJECTIVE_PLACEHOLDERS:
+                raise ValueError(
+                    f"unknown placeholder {{{name}}} in {v!r}; known: "
+                    + ", ".join("{" + p + "}" for p in OBJECTIVE_PLACEHOLDERS)
+                )
+        return v
+
+
 class TaskSpec(BaseModel):
     """Parsed task.toml. `root` is the task folder (inside the installed package)."""
 
@@ -134,9 +172,16 @@ class TaskSpec(BaseModel):
     dev_cases: list[Case] = Field(default_factory=list)
     final: FinalDomain | None = None
     # command tasks
-    objective: str = ""
+    objective: str = Field(default="", description="one command for dev and final (older form)")
+    objectives: dict[Literal["dev", "final"], Objective] = Field(default_factory=dict)
     score_key: str = "score"
+    unit: str = Field(default="", description="unit of the score, for labels (e.g. us)")
     higher_is_better: bool = False
+    private: list[str] = Field(
+        default_factory=list,
+        description="command tasks: files of the task folder never copied into a workspace "
+        "(the final objective still gets them)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TaskSpec:
@@ -150,9 +195,53 @@ class TaskSpec(BaseModel):
             for d in self.dtypes:
                 if d not in self.tolerances:
                     raise ValueError(f"no tolerance for dtype {d}")
-        elif not self.objective:
-            raise ValueError("command tasks need objective = 'command printing JSON'")
+        elif not self.objective and not self.objectives:
+            raise ValueError(
+                "command tasks need objective = 'command printing JSON', or [objectives.dev] "
+                "and [objectives.final] tables with a command each"
+            )
+        elif not self.objective and set(self.objectives) != {"dev", "final"}:
+            missing = {"dev", "final"} - set(self.objectives)
+            raise ValueError(f"[objectives.{missing.pop()}] is missing (or set objective = ...)")
+        final_cmd = (
+            self.objectives.get("final") or Objective(command=self.objective or "x")
+        ).command
+        if "{cases_file}" in final_cmd and self.final is None:
+            raise ValueError("the final objective uses {cases_file}: add a [final] domain")
+        for mode, obj in self.objectives.items():
+            for knob in ("warmup", "repeats", "cases"):
+                if f"{{{knob}}}" in obj.command and getattr(obj, knob) is None:
+                    raise ValueError(
+                        f"[objectives.{mode}] uses {{{knob}}}: give it a default ({knob} = ...)"
+                    )
         return self
+
+    def objective_for(self, mode: Literal["dev", "final"]) -> Objective:
+        """A command task's objective for `mode`, with the task's defaults filled in."""
+        obj = self.objectives.get(mode) or Objective(command=self.objective or "true")
+        return obj.model_copy(
+            update={
+                "score_key": obj.score_key or self.score_key,
+                "unit": obj.unit if obj.unit is not None else self.unit,
+                "higher_is_better": (
+                    self.higher_is_better if obj.higher_is_better is None else obj.higher_is_better
+                ),
+            }
+        )
+
+    def higher_is_better_for(self, mode: str) -> bool:
+        """Direction of `mode`'s scores: kernel scores are microseconds (lower is better)."""
+        if self.kind != "command":
+            return False
+        return bool(self.objective_for("final" if mode == "final" else "dev").higher_is_better)
+
+    def score_label(self, mode: str) -> str:
+        """'best_us (us), lower is better': what a score of `mode` is, for people and agents."""
+        if self.kind != "command":
+            return "us (sum of per-case median device time), lower is better"
+        obj = self.objective_for("final" if mode == "final" else "dev")
+        unit = f" ({obj.unit})" if obj.unit else ""
+        return f"{obj.score_key}{unit}, {'higher' if obj.higher_is_better else 'lower'} is better"
 
     @property
     def entry_file(self) -> str:
@@ -271,6 +360,7 @@ __all__ = [
     "KERNEL_TOOL_NAMES",
     "Case",
     "FinalDomain",
+    "Objective",
     "TaskSpec",
     "Tolerance",
     "is_shipped",

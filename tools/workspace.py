@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from . import task_files
 from . import workspace_files as wf
 from .errors import UsageError
 from .ledger import Ledger
@@ -70,8 +71,9 @@ class Workspace:
         """The trusted ledger; every append refreshes the workspace's history view."""
         return Ledger(
             self.history_path,
-            higher_is_better=self.task.higher_is_better,
+            higher_is_better=self.task.higher_is_better_for("dev"),
             on_append=self.write_history_view,
+            mode_higher={m: self.task.higher_is_better_for(m) for m in ("dev", "final")},
         )
 
     def write_history_view(self, ledger: Ledger | None = None) -> None:
@@ -147,6 +149,8 @@ def bind_task(store: TrustedStore, task: TaskSpec, how: str) -> TaskSpec:
     text = wf.read_text(folder, "task.toml", what="task file")
     spec = parse_task(text, folder)
     store.bind(task=spec.name, task_root=folder, task_toml=text, how=how)
+    if spec.kind == "command":  # its verifier may sit where the agent edits: keep it now
+        task_files.snapshot(store, spec)
     return spec
 
 
@@ -191,8 +195,8 @@ def init_workspace(
     store = TrustedStore(settings, root)
     if task.kind == "kernel":
         shutil.copytree(task.workspace_template, dest, dirs_exist_ok=True)
-    elif (task.root / "workspace").is_dir():
-        shutil.copytree(task.root / "workspace", dest, dirs_exist_ok=True)
+    elif task.root.resolve() != root:  # a command task: its workspace files, whatever the layout
+        task_files.write_tree(dest, task_files.workspace_template(task))
     brief = task.brief_path()
     if brief.is_file():
         shutil.copy2(brief, dest / "task.md")

@@ -1,0 +1,128 @@
+"""`harnesslab eval` and `harnesslab verify` on a command task: the dev objective and the final
+one (tools/command_task.py, tools/command_verify.py), printed with the task's own score key,
+unit and direction. A verdict shows what guarded_final_verify shows an agent unless the operator
+asks for more with --reveal-cases (the hidden cases and the objective's output)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.table import Table
+
+from harnesslab.tools.command_task import CommandRun, run_command_objective
+from harnesslab.tools.command_verify import CommandVerdict, command_verify
+from harnesslab.tools.launcher import build_launcher
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.storage import read_jsonl
+from harnesslab.tools.workspace import Workspace
+
+from .cli import run_async
+from .report import console
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _meaningful(m: bool | None) -> str:
+    if m is None:
+        return "the objective does not say whether its timings are meaningful"
+    return "timings meaningful" if m else "timings NOT meaningful (the objective says so)"
+
+
+def eval_command(ws: Workspace, args: argparse.Namespace, settings: Settings, progress) -> int:
+    cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
+
+    async def go() -> CommandRun:
+        launcher = build_launcher(settings)
+        try:
+            return await run_command_objective(
+                ws,
+                launcher,
+                warmup=args.warmup,
+                repeats=args.repeats,
+                cases=cases,
+                progress=progress,
+            )
+        finally:
+            await launcher.aclose()
+
+    run = run_async(go)
+    if args.json:
+        print(run.model_dump_json())
+        return 0 if run.status == "passed" else 1
+    label = ws.task.score_label("dev")
+    out = console()
+    t = Table(
+        title=f"eval (dev objective): {run.status}, {run.score_key} {_f(run.score)} "
+        f"{run.unit}".rstrip(),
+        title_justify="left",
+    )
+    for col in ("", "value"):
+        t.add_column(col, overflow="fold")
+    t.add_row("score", f"{_f(run.score)} ({label})")
+    t.add_row("timings", _meaningful(run.meaningful))
+    if run.reason:
+        t.add_row("reason", run.reason)
+    t.add_row(
+        "exit", f"{run.exit_code}{' (timed out)' if run.timed_out else ''} in {run.wall_s:.1f}s"
+    )
+    t.add_row("sandbox", run.sandbox)
+    t.add_row("candidate", run.candidate)
+    out.print(t)
+    if run.delta_vs_best_pct is not None:
+        out.print(f"vs best so far ({_f(run.best_score)}): {run.delta_vs_best_pct:+.1f}%")
+    return 0 if run.status == "passed" else 1
+
+
+def public_command_verdict(v: CommandVerdict) -> dict[str, Any]:
+    """What an agent may see of a command verdict: no hidden case, no objective output."""
+    return v.model_dump(mode="json")  # the model holds neither; kept as one place to say so
+
+
+def verify_command(ws: Workspace, args: argparse.Namespace, settings: Settings, progress) -> int:
+    async def go() -> CommandVerdict:
+        launcher = build_launcher(settings)
+        try:
+            return await command_verify(
+                ws, launcher, settings, rotate=args.rotate, progress=progress
+            )
+        finally:
+            await launcher.aclose()
+
+    v = run_async(go)
+    hidden = _hidden_record(ws, v.record_id) if args.reveal_cases else None
+    if args.json:
+        shown = public_command_verdict(v)
+        if hidden is not None:
+            shown["hidden"] = hidden
+        print(json.dumps(shown))
+        return 0 if v.verdict == "passed" else 1
+    out = console()
+    cases = f"{v.hidden_cases} hidden cases" if v.hidden_cases else "the objective's own cases"
+    out.print(
+        f"verify (final objective, {cases}, set {v.case_set}): {v.verdict}, "
+        f"{v.score_key} {_f(v.score)} {v.unit}".rstrip()
+    )
+    out.print(f"score: {v.score_label()}; {_meaningful(v.meaningful)}; sandbox {v.sandbox}")
+    if v.best_final_score is not None:
+        out.print(f"best final before: {_f(v.best_final_score)}; new best: {v.is_new_best}")
+    print(f"verdict: {v.verdict}")
+    for r in [*v.reasons, *v.warnings]:
+        print(f"  {r['code']}: {r['detail']}")
+    if hidden is not None:
+        print("hidden cases and output (OPERATOR ONLY):")
+        print(json.dumps(hidden, indent=1)[:20000])
+    return 0 if v.verdict == "passed" else 1
+
+
+def _hidden_record(ws: Workspace, record_id: str | None) -> dict[str, Any] | None:
+    for rec in reversed(list(read_jsonl(ws.store.hidden_results_path))):
+        if rec.get("record") == record_id:
+            return rec
+    return None
+
+
+__all__ = ["eval_command", "public_command_verdict", "verify_command"]
