@@ -203,9 +203,9 @@ async def _serve_commands(client: Client) -> None:
             _emit({"ok": False, "error": f"unknown op {kind!r}"})
 
 
-async def _session(from_server: Any, to_server: Any, startup_timeout_s: float) -> None:
+async def _session(from_server: Any, to_server: Any, startup_timeout_s: float) -> str | None:
     """initialize within the startup limit (the deadline is lifted once it answers), then
-    serve commands until the caller closes."""
+    serve commands until the caller closes. Returns why it never started (None once it did)."""
     client = Client(_Streams(from_server, to_server), mode="legacy", cache=None)
     started_at, started = time.perf_counter(), False
     try:
@@ -216,11 +216,53 @@ async def _session(from_server: Any, to_server: Any, startup_timeout_s: float) -
                 _emit({"started": True, "startup_s": round(time.perf_counter() - started_at, 3)})
                 await _serve_commands(client)
     except Exception as exc:  # the server died or answered garbage during the handshake
-        if not started:
-            _emit({"started": False, "error": f"{type(exc).__name__}: {exc}"})
-        return
+        return None if started else f"{type(exc).__name__}: {exc}"
     if not started and scope.cancelled_caught:
-        _emit({"started": False, "error": f"no answer to initialize within {startup_timeout_s:g}s"})
+        return f"no answer to initialize within {startup_timeout_s:g}s"
+    return None
+
+
+FRAMING_ERROR = (
+    "the server frames its messages with Content-Length headers (LSP-style, as HarnessGym's "
+    "servers did); MCP's stdio transport is one JSON-RPC message per line with no headers, so "
+    "no MCP client can talk to it"
+)
+FRAMING_PROBE_S = 3.0
+
+
+def _content_length(noise: list[str]) -> bool:
+    return any(line.strip().lower().startswith("content-length:") for line in noise)
+
+
+async def _speaks_content_length(process: Process, noise: list[str]) -> bool:
+    """Whether a server that never answered initialize speaks Content-Length framing: it printed
+    such a header already, or it answers one framed initialize with one. (Such a server read
+    the client's newline-delimited initialize as a header line and kept waiting for a blank
+    line; the framed message ends that header block, so it answers.)"""
+    if _content_length(noise):
+        return True
+    if process.returncode is not None or process.stdin is None:
+        return False
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": "framing-probe",
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "harnesslab-qualify", "version": "0"},
+            },
+        }
+    ).encode()
+    try:
+        await process.stdin.send(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        return False
+    with anyio.move_on_after(FRAMING_PROBE_S):
+        while not _content_length(noise):
+            await anyio.sleep(0.05)
+    return _content_length(noise)
 
 
 async def drive(launch: dict[str, Any]) -> int:
@@ -242,7 +284,15 @@ async def drive(launch: dict[str, Any]) -> int:
             tg.start_soon(_reader, process, to_session, noise, reader_done)
             tg.start_soon(_writer, process, from_session)
             try:
-                await _session(from_server, to_server, float(launch.get("startup_timeout_s", 30)))
+                why = await _session(
+                    from_server, to_server, float(launch.get("startup_timeout_s", 30))
+                )
+                if why is not None:
+                    framed = await _speaks_content_length(process, noise)
+                    _emit(
+                        {"started": False, "error": FRAMING_ERROR if framed else why}
+                        | ({"framing": "content-length"} if framed else {})
+                    )
             finally:
                 with anyio.CancelScope(shield=True):
                     await to_server.aclose()

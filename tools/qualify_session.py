@@ -99,14 +99,24 @@ async def session_checks(
         )
         took = round(time.perf_counter() - t0, 3)
         if not hello.get("started"):
+            if hello.get("framing") == "content-length":
+                fix = (
+                    "serve MCP over stdio as the SDK does (one JSON message per line, e.g. "
+                    "`MCPServer(...).run()`), or regenerate it with generate_server"
+                )
+            else:
+                fix = (
+                    f"run `{shell(launch.argv)}` from the workspace root and fix what it prints "
+                    "on stderr"
+                )
+            stderr = session.stderr_tail().strip() or "(nothing)"
             await lane.add(
                 Check(
                     name="startup",
                     passed=False,
                     evidence=f"{hello.get('error')}\n--- server stderr (last lines) ---\n"
-                    f"{session.stderr_tail()}",
-                    next_step=f"run `{shell(launch.argv)}` from the workspace root and fix what "
-                    "it prints on stderr",
+                    f"{stderr}",
+                    next_step=fix,
                     duration_s=took,
                 )
             )
@@ -403,7 +413,16 @@ async def tests_check(
     confined: Confined,
 ) -> None:
     """The server's own pytest files (the agent's code) run sandboxed in the clean room."""
-    tests = room / srv_rel / (manifest.tests or "tests")
+    if manifest.tests is None:  # "tests": null: the manifest says there are none
+        await lane.add(
+            Check(
+                name="own_tests",
+                passed=True,
+                evidence='not run: manifest.json says "tests": null (the server has no tests)',
+            )
+        )
+        return
+    tests = room / srv_rel / manifest.tests
     if not manifest.tests or not tests.is_dir():
         await lane.add(
             Check(
