@@ -21,6 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from .scan_reach import unreachable_functions
 from .workspace import Workspace
 
 Severity = Literal["reject", "warn"]
@@ -466,7 +467,9 @@ def scan_sources(
                 )
             )
             continue
+        mark = len(found)
         _Scanner(rel, entry_function, calls, methods, found).visit(tree)
+        found[mark:] = _unused_helpers(found[mark:], unreachable_functions(tree, entry_function))
     seen: set[tuple[str, str, int, str]] = set()
     for f in found:  # one finding per code and line (a call is also an attribute)
         key = (f.code, f.file, f.line, f.severity)
@@ -474,6 +477,27 @@ def scan_sources(
             seen.add(key)
             report.findings.append(f)
     return report
+
+
+def _unused_helpers(findings: list[Finding], unused: dict[str, tuple[int, int]]) -> list[Finding]:
+    """The reference's math (forbidden_call) inside a function nothing reachable uses becomes a
+    warning: it never runs during verification, and if it did the runtime guard would reject
+    it (torch_compute). Every other code stays what it was: attack patterns reject anywhere."""
+    out = []
+    for f in findings:
+        owner = next((n for n, (a, b) in unused.items() if a <= f.line <= b), None)
+        if owner is not None and f.code == "forbidden_call" and f.severity == "reject":
+            f = f.model_copy(
+                update={
+                    "code": "unused_reference",
+                    "severity": "warn",
+                    "detail": f"{f.detail} in {owner}(), which the entry function never "
+                    "reaches: not run during verification (the runtime guard rejects it if "
+                    "it runs)",
+                }
+            )
+        out.append(f)
+    return out
 
 
 def integrity_rules(ws: Workspace) -> dict[str, list[str]]:

@@ -269,7 +269,7 @@ async def test_gpu_work_is_serialized_while_inspect_context_is_not_blocked(tmp_p
     await state.aclose()
 
 
-async def test_a_command_task_serves_generic_tools_and_refuses_kernel_only_ones(tmp_path):
+async def test_a_command_task_serves_generic_tools_verifies_and_refuses_kernel_only_ones(tmp_path):
     root = command_task(tmp_path, "50")
     state = state_for(root, tmp_path)
     async with Client(build_task_server(state)) as client:
@@ -292,9 +292,13 @@ async def test_a_command_task_serves_generic_tools_and_refuses_kernel_only_ones(
         assert (root / "solution.txt").read_text() == "20\n"
         ctx = await call(client, "inspect_context")
         assert ctx.structured_content["task"]["kind"] == "command"
-        for tool in ("sweep_kernel_config", "numerical_probe", "guarded_final_verify"):
+        for tool in ("sweep_kernel_config", "numerical_probe"):
             res = await call(client, tool)
             assert res.is_error and "kernel tasks" in text_of(res), text_of(res)
+        # guarded_final_verify runs the task's final objective (tests/tools/test_command_tasks.py)
+        verified = await call(client, "guarded_final_verify")
+        assert verified.structured_content["verdict"] == "passed"
+        assert verified.structured_content["score"] == 20.0
     await state.aclose()
 
 
