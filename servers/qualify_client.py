@@ -61,7 +61,22 @@ def _emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-async def _reader(process: Process, sink: Any, noise: list[str], done: anyio.Event) -> None:
+class Noise(list[str]):
+    """Lines of the server's stdout that are not JSON-RPC; `framed` is set once one of them is a
+    Content-Length header."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.framed = anyio.Event()
+
+    def add(self, text: str) -> None:
+        if text.strip().lower().startswith("content-length:"):
+            self.framed.set()
+        if len(self) < MAX_NOISE_LINES:
+            self.append(text[:300])
+
+
+async def _reader(process: Process, sink: Any, noise: Noise, done: anyio.Event) -> None:
     """Server stdout -> session; anything that is not JSON-RPC is noise. Keeps draining after
     the session is gone so that output printed at exit is seen too."""
     assert process.stdout is not None
@@ -73,8 +88,7 @@ async def _reader(process: Process, sink: Any, noise: list[str], done: anyio.Eve
         try:
             message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
         except ValueError:
-            if len(noise) < MAX_NOISE_LINES:
-                noise.append(text[:300])
+            noise.add(text)
             return
         if deliver:
             try:
@@ -230,16 +244,12 @@ FRAMING_ERROR = (
 FRAMING_PROBE_S = 3.0
 
 
-def _content_length(noise: list[str]) -> bool:
-    return any(line.strip().lower().startswith("content-length:") for line in noise)
-
-
-async def _speaks_content_length(process: Process, noise: list[str]) -> bool:
+async def _speaks_content_length(process: Process, noise: Noise) -> bool:
     """Whether a server that never answered initialize speaks Content-Length framing: it printed
     such a header already, or it answers one framed initialize with one. (Such a server read
     the client's newline-delimited initialize as a header line and kept waiting for a blank
     line; the framed message ends that header block, so it answers.)"""
-    if _content_length(noise):
+    if noise.framed.is_set():
         return True
     if process.returncode is not None or process.stdin is None:
         return False
@@ -260,13 +270,12 @@ async def _speaks_content_length(process: Process, noise: list[str]) -> bool:
     except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         return False
     with anyio.move_on_after(FRAMING_PROBE_S):
-        while not _content_length(noise):
-            await anyio.sleep(0.05)
-    return _content_length(noise)
+        await noise.framed.wait()
+    return noise.framed.is_set()
 
 
 async def drive(launch: dict[str, Any]) -> int:
-    noise: list[str] = []
+    noise = Noise()
     env = {**os.environ, **launch.get("env", {})}
     with open(launch["stderr_path"], "ab") as errlog:
         try:
