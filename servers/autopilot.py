@@ -216,7 +216,7 @@ async def attempt(s: Session, servers: dict[str, dict[str, Any]]) -> None:
     space: dict[str, list[Any]] = task.get("launch_space") or ws.task.space
     dev_cases = [{"name": c.name, **c.shape} for c in ws.task.dev_cases]
     interpreted = bool((ctx.get("executor") or {}).get("interpreted", True))
-    max_configs = s.args.max_configs or (6 if interpreted else 24)
+    max_configs = s.args.max_configs or (6 if interpreted else 24)  # None or 0: the default
     cases = pick_cases(dev_cases, interpreted)
     config_path = ws.root / ws.task.config_file
     original = json.loads(config_path.read_text())
@@ -378,7 +378,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--result-file", required=True)
     p.add_argument("--prompt-file")
     p.add_argument("--session-id")
-    p.add_argument("--max-configs", type=int, default=0, help="per sweep (default 6 on the CPU)")
+    p.add_argument(
+        "--max-configs",
+        type=int,
+        default=None,
+        help="per sweep (default 6 on the CPU); command tasks: one-knob tries (0: none)",
+    )
     p.add_argument(
         "--self-test",
         action=argparse.BooleanOptionalAction,

@@ -96,7 +96,9 @@ async def attempt(s: Any, servers: dict[str, dict[str, Any]], ws: Workspace) -> 
         return
     original = json.loads(path.read_text())
     best = dict(original)
-    tries = s.args.max_configs or (TRIES_INTERPRETED if interpreted else TRIES_GPU)
+    tries = s.args.max_configs  # 0: run the objective only (compare's CI trials)
+    if tries is None:
+        tries = TRIES_INTERPRETED if interpreted else TRIES_GPU
     tried = []
     for config in candidates(space, original, tries):
         path.write_text(json.dumps(config, indent=2) + "\n")

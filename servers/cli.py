@@ -77,7 +77,16 @@ def settings_from(args: argparse.Namespace, base: Settings) -> Settings:
 
 
 # Modules that register subcommands on import (each owns its commands).
-COMMAND_MODULES = ("commands", "serve_cmd", "meta_cmd", "run_cmd", "lab_cmd", "doctor_cmd")
+COMMAND_MODULES = (
+    "commands",
+    "serve_cmd",
+    "meta_cmd",
+    "run_cmd",
+    "lab_cmd",
+    "doctor_cmd",
+    "compare_cmd",
+    "import_cmd",
+)
 
 
 def load_commands() -> None:

@@ -136,11 +136,16 @@ def task_summary(ws: Workspace) -> dict[str, Any]:
             score="sum of per-case median device time in us; lower is better",
         )
     else:
+        dev, final = t.objective_for("dev"), t.objective_for("final")
         out.update(
-            objective=t.objective,
-            score_key=t.score_key,
-            score=f"{t.score_key} from the objective's JSON; "
-            f"{'higher' if t.higher_is_better else 'lower'} is better",
+            objective=dev.command,
+            final_objective=final.command,
+            score_key=dev.score_key,
+            score=f"run_objective: {t.score_label('dev')}; guarded_final_verify (the task's "
+            f"own final objective, never your copy of its files): {t.score_label('final')}",
+            config_file=t.config_file,
+            launch_space=t.space,
+            hidden_final_domain=describe_domain(t.final.describe()) if t.final else None,
         )
     return out
 
@@ -227,6 +232,10 @@ def suggest(
             f"the last evaluation failed: {str(last_dev.get('reason'))[:160]}; fix it{hint}, "
             "or restore_best_checkpoint"
         )
+    if not kernel and (
+        best_final is None or best_final.get("candidate") != (best_dev or {}).get("candidate")
+    ):
+        return "improve the editable files and call run_objective; guarded_final_verify scores the best with the task's final objective"
     if not kernel:
         return "improve the editable files and call run_objective; rank_history shows the best"
     if best_final is None or (best_dev and best_final.get("candidate") != best_dev["candidate"]):

@@ -114,8 +114,7 @@ async def session_checks(
                 Check(
                     name="startup",
                     passed=False,
-                    evidence=f"{hello.get('error')}\n--- server stderr (last lines) ---\n"
-                    f"{stderr}",
+                    evidence=f"{hello.get('error')}\n--- server stderr (last lines) ---\n{stderr}",
                     next_step=fix,
                     duration_s=took,
                 )

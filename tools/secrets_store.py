@@ -38,9 +38,19 @@ def workspace_secret(settings: Settings, workspace_root: Path, *, rotate: bool =
     return current
 
 
+def adopt_secret(settings: Settings, workspace_root: Path, secret: dict) -> None:
+    """Give `workspace_root` the hidden-case secret `secret` (another workspace's, or one made
+    for the purpose): `harnesslab compare` scores every trial on one case set."""
+    path = _secret_path(settings, workspace_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    atomic_write_text(path, json.dumps(secret))
+    os.chmod(path, 0o600)
+
+
 def case_set_id(seed_hex: str) -> str:
     """A public name for a case set that reveals nothing about the seed."""
     return "final-" + hashlib.sha256(("case-set:" + seed_hex).encode()).hexdigest()[:12]
 
 
-__all__ = ["case_set_id", "ensure_outside_workspace", "workspace_secret"]
+__all__ = ["adopt_secret", "case_set_id", "ensure_outside_workspace", "workspace_secret"]

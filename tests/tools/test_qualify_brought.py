@@ -16,7 +16,7 @@ from harnesslab.tests.conftest_shared import make_workspace
 
 # What a HarnessGym server does on stdio: LSP-style frames, headers then a body, both ways.
 FRAMED_SERVER = textwrap.dedent(
-    '''
+    """
     import json, sys
 
     def read_frame(stream):
@@ -49,7 +49,7 @@ FRAMED_SERVER = textwrap.dedent(
             write_frame({"jsonrpc": "2.0", "id": msg["id"], "result": {
                 "protocolVersion": "2024-11-05", "capabilities": {"tools": {}},
                 "serverInfo": {"name": "framed", "version": "0"}}})
-    '''
+    """
 )
 LINE_SERVER = textwrap.dedent(
     '''

@@ -1,0 +1,113 @@
+"""`harnesslab compare`: plain vs harnessed (or any two runner setups) over N trials each, every
+trial in a fresh workspace and scored by the guarded path (tools/compare.py). Prints the arms'
+summary and where the report is; --json prints report.json."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from harnesslab.tools.compare import Arm, CompareConfig, compare
+from harnesslab.tools.errors import UsageError
+from harnesslab.tools.settings import Settings
+
+from .cli import add_executor_args, command, run_async
+from .run_cmd import duration_s, durations_s
+
+RUNNERS = ["exec", "claude", "codex", "autopilot"]
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="task name or task folder (each trial's template)")
+    p.add_argument("--out", type=Path, required=True, help="new folder: trials and the report")
+    p.add_argument("--trials", type=int, default=3, help="trials per arm (default 3)")
+    p.add_argument("--iterations", type=int, default=1, help="attempts per trial (default 1)")
+    p.add_argument(
+        "--harness-from",
+        type=Path,
+        metavar="WORKSPACE",
+        help="arm B gets this workspace's registered generated servers (a finished run's harness)",
+    )
+    p.add_argument("--runner", choices=RUNNERS, default="autopilot", help="both arms' runner")
+    p.add_argument("--agent-cmd", default="", help="exec runner command (both arms)")
+    p.add_argument("--agent-arg", action="append", default=[], help="runner argument (both arms)")
+    p.add_argument("--b-runner", choices=RUNNERS, help="arm B's runner, when it differs")
+    p.add_argument("--b-agent-cmd", help="arm B's exec command, when it differs")
+    p.add_argument("--b-agent-arg", action="append", help="arm B's runner arguments instead")
+    p.add_argument("--a-name", default="plain", help="arm A's name (default plain)")
+    p.add_argument("--b-name", default="", help="arm B's name (default harnessed, or b)")
+    p.add_argument("--attempt-timeout", type=duration_s, default=300.0, help="e.g. 5m")
+    p.add_argument("--attempt-timeouts", type=durations_s, default=None, help="e.g. 5m,8m")
+    p.add_argument(
+        "--require-harness-tool-use",
+        action="store_true",
+        help="a trial of an arm with generated servers counts only if it called one of them",
+    )
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--json", action="store_true", help="print report.json on stdout")
+    add_executor_args(p)
+
+
+def arms_from(args: argparse.Namespace) -> list[Arm]:
+    a = Arm(
+        name=args.a_name, runner=args.runner, agent_cmd=args.agent_cmd, agent_args=args.agent_arg
+    )
+    b = Arm(
+        name=args.b_name or ("harnessed" if args.harness_from else "b"),
+        runner=args.b_runner or args.runner,
+        agent_cmd=args.b_agent_cmd if args.b_agent_cmd is not None else args.agent_cmd,
+        agent_args=args.b_agent_arg if args.b_agent_arg is not None else args.agent_arg,
+        servers_from=args.harness_from,
+    )
+    if a.model_dump(exclude={"name"}) == b.model_dump(exclude={"name"}):
+        raise UsageError(
+            "both arms are the same setup.",
+            next_step="give arm B a harness (--harness-from WORKSPACE) or its own --b-runner / "
+            "--b-agent-cmd / --b-agent-arg",
+        )
+    return [a, b]
+
+
+@command(
+    "compare",
+    "A/B two loop setups (plain vs harnessed) over N fresh trials each, scored by the guarded "
+    "path on one hidden case set; writes report.json, report.md and scores.png.",
+    _args,
+)
+def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
+    config = CompareConfig(
+        task=args.task,
+        out=args.out,
+        arms=arms_from(args),
+        trials=args.trials,
+        iterations=args.iterations,
+        attempt_timeout_s=args.attempt_timeout,
+        attempt_timeouts_s=args.attempt_timeouts or [],
+        require_harness_tool_use=args.require_harness_tool_use,
+        seed=args.seed,
+    )
+
+    def progress(ev: dict[str, Any]) -> None:
+        print(f"  {ev['message']}", file=sys.stderr, flush=True)
+
+    async def go():
+        return await compare(config, settings, on_event=progress)
+
+    report = run_async(go)
+    if args.json:
+        print(report.model_dump_json())
+        return 0
+    from harnesslab.tools.compare_report import markdown  # noqa: PLC0415
+
+    text = markdown(report)
+    print(text.split("## Trials")[0].rstrip())
+    print(
+        f"\nreport: {report.files.get('markdown')} (+ report.json"
+        + (", scores.png)" if "plot" in report.files else ")")
+    )
+    return 0
+
+
+__all__ = ["cmd_compare"]
