@@ -322,3 +322,25 @@ def test_the_autopilot_runs_a_command_task_without_a_config_file(tmp_path, setti
     assert attempt["status"] == "ok", attempt
     assert summary["iterations"][0]["tool_calls"]["harnesslab-task.run_objective"] == 1
     assert open_workspace(tmp_path / "ws", settings).task.kind == "command"
+
+
+def test_run_tables_label_scores_with_the_tasks_key_unit_and_direction():
+    from rich.console import Console
+
+    from harnesslab.servers.run_cmd import iterations_table, result_table
+
+    score = {"verdict": "passed", "score_us": 150.0, "case_set": "final-fixed"}
+    summary = {
+        "run_id": "r", "status": "completed", "stop_reason": "done", "meaningful": True,
+        "higher_is_better": True, "score_key": "throughput", "unit": "GB/s",
+        "baseline": {**score, "score_us": 100.0}, "best": {**score, "iteration": 1},
+        "final": score, "improvement_pct": 50.0, "workspace": "ws",
+        "iterations": [{"iteration": 1, "attempt": {"status": "ok"}, "score": score}],
+    }  # fmt: skip
+    console = Console(record=True, width=200)
+    console.print(iterations_table(summary))
+    console.print(result_table(summary))
+    text = console.export_text()
+    # Before: "verified score us", "hidden cases" and -50% for a higher-is-better 100 -> 150.
+    assert "throughput (GB/s)" in text and "score us" not in text and "hidden cases" not in text
+    assert "50.0% better" in text

@@ -165,3 +165,18 @@ def test_durations_parse_like_harnessgym():
     assert run_cmd.durations_s("10s,2m") == [10.0, 120.0]
     with pytest.raises(argparse.ArgumentTypeError):
         run_cmd.durations_s("2m,-1")
+
+
+@pytest.mark.anyio
+async def test_the_claude_conveniences_are_flags_the_pinned_claude_accepts(tmp_path, monkeypatch):
+    from harnesslab.tests.agent_cli import cli_path, seal
+    from harnesslab.tools.agent_runners import ClaudeRunner
+    from harnesslab.tools.errors import EnvironmentProblem
+
+    program = str(cli_path("claude"))
+    seal(monkeypatch, tmp_path / "home")
+    extra = ["--model", "opus", "--max-budget-usd", "2.5"]  # what the conveniences become
+    with anyio.fail_after(60), pytest.raises(EnvironmentProblem) as err:
+        await ClaudeRunner(extra, program=program).preflight()
+    # Every flag parsed: the preflight got as far as the (sealed-off) login.
+    assert "is not logged in" in err.value.message
