@@ -355,7 +355,9 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "checkpoints the candidate, returns the per-case table and the delta against the best "
             "so far. Costs one runner session: ~1 s per case on a GPU (a few s on the CPU "
             "interpreter, where timings are not meaningful). Progress per case. Command tasks run "
-            "their objective command instead. Next: guarded_final_verify on a new best, "
+            "their dev objective command instead (warmup/repeats/cases only where the command "
+            "takes them; a failure's reason quotes its JSON error fields). Next: "
+            "guarded_final_verify on a new best, "
             "numerical_probe on a failure."
         ),
         input_model=ObjectiveIn,

@@ -1,11 +1,14 @@
-"""run_objective for command tasks: any folder with a task.md and an objective command that
-prints JSON with a score key (e.g. `python3 verifier.py --json --mode final`, key `best_us`).
+"""run_objective for command tasks: the task's dev objective, a command printing JSON with a
+score key (e.g. `{python} benchmark.py --json --mode dev`, key `best_us`).
 
-The command runs through the launcher's executor under a GPU lock (it may time the GPU), in the
-workspace itself on the local executor, or in a synced copy of it (without `.harnesslab/`) on a
-remote one. Its JSON is parsed, the score recorded in the ledger with the task's direction
-(lower or higher is better), and the candidate checkpointed, so rank_history and
-restore_best_checkpoint work on command tasks as on kernel tasks.
+The command runs through the launcher's executor under a GPU lock (it may time the GPU), inside
+the sandbox, in the workspace itself on the local executor, or in a synced copy of it (without
+`.harnesslab/`) on a remote one. run_objective's warmup/repeats/cases fill its {warmup}
+{repeats} {cases} placeholders (an argument it has no placeholder for is an error, not ignored).
+Its JSON is parsed, the score recorded in the ledger with the objective's direction, and the
+candidate checkpointed, so rank_history and restore_best_checkpoint work on command tasks as on
+kernel tasks. This is the agent's feedback (its own files, its own text in the reason); the
+verdict is the final objective's (tools/command_verify.py).
 """
 
 from __future__ import annotations

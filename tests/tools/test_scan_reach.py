@@ -3,15 +3,17 @@ keep one for their own benchmark): a warning, unless the entry path or import-ti
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import anyio
 import pytest
 
-from harnesslab.tests.conftest_shared import make_launcher, make_settings, make_workspace
+from harnesslab.tests.conftest_shared import make_launcher, make_settings
 from harnesslab.tools.scan import scan_sources
-from harnesslab.tools.tasks import load_task
+from harnesslab.tools.tasks import load_task, tasks_root
 from harnesslab.tools.verify import guarded_verify
+from harnesslab.tools.workspace import init_workspace
 
 BASELINE = (load_task("rmsnorm_gate").workspace_template / "kernel.py").read_text()
 HELPER = """
@@ -61,9 +63,18 @@ def test_attack_patterns_in_an_unused_function_stay_rejects():
 
 
 def test_a_kernel_with_an_unused_helper_passes_guarded_verify(tmp_path: Path):
-    ws = make_workspace(tmp_path)
-    (ws.root / "kernel.py").write_text(BASELINE + HELPER)
+    # rmsnorm_gate with 2 hidden cases instead of 6: the verify costs a third.
+    task = tmp_path / "rmsnorm_small"
+    shutil.copytree(
+        tasks_root() / "rmsnorm_gate", task, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    toml = (
+        (task / "task.toml").read_text().replace('name = "rmsnorm_gate"', 'name = "rmsnorm_small"')
+    )
+    (task / "task.toml").write_text(toml.replace("count = 6", "count = 2"))
     settings = make_settings(tmp_path)
+    ws = init_workspace(str(task), tmp_path / "ws", settings)
+    (ws.root / "kernel.py").write_text(BASELINE + HELPER)
 
     async def go():
         launcher = make_launcher(tmp_path)
