@@ -36,8 +36,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.storage import atomic_write_json
-from harnesslab.tools.workspace import STATE, open_workspace
+from harnesslab.tools.state.storage import atomic_write_json
+from harnesslab.tools.state.workspace import STATE, open_workspace
 
 log = logging.getLogger("harnesslab.autopilot")
 

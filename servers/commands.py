@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.launcher import build_launcher
-from harnesslab.tools.objective import run_objective
+from harnesslab.tools.evaluation.objective import run_objective
+from harnesslab.tools.execution.launcher import build_launcher
+from harnesslab.tools.integrity.verdict_view import public_result, public_verdict
+from harnesslab.tools.integrity.verify import guarded_verify
+from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.skills import project_skills
-from harnesslab.tools.tasks import list_tasks
-from harnesslab.tools.verdict_view import public_result, public_verdict
-from harnesslab.tools.verify import guarded_verify
-from harnesslab.tools.workspace import init_workspace, open_workspace
+from harnesslab.tools.state.workspace import init_workspace, open_workspace
+from harnesslab.tools.task.spec import list_tasks
 
 from .cli import add_executor_args, command, run_async
 from .report import print_eval
@@ -174,7 +174,7 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
 
     verdict = run_async(go)
     # Without the operator's flag the output is what guarded_final_verify shows an agent: no
-    # hidden shape, no per-case time or bandwidth (tools/verdict_view.py says why).
+    # hidden shape, no per-case time or bandwidth (tools/integrity/verdict_view.py says why).
     reveal = args.reveal_cases
     if args.json:
         print(verdict.model_dump_json() if reveal else json.dumps(public_verdict(verdict)))

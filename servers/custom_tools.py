@@ -1,5 +1,5 @@
 """Custom tools of a generated server, bound to its MCPServer: the agent's `async def`s run in
-one sandboxed worker per server (tools/custom_host.py); this process never imports them.
+one sandboxed worker per server (tools/meta/custom_host.py); this process never imports them.
 
     worker = bind_custom_tools(server, tools, state, bundle_dir)   # in build_server
 
@@ -24,13 +24,13 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-from harnesslab.tools.custom_host import (
+from harnesslab.tools.errors import HarnesslabError, UsageError
+from harnesslab.tools.meta.custom_host import (
     CustomToolFailed,
     CustomWorker,
     ToolShape,
     public_signature,
 )
-from harnesslab.tools.errors import HarnesslabError, UsageError
 
 from .runtime import ServerState
 

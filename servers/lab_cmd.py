@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.lab import LabOptions, load_results, run_lab
-from harnesslab.tools.lab_report import build_report
-from harnesslab.tools.launcher import build_launcher
+from harnesslab.tools.execution.launcher import build_launcher
+from harnesslab.tools.lab.matrix import LabOptions, load_results, run_lab
+from harnesslab.tools.lab.report import build_report
 from harnesslab.tools.settings import Settings
 
 from .cli import add_executor_args, command, run_async

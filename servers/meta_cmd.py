@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.qualification import DEFAULT_TIMEOUT_S, qualify, template_for
+from harnesslab.tools.meta.qualification import DEFAULT_TIMEOUT_S, qualify, template_for
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import open_workspace
+from harnesslab.tools.state.workspace import open_workspace
 
 from .cli import add_executor_args, command, run_async
 from .serve_cmd import TOKEN_ENV, is_loopback

@@ -4,8 +4,8 @@ toolkit decides whether that server is fit for the next fresh session.
     server = build_meta_server(open_workspace(Path("ws"), settings), settings)
 
 Tools (DESIGN.md MUST names): generate_server, self_test_server, register_server, list_servers,
-quarantine_server. The work happens in tools/genserver.py, tools/qualification.py and
-tools/registry.py; this module validates, reports progress, records telemetry and shapes results.
+quarantine_server. The work happens in tools/meta/genserver.py, tools/meta/qualification.py and
+tools/meta/registry.py; this module validates, reports progress, records telemetry and shapes results.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from harnesslab.tools import registry
 from harnesslab.tools.errors import HarnesslabError, UsageError
-from harnesslab.tools.genserver import ServerSpec, ToolSpec, generate, parse_spec
-from harnesslab.tools.qualification import QualificationReport, qualify_workspace_server
+from harnesslab.tools.meta import registry
+from harnesslab.tools.meta.genserver import ServerSpec, ToolSpec, generate, parse_spec
+from harnesslab.tools.meta.qualification import QualificationReport, qualify_workspace_server
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.telemetry import CallStatus, Telemetry
-from harnesslab.tools.workspace import Workspace
+from harnesslab.tools.state.telemetry import CallStatus, Telemetry
+from harnesslab.tools.state.workspace import Workspace
 
 from .builtin import BUILTINS, check_presets
 
@@ -301,7 +301,7 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         .claude/skills and .agents/skills. Refused for a server that failed, was never
         qualified, or changed since it qualified. The running session does not see it; the
         next one does. Next: list_servers."""
-        from harnesslab.tools.loop_servers import settings_env
+        from harnesslab.tools.loop.servers import settings_env
 
         rec = registry.register(ws, name, env=settings_env(settings))
         return RegisterOut(

@@ -31,11 +31,11 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError, WithJsonSchema
 
 from harnesslab.tools.errors import HarnesslabError, UsageError
-from harnesslab.tools.launcher import Launcher, build_launcher
-from harnesslab.tools.objective import Progress
+from harnesslab.tools.evaluation.objective import Progress
+from harnesslab.tools.execution.launcher import Launcher, build_launcher
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.telemetry import CallStatus, Telemetry
-from harnesslab.tools.workspace import Workspace, open_workspace
+from harnesslab.tools.state.telemetry import CallStatus, Telemetry
+from harnesslab.tools.state.workspace import Workspace, open_workspace
 
 log = logging.getLogger("harnesslab.servers")
 

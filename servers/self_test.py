@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import init_workspace
+from harnesslab.tools.state.workspace import init_workspace
 
 Check = Callable[[dict[str, Any]], str]  # "" when the structured result is as expected
 

@@ -19,18 +19,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.client_setup import approve, client_status
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.projection import (
+from harnesslab.tools.meta.client_setup import approve, client_status
+from harnesslab.tools.meta.projection import (
     ServerEntry,
     render_codex_toml,
     render_mcp_json,
     write_codex_toml,
     write_mcp_json,
 )
+from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.skills import project_skills
-from harnesslab.tools.workspace import open_workspace
+from harnesslab.tools.state.workspace import open_workspace
 
 from .cli import add_executor_args, command, run_async
 
@@ -175,9 +175,9 @@ def _serve_generated_args(p: argparse.ArgumentParser) -> None:
     _serve_generated_args,
 )
 def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
-    from harnesslab.tools.genserver import check_server_py  # noqa: PLC0415
-    from harnesslab.tools.loop_servers import settings_env  # noqa: PLC0415
-    from harnesslab.tools.registry import load_registry, qualified_bundle  # noqa: PLC0415
+    from harnesslab.tools.loop.servers import settings_env  # noqa: PLC0415
+    from harnesslab.tools.meta.genserver import check_server_py  # noqa: PLC0415
+    from harnesslab.tools.meta.registry import load_registry, qualified_bundle  # noqa: PLC0415
 
     ws = open_workspace(args.workspace, settings)
     rec = load_registry(ws).servers.get(args.name)

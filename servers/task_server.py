@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from mcp.server.mcpserver import MCPServer
 
-from harnesslab.tools.tasks import KERNEL_TOOL_NAMES
+from harnesslab.tools.task.spec import KERNEL_TOOL_NAMES
 
 from .builtin import BUILTINS, ServerState, register_builtin
 

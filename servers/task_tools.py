@@ -9,19 +9,19 @@ from collections import Counter
 
 from mcp.server.mcpserver import Context
 
-from harnesslab.tools import workspace_files as wf
-from harnesslab.tools.command_task import run_command_objective
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.health import HealthReport, health_check
-from harnesslab.tools.history import HistoryPage, rank_history, restore_candidate
-from harnesslab.tools.objective import run_objective
-from harnesslab.tools.overview import Overview, overview
-from harnesslab.tools.probe import numerical_probe
-from harnesslab.tools.profile import ProfileReport, profile_kernel
-from harnesslab.tools.sweep import sweep
-from harnesslab.tools.verdict_view import public_verdict
-from harnesslab.tools.verify import guarded_verify
-from harnesslab.tools.workspace import STATE
+from harnesslab.tools.evaluation.command import run_command_objective
+from harnesslab.tools.evaluation.history import HistoryPage, rank_history, restore_candidate
+from harnesslab.tools.evaluation.objective import run_objective
+from harnesslab.tools.evaluation.overview import Overview, overview
+from harnesslab.tools.evaluation.probe import numerical_probe
+from harnesslab.tools.evaluation.profiling import ProfileReport, profile_kernel
+from harnesslab.tools.evaluation.sweep import sweep
+from harnesslab.tools.execution.health import HealthReport, health_check
+from harnesslab.tools.integrity.verdict_view import public_verdict
+from harnesslab.tools.integrity.verify import guarded_verify
+from harnesslab.tools.state import workspace_files as wf
+from harnesslab.tools.state.workspace import STATE
 
 from .runtime import BuiltinTool, ServerState, reporter
 from .task_models import (

@@ -40,5 +40,5 @@ def test_the_wheel_builds_without_setuptools_warnings_and_ships_the_task_files(t
         for rel in ("task.toml", "task.md", "reference.py", "workspace/kernel.py"):
             assert f"harnesslab/tasks/{task}/{rel}" in names, (task, rel)
     assert "harnesslab/skills/kernel-optimization/SKILL.md" in names
-    assert "harnesslab/tools/runner.py" in names and "harnesslab/servers/cli.py" in names
+    assert "harnesslab/tools/gpu/runner.py" in names and "harnesslab/servers/cli.py" in names
     assert not any("__pycache__" in n for n in names)

@@ -19,7 +19,7 @@ from mcp import Client, StdioServerParameters
 from harnesslab.servers.meta_server import build_meta_server
 from harnesslab.tests.conftest_shared import make_settings, make_workspace
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import Workspace
+from harnesslab.tools.state.workspace import Workspace
 
 pytestmark = pytest.mark.anyio
 

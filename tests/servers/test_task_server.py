@@ -23,8 +23,8 @@ from pydantic import BaseModel
 from harnesslab.servers.builtin import BUILTINS, BuiltinTool, register_builtin
 from harnesslab.servers.task_server import build_task_server
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.launcher import Launcher
-from harnesslab.tools.ledger import Ledger
+from harnesslab.tools.execution.launcher import Launcher
+from harnesslab.tools.state.ledger import Ledger
 
 from .support import (
     SMALL,

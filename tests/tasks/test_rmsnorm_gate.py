@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-from harnesslab.tools.tasks import TaskSpec, load_task
+from harnesslab.tools.task.spec import TaskSpec, load_task
 
 SPEC = load_task("rmsnorm_gate")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}

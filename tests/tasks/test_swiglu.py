@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harnesslab.tests.tasks.kernel_check import failures, interpret, load_reference, passes
-from harnesslab.tools.tasks import load_task
+from harnesslab.tools.task.spec import load_task
 
 SPEC = load_task("swiglu")
 REF = load_reference(SPEC)

@@ -20,8 +20,8 @@ from mcp import Client, StdioServerParameters
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.meta_server import build_meta_server
-from harnesslab.tools.loop_servers import turn_servers
-from harnesslab.tools.qualification import bundle_hash, default_bundle
+from harnesslab.tools.loop.servers import turn_servers
+from harnesslab.tools.meta.qualification import bundle_hash, default_bundle
 
 from .support import init_ws, settings_for, text_of
 

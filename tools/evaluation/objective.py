@@ -1,0 +1,272 @@
+"""run_objective's library half: evaluate the workspace as it is on the dev cases.
+
+snapshot editable files (content hash) -> stage -> runner on an executor slot -> ledger append
++ checkpoint -> EvalResult with the delta against the best so far.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from ..errors import UsageError
+from ..execution.launcher import Launcher, RunnerCall
+from ..state.checkpoints import Checkpoints
+from ..state.storage import append_jsonl
+from ..state.workspace import Workspace
+from ..task.spec import Case
+from .results import CaseResult, EnvInfo, EvalResult
+
+Progress = Callable[[float, float, str], Awaitable[None] | None]
+
+MAX_WARMUP, MAX_REPEATS = 100, 200
+
+
+def require_kernel_task(ws: Workspace, tool: str) -> None:
+    if ws.task.kind != "kernel":
+        raise UsageError(
+            f"{tool} works on kernel tasks; {ws.task.name!r} is a command task.",
+            next_step="use run_objective, rank_history and restore_best_checkpoint",
+        )
+
+
+def select_cases(ws: Workspace, names: list[str] | None) -> list[Case]:
+    if not names:
+        return list(ws.task.dev_cases)
+    return [ws.task.dev_case(n) for n in names]
+
+
+def check_bounds(warmup: int | None, repeats: int | None) -> None:
+    if warmup is not None and not 0 <= warmup <= MAX_WARMUP:
+        raise UsageError(f"warmup={warmup} is out of range.", next_step=f"use 0..{MAX_WARMUP}")
+    if repeats is not None and not 1 <= repeats <= MAX_REPEATS:
+        raise UsageError(f"repeats={repeats} is out of range.", next_step=f"use 1..{MAX_REPEATS}")
+
+
+def case_events_progress(total: int, progress: Progress | None):
+    done = [0]
+
+    async def on_event(ev: dict[str, Any]) -> None:
+        if ev.get("event") == "waiting" and progress is not None:
+            maybe = progress(done[0], total, str(ev.get("message")))
+            if maybe is not None:
+                await maybe
+        if ev.get("event") in ("case", "config", "probe") and progress is not None:
+            done[0] += 1
+            if ev.get("event") == "case" and "name" not in ev:  # a hidden case: index only
+                label = f"case {done[0]} of {total}"
+            else:
+                label = ev.get("name") or ev.get("probe") or f"config {ev.get('index')}"
+            maybe = progress(done[0], total, f"{label}: {ev.get('status', '')}")
+            if maybe is not None:
+                await maybe
+
+    return on_event
+
+
+def to_eval_result(
+    call: RunnerCall,
+    cases: list[Case],
+    *,
+    candidate: str,
+    config: dict[str, Any],
+    mode: str,
+    seed: int,
+) -> EvalResult:
+    """Turn a runner call into an EvalResult. A killed runner still yields every case: the ones
+    it finished from its streamed events, the rest as timeouts."""
+    res = call.result
+    if res is not None and "cases" in res:
+        case_rows = res["cases"]
+    else:
+        finished = {ev["name"]: ev for ev in call.events if ev.get("event") == "case"}
+        why = "timeout: the runner was killed" if call.timed_out else call.failure()
+        case_rows = [
+            finished.get(c.name)
+            or {
+                "name": c.name,
+                "dtype": c.dtype,
+                "shape": c.shape,
+                "passed": False,
+                "status": "timeout" if call.timed_out else "error",
+                "reason": why,
+            }
+            for c in cases
+        ]
+    rows = [
+        CaseResult.model_validate({k: v for k, v in r.items() if k != "event"}) for r in case_rows
+    ]
+    passed = bool(rows) and all(r.passed for r in rows)
+    env = EnvInfo.model_validate((res or {}).get("env") or {})
+    status: Literal["passed", "failed", "error"]
+    if res is None:
+        reason = call.failure()
+        status = "failed"
+    elif res.get("status") == "error" and "cases" not in res:
+        reason, status = res.get("reason", "runner error"), "error"
+    else:
+        reason = res.get("reason", "")
+        status = "passed" if passed else "failed"
+    score = sum(r.median_us for r in rows if r.median_us is not None) if passed else None
+    if passed and any(r.median_us is None for r in rows):
+        score = None
+    return EvalResult(
+        status=status,
+        score_us=score,
+        meaningful=env.meaningful,
+        reason=reason,
+        cases=rows,
+        candidate=candidate,
+        config=config,
+        mode=mode,
+        geomean_pct_of_copy_bw=(res or {}).get("geomean_pct_of_copy_bw"),
+        copy_gbps=(res or {}).get("copy_gbps"),
+        env=env,
+        seed=seed,
+        wall_s=call.wall_s,
+    )
+
+
+def record(
+    ws: Workspace,
+    result: EvalResult,
+    files: dict[str, bytes],
+    *,
+    case_set: str,
+    hidden: list[dict[str, Any]] | None = None,
+) -> EvalResult:
+    """Ledger append + checkpoint + best pointer (all in the trusted store); fills best/delta
+    fields of `result`. The best compared with is the best on the same `case_set`. `hidden`:
+    per-case results with their hidden shapes (final runs), kept in the store only."""
+    ws.ensure_exists()  # a workspace deleted mid-run is not recreated by the writes below
+    ledger = ws.ledger()
+    ckpt = Checkpoints(ws)
+    best_before = ledger.best(result.mode, case_set=case_set)
+    digest = ckpt.save(files)
+    rec = ledger.append(
+        {
+            "mode": result.mode,
+            "candidate": digest,
+            "config": result.config,
+            "status": result.status,
+            "score": result.score_us,
+            "meaningful": result.meaningful,
+            "case_set": case_set,
+            "cases": [c.model_dump(exclude_none=True) for c in result.cases],
+            "reason": result.reason,
+            "device": result.env.device,
+            "host": result.env.host,
+            "gpu_index": result.env.gpu_index,
+            "versions": {
+                "torch": result.env.torch,
+                "triton": result.env.triton,
+                "cuda": result.env.cuda,
+            },
+            "seed": result.seed,
+            "geomean_pct_of_copy_bw": result.geomean_pct_of_copy_bw,
+        }
+    )
+    result.record_id = rec["id"]
+    if hidden is not None:
+        append_jsonl(
+            ws.store.hidden_results_path,
+            {"record": rec["id"], "case_set": case_set, "candidate": digest, "cases": hidden},
+        )
+    if best_before is not None:
+        result.best_score_us = best_before["score"]
+    if result.status == "passed" and result.score_us is not None:
+        if best_before is None or ledger.better(result.score_us, best_before["score"]):
+            result.is_new_best = True
+            ckpt.set_best(result.mode, digest, result.score_us, rec["id"], case_set=case_set)
+        if best_before is not None and best_before["score"]:
+            result.delta_vs_best_pct = (
+                100.0 * (result.score_us - best_before["score"]) / best_before["score"]
+            )
+    return result
+
+
+def kernel_request(
+    ws: Workspace,
+    launcher: Launcher,
+    files: dict[str, bytes],
+    digest: str,
+    mode: str,
+    *,
+    cases: list[Case] | None = None,
+    seed: int | None = None,
+    warmup: int | None = None,
+    repeats: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The runner request for the candidate `files` (staged under their hash): one shape for
+    every mode, so what the runner sees never depends on which tool asked."""
+    staged = launcher.stage_candidate(files, digest)
+    request: dict[str, Any] = {
+        "mode": mode,
+        "candidate_dir": f"@stage/{staged}",
+        "entry": ws.task.entry,
+        "config_file": ws.task.config_file,
+        "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
+        **extra,
+    }
+    if cases is not None:
+        request["cases"] = [c.model_dump() for c in cases]
+    if seed is not None:
+        request["seed"] = seed
+    if warmup is not None:
+        request["warmup"] = warmup
+    if repeats is not None:
+        request["repeats"] = repeats
+    return request
+
+
+async def run_objective(
+    ws: Workspace,
+    launcher: Launcher,
+    *,
+    cases: list[str] | None = None,
+    warmup: int | None = None,
+    repeats: int | None = None,
+    seed: int | None = None,
+    progress: Progress | None = None,
+    save: bool = True,
+) -> EvalResult:
+    """Evaluate the workspace on dev cases (all, or `cases` by name)."""
+    require_kernel_task(ws, "run_objective on the runner")
+    check_bounds(warmup, repeats)
+    files = ws.editable_files()
+    config = ws.read_config()
+    selected = select_cases(ws, cases)
+    digest = ws.candidate_hash(files)
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    request = kernel_request(
+        ws,
+        launcher,
+        files,
+        digest,
+        "evaluate",
+        cases=selected,
+        seed=seed,
+        warmup=warmup,
+        repeats=repeats,
+    )
+    call = await launcher.call(
+        request, task=ws.task, on_event=case_events_progress(len(selected), progress)
+    )
+    result = to_eval_result(call, selected, candidate=digest, config=config, mode="dev", seed=seed)
+    if save:
+        case_set = "all" if not cases else ",".join(sorted(cases))
+        record(ws, result, files, case_set=case_set)
+    return result
+
+
+__all__ = [
+    "check_bounds",
+    "kernel_request",
+    "record",
+    "require_kernel_task",
+    "run_objective",
+    "select_cases",
+    "to_eval_result",
+]
