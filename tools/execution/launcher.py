@@ -23,6 +23,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import EnvironmentProblem, ExecutorError
+from ..gpu import STAGED
 from ..settings import Settings
 from ..task.spec import TaskSpec
 from .executor import Executor, InteractiveProcess, LocalExecutor
@@ -34,16 +35,7 @@ EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 # The harness staged to the GPU host (stage/harness/), hash-checked against this package on
 # every call: the runner, the sandbox every agent-code process runs in, and the guarded
 # verify's trusted parent (guard*.py), candidate process (guard_child.py) and replayer.
-RUNNER_FILES = (
-    "runner.py",
-    "sandbox.py",
-    "wire.py",
-    "cudadrv.py",
-    "guard.py",
-    "guard_gpu.py",
-    "guard_child.py",
-    "replay.py",
-)
+RUNNER_FILES = STAGED
 HARNESS = "harness"
 # Modes that import agent code run inside the sandbox; "verify" is the trusted parent, which
 # sandboxes its own children.

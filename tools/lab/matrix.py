@@ -24,10 +24,11 @@ from pydantic import BaseModel, Field
 from ..errors import EnvironmentProblem, ExecutorError, UsageError
 from ..execution.executor import LocalExecutor
 from ..execution.launcher import Launcher
+from ..gpu import LAB
 from ..state.storage import atomic_write_text
 from ..task.spec import load_task, tasks_root
 
-LAB_FILES = ("runner.py", "lab.py", "ncu.py")
+LAB_FILES = LAB
 SCHEMA = "harnesslab.lab/1"
 # Startup, the copy-bandwidth measurement and a profiler run that overruns its share.
 MARGIN_S = 180.0
