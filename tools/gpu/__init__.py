@@ -10,6 +10,9 @@ guard.py, guard_gpu.py and replay.py are the guarded verify's trusted side; guar
 candidate's process.
 """
 
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parent  # the host runs sandbox.py from here, wire.py by path
 STAGED = (
     "runner.py",
     "sandbox.py",
@@ -22,4 +25,4 @@ STAGED = (
 )
 LAB = ("runner.py", "lab.py", "ncu.py")
 
-__all__ = ["LAB", "STAGED"]
+__all__ = ["FOLDER", "LAB", "STAGED"]

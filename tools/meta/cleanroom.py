@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from .. import gpu
 from ..errors import UsageError
 from ..execution.executor import inherited_env, terminate_group
 from ..settings import Settings
@@ -118,7 +119,7 @@ def kill_marked(token: str, *, rounds: int = 5) -> list[int]:
 
 # -- the sandbox around the agent's own processes in a clean room ------------------------------
 
-SANDBOX_PY = Path(__file__).resolve().with_name("sandbox.py")
+SANDBOX_PY = gpu.FOLDER / "sandbox.py"
 # What the toolkit's own code needs to be imported inside the sandbox (its folders, wherever
 # the installation put them: site-packages, or the source tree of an editable install).
 TOOLKIT_PACKAGES = (

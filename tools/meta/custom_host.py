@@ -37,14 +37,14 @@ from typing import Any, Literal, Union
 
 import anyio
 
+from .. import gpu
 from ..errors import EnvironmentProblem, HarnesslabError, UsageError
 from ..gpu import wire
 
 HERE = Path(__file__).resolve().parent
-GPU = HERE.parent / "gpu"  # the sandbox and the framing, staged to GPU hosts too
-SANDBOX_PY = GPU / "sandbox.py"
+SANDBOX_PY = gpu.FOLDER / "sandbox.py"
 WORKER_PY = HERE / "custom_worker.py"
-WIRE_PY = GPU / "wire.py"
+WIRE_PY = gpu.FOLDER / "wire.py"
 # The one value the server fills in; `state` (the server's own objects) cannot cross.
 INJECTED = "workspace"
 REFUSED = "state"
