@@ -29,14 +29,14 @@ if TYPE_CHECKING:
     from .errors import HarnesslabError
     from .evaluation import (
         numerical_probe,
-        overview,
         profile_kernel,
         rank_history,
         restore_candidate,
         run_objective,
-        sweep,
     )
     from .evaluation.command import run_command_objective
+    from .evaluation.overview import overview
+    from .evaluation.sweep import sweep
     from .execution import Launcher, build_launcher, health_check
     from .integrity import guarded_verify, public_verdict
     from .settings import Settings
@@ -56,14 +56,14 @@ _NAMES = {
     "load_task": "task",
     "numerical_probe": "evaluation",
     "open_workspace": "state",
-    "overview": "evaluation",
+    "overview": "evaluation.overview",
     "profile_kernel": "evaluation",
     "public_verdict": "integrity",
     "rank_history": "evaluation",
     "restore_candidate": "evaluation",
     "run_command_objective": "evaluation.command",
     "run_objective": "evaluation",
-    "sweep": "evaluation",
+    "sweep": "evaluation.sweep",
 }
 __getattr__, __dir__ = lazy_surface(__name__, _NAMES)
 
