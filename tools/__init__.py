@@ -118,7 +118,6 @@ MOVED = {
     "secrets_store": "state.secrets_store",
     "skills": "meta.skills",
     "ssh": "execution.ssh",
-    "ssh_health": "execution.ssh_health",
     "ssh_pool": "execution.ssh_pool",
     "storage": "state.storage",
     "sweep": "evaluation.sweep",

@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     worker_max_calls: int = Field(
         default=50, ge=1, description="Restart a warm worker after this many calls (leaks, caches)."
     )
+    executor: str = Field(
+        default="",
+        description="Executor backend: local, ssh, or another registered one "
+        "(tools/execution/backends.py); empty: ssh when gpu_host is set, else local.",
+    )
     # Remote GPU host (SSH executor). Empty gpu_host means the local executor.
     gpu_host: str = Field(
         default="",

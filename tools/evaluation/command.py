@@ -19,7 +19,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..execution.executor import LocalExecutor
 from ..execution.launcher import Launcher, sandbox_level
 from ..state.checkpoints import Checkpoints
 from ..state.workspace import STATE, Workspace
@@ -105,7 +104,7 @@ async def run_command_objective(
     await _report(progress, 0, 1, f"running `{task.objective}` on {executor.host}")
     started = time.perf_counter()
     async with launcher.hold(slot):
-        if isinstance(executor, LocalExecutor):
+        if executor.on_this_machine:
             cwd = str(ws.root)
         else:
             local = launcher.settings.state_dir / "command_stage" / task.name

@@ -61,11 +61,9 @@ def _local_sandbox() -> str:
 
 
 def protections(ws: Workspace, launcher: Launcher) -> Protections:
-    from ..execution.executor import LocalExecutor  # noqa: PLC0415
-
     level = (launcher.last_env or {}).get("sandbox")
     if not isinstance(level, str) or level not in ("full", "partial", "none"):
-        local = all(isinstance(ex, LocalExecutor) for ex in launcher.executors)
+        local = all(ex.on_this_machine for ex in launcher.executors)
         level = _local_sandbox() if local else "unknown"
     state = launcher.settings.state_dir.expanduser().resolve()
     outside = not (state == ws.root or ws.root in state.parents)

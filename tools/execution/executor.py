@@ -1,8 +1,11 @@
 """Executors run commands where the GPU is: the local machine or a remote host over SSH.
 
-One interface (`Executor`), several backends. Every command runs in its own process group;
-a timeout or a cancel kills the whole group (TERM, then KILL after a grace period). Files reach
-the executor through `sync_tree` (only changed files travel) before a command refers to them.
+One interface (`Executor`), several backends (execution/backends.py names them; README.md here
+says how to add one; tests/tools/execution/test_executor_contract.py is what every backend
+passes). Every command runs in its own process group; a timeout or a cancel kills the whole
+group (TERM, then KILL after a grace period). Files reach the executor through `sync_tree` (only
+changed files travel) before a command refers to them. Callers use only this interface: no
+backend is ever probed with isinstance or getattr.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from anyio.abc import Process
 from pydantic import BaseModel, Field
 
 from ..errors import ExecutorError
+from ..settings import Settings
+from .health import HostHealth, probe_host
 
 KILL_GRACE_S = 2.0
 LineSink = Callable[[str], Awaitable[None] | None]
@@ -47,6 +52,29 @@ class Executor(ABC):
     host: str = "local"
     # Commands that can run here at once (None: no bound beside the host's own resources).
     max_parallel: int | None = None
+    # Whether this executor's paths are this machine's: a command task's objective then runs
+    # in the workspace itself, the GPU lock is a flock here (tools/execution/gpu_lock.py), and
+    # the sandbox that applies is this machine's.
+    on_this_machine: bool = False
+
+    def python(self, settings: Settings) -> str:
+        """The interpreter that runs the harness on this executor."""
+        return settings.remote_python
+
+    async def connect(self) -> None:  # noqa: B027 - optional hook
+        """Open a connection and resolve the root folder (before `path`); raises
+        ExecutorError. Backends with nothing to open keep this no-op."""
+
+    async def health(
+        self, *, python: str, min_free_disk_gb: float = 1.0, python_probe: bool = True
+    ) -> HostHealth:
+        """Reachability, latency, Python/torch/triton/CUDA, free disk and GPUs of this host,
+        through `run` (tools/execution/health.py). Costs a few seconds with `python_probe` (a
+        torch import there). Never raises for the expected failures: they come back classified
+        in `problems` (kind + next step)."""
+        return await probe_host(
+            self, python=python, min_free_disk_gb=min_free_disk_gb, python_probe=python_probe
+        )
 
     @abstractmethod
     async def run(
@@ -198,6 +226,13 @@ class LocalExecutor(Executor):
 
     name = "local"
     host = "local"
+    on_this_machine = True
+
+    def python(self, settings: Settings) -> str:
+        return settings.python
+
+    async def connect(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -30,7 +30,7 @@ import anyio
 
 from ..errors import ExecutorError
 from ..settings import Settings
-from .executor import Executor, InteractiveProcess, LocalExecutor
+from .executor import Executor, InteractiveProcess
 
 log = logging.getLogger(__name__)
 
@@ -214,11 +214,11 @@ async def hold_gpu(
 ) -> AsyncIterator[None]:
     """Hold GPU `gpu_index` of `executor`'s host against every other process that takes this
     lock; `on_wait` hears once why it waits."""
-    if isinstance(executor, LocalExecutor):
+    if executor.on_this_machine:
         async with _local(lock_path(settings, executor.host, gpu_index), gpu_index, on_wait):
             yield
     else:
-        async with _remote(executor, settings.remote_python, gpu_index, on_wait):
+        async with _remote(executor, executor.python(settings), gpu_index, on_wait):
             yield
 
 

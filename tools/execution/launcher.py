@@ -26,6 +26,7 @@ from ..errors import EnvironmentProblem, ExecutorError
 from ..gpu import STAGED
 from ..settings import Settings
 from ..task.spec import TaskSpec
+from .backends import build_executors
 from .executor import Executor, InteractiveProcess, LocalExecutor
 from .gpu_lock import OnWait, held_channels, hold_gpu
 
@@ -142,7 +143,7 @@ class Launcher:
             return self.settings.interpret == "always"
         if self.last_env is not None:
             return bool(self.last_env.get("interpret"))
-        local = all(isinstance(ex, LocalExecutor) for ex in self.executors)
+        local = all(ex.on_this_machine for ex in self.executors)
         return local and shutil.which("nvidia-smi") is None
 
     @property
@@ -288,9 +289,7 @@ class Launcher:
         does `fresh=True` (the guarded verify)."""
         slot = slot or self.pick()
         timeout_s = timeout_s or self.settings.eval_timeout_s
-        connect = getattr(slot.executor, "connect", None)
-        if connect is not None:  # remote executors resolve their root folder on connect
-            await connect()
+        await slot.executor.connect()  # remote executors resolve their root folder here
         self._stage_common(task)
         req = json.loads(json.dumps(request))
         mode = str(req.get("mode", "evaluate"))
@@ -401,9 +400,7 @@ class Launcher:
             yield
 
     def _python(self, slot: Slot) -> str:
-        if isinstance(slot.executor, LocalExecutor):
-            return self.settings.python
-        return self.settings.remote_python
+        return slot.executor.python(self.settings)
 
     async def _call_worker(
         self,
@@ -495,14 +492,9 @@ class Launcher:
 
 
 def build_launcher(settings: Settings) -> Launcher:
-    """Local executor by default; SSH executors (one per host) when settings.gpu_host is set."""
-    if not settings.gpu_host:
-        return Launcher(settings)
-    # asyncssh is imported only when a GPU host is configured.
-    from .ssh import SSHExecutor  # noqa: PLC0415
-    from .ssh_pool import targets_from_settings  # noqa: PLC0415
-
-    return Launcher(settings, [SSHExecutor(t) for t in targets_from_settings(settings)])
+    """The launcher over the executors of the configured backend (tools/execution/backends.py):
+    local by default, SSH (one executor per host) when settings.gpu_host is set."""
+    return Launcher(settings, build_executors(settings))
 
 
 __all__ = ["Launcher", "RunnerCall", "Slot", "build_launcher", "runner_digest", "runner_source"]

@@ -16,7 +16,6 @@ import json
 import logging
 import posixpath
 import shlex
-import statistics
 import tarfile
 import time
 import uuid
@@ -36,7 +35,6 @@ from .executor import (
     LineSink,
     emit_line,
 )
-from .ssh_health import GpuInfo, HealthProblem, RemoteHealth, probe_health
 from .ssh_pool import ConnectionPool, PooledConnection, SSHTarget
 
 logger = logging.getLogger(__name__)
@@ -393,25 +391,7 @@ class SSHExecutor(Executor):
             raise _sync_error(self.host, remote_dir, applied)
         return send
 
-    # -- health and shutdown --------------------------------------------------------------
-
-    async def health(
-        self, *, remote_python: str = "python3", min_free_disk_gb: float = 1.0
-    ) -> RemoteHealth:
-        """Reachability, latency, Python/torch/triton/CUDA, free disk and GPUs of this host.
-
-        Costs a few seconds (the torch import on the host). Never raises for the expected
-        failures: they come back classified in `problems` (kind + next step)."""
-        return await probe_health(self, remote_python, min_free_disk_gb)
-
-    async def latency_ms(self, samples: int = 3) -> float:
-        """Median round trip of `true` through the full command path, in milliseconds."""
-        times = []
-        for _ in range(samples):
-            t0 = time.perf_counter()
-            await self.run(["true"], timeout_s=30)
-            times.append((time.perf_counter() - t0) * 1000)
-        return statistics.median(times)
+    # -- shutdown --------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Kill every command still running here, then close the connections."""
@@ -597,9 +577,6 @@ def _setup_error(target: SSHTarget, root: str, stderr: str) -> ExecutorError:
 
 __all__ = [
     "MANIFEST",
-    "GpuInfo",
-    "HealthProblem",
-    "RemoteHealth",
     "SSHExecutor",
     "SSHInteractive",
     "SSHTarget",

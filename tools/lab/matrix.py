@@ -22,7 +22,6 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..errors import EnvironmentProblem, ExecutorError, UsageError
-from ..execution.executor import LocalExecutor
 from ..execution.launcher import Launcher
 from ..gpu import LAB
 from ..state.storage import atomic_write_text
@@ -108,18 +107,12 @@ async def run_lab(
     tasks = kernel_task_names(opts.tasks)
     slot = launcher.pick()
     executor = slot.executor
-    connect = getattr(executor, "connect", None)
-    if connect is not None:
-        await connect()
+    await executor.connect()
     local = launcher.stage.parent / "lab" / "tree"
     remote = executor.path("lab", "tree")
     run_id = uuid.uuid4().hex[:12]
     remote_out = executor.path("lab", "out", run_id)
-    python = (
-        launcher.settings.python
-        if isinstance(executor, LocalExecutor)
-        else launcher.settings.remote_python
-    )
+    python = executor.python(launcher.settings)
     argv = lab_argv(python, remote, remote_out, opts, launcher.settings.interpret, tasks)
     env = {"CUDA_VISIBLE_DEVICES": str(slot.gpu_index), "PYTHONUNBUFFERED": "1"}
 

@@ -1,4 +1,6 @@
-"""The SSH executor against a real OpenSSH sshd and the in-process asyncssh server.
+"""The SSH executor against a real OpenSSH sshd and the in-process asyncssh server: what only
+SSH has (targets, connection pool, host keys, reconnects, sync deletions); what every backend
+does is in test_executor_contract.py.
 
 Remote and local are the same machine here, so tests check remote effects (files, processes)
 directly. Every wait is bounded; process checks ignore zombies (a container's init may never
@@ -11,7 +13,6 @@ import os
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 
 import anyio
@@ -98,106 +99,6 @@ def test_settings_give_one_target_per_host() -> None:
 
 
 # -- commands -----------------------------------------------------------------------------
-
-
-@pytest.mark.anyio
-async def test_run_returns_output_exit_code_and_passes_stdin_cwd_env(ssh_host: SSHHost) -> None:
-    async with executor(ssh_host.target()) as ex:
-        with anyio.fail_after(20):
-            done = await ex.run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout_s=10)
-            fed = await ex.run(
-                ["sh", "-c", 'cat; pwd; echo "$HL_X"'],
-                cwd="/tmp",
-                env={"HL_X": "it's x"},
-                stdin=b"in\n",
-                timeout_s=10,
-            )
-    assert (done.exit_code, done.stdout, done.stderr, done.timed_out) == (
-        3,
-        "out\n",
-        "err\n",
-        False,
-    )
-    assert done.host == ssh_host.target().label
-    assert fed.stdout == "in\n/tmp\nit's x\n"
-
-
-@pytest.mark.anyio
-async def test_run_streams_stdout_lines_to_on_line(ssh_host: SSHHost) -> None:
-    lines: list[str] = []
-    async with executor(ssh_host.target()) as ex:
-        with anyio.fail_after(20):
-            done = await ex.run(["printf", "a\\nb\\nc"], timeout_s=10, on_line=lines.append)
-    assert lines == ["a", "b", "c"] and done.stdout == "a\nb\nc"
-
-
-@pytest.mark.anyio
-async def test_started_process_talks_in_lines_and_kill_ends_its_group(ssh_host: SSHHost) -> None:
-    pgfile = ssh_host.remote_dir / f"worker-{os.getpid()}.pgid"
-    pgfile.unlink(missing_ok=True)
-    log = ssh_host.remote_dir / f"worker-{os.getpid()}.log"
-    script = (
-        f"ps -o pgid= -p $$ > {pgfile}; echo ready; echo to-log >&2; sleep 300 &\n"
-        'while read -r line; do echo "got $line"; [ "$line" = quit ] && exit 3; done'
-    )
-    async with executor(ssh_host.target(), max_connections=1) as ex:
-        with anyio.fail_after(20):
-            worker = await ex.start(["sh", "-c", script], stderr_path=str(log))
-            assert await worker.receive_line() == "ready"
-            await worker.send_line("one")
-            assert await worker.receive_line() == "got one"
-            pgid = await read_pgid(pgfile)
-            assert ex.pool.live()[0].active == 1  # a worker holds one command channel
-            await worker.kill()
-            await worker.kill()  # twice is fine
-            await wait_until(lambda: not live_group(pgid), 5)
-            assert ex.pool.live()[0].active == 0
-            assert log.read_text() == "to-log\n"
-            crashing = await ex.start(["sh", "-c", script])
-            assert await crashing.receive_line() == "ready"
-            await crashing.send_line("quit")
-            assert await crashing.receive_line() == "got quit"
-            assert await crashing.receive_line() is None  # it died: end of stream
-            await crashing.kill()
-
-
-@pytest.mark.anyio
-async def test_missing_program_or_cwd_is_a_remote_env_error(ssh_host: SSHHost) -> None:
-    async with executor(ssh_host.target()) as ex:
-        with anyio.fail_after(20):
-            with pytest.raises(ExecutorError) as program:
-                await ex.run(["hl-no-such-program"], timeout_s=10)
-            with pytest.raises(ExecutorError) as cwd:
-                await ex.run(["true"], cwd="/hl-no-such-dir", timeout_s=10)
-    assert (program.value.kind, program.value.started) == ("remote_env", False)
-    assert (cwd.value.kind, cwd.value.started) == ("remote_env", False)
-
-
-@pytest.mark.anyio
-async def test_timeout_kills_the_remote_process_group(ssh_host: SSHHost) -> None:
-    argv, pgfile = sleepers(ssh_host, "timeout")
-    async with executor(ssh_host.target()) as ex:
-        with anyio.fail_after(20):
-            result = await ex.run(argv, timeout_s=1.0)
-    assert result.timed_out and result.exit_code is None
-    pgid = int(pgfile.read_text())
-    await wait_until(lambda: not live_group(pgid), 5)
-
-
-@pytest.mark.anyio
-async def test_cancel_kills_the_remote_process_group(ssh_host: SSHHost) -> None:
-    argv, pgfile = sleepers(ssh_host, "cancel")
-    async with executor(ssh_host.target()) as ex:
-        with anyio.fail_after(20):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(partial(ex.run, argv, timeout_s=120))
-                pgid = await read_pgid(pgfile)
-                assert live_group(pgid)
-                tg.cancel_scope.cancel()
-        await wait_until(lambda: not live_group(pgid), 5)
-        # the connection stays usable after a cancel
-        with anyio.fail_after(10):
-            assert (await ex.run(["echo", "ok"], timeout_s=10)).stdout == "ok\n"
 
 
 @pytest.mark.anyio
@@ -418,27 +319,10 @@ async def test_explicit_jump_host_carries_the_connection(openssh_server: SshdSer
 
 
 @pytest.mark.anyio
-async def test_health_reports_a_host_without_torch_classified(openssh_server: SshdServer) -> None:
-    python = openssh_server.remote_dir / "python-without-site"
-    python.write_text('#!/bin/sh\nexec python3 -S "$@"\n')  # -S: no site-packages, no torch
-    python.chmod(0o755)
-    async with executor(openssh_server.target()) as ex:
-        with anyio.fail_after(60):
-            report = await ex.health(remote_python=str(python))
-    assert report.reachable and report.latency_ms is not None and report.latency_ms > 0
-    assert report.python_version and report.torch_version is None
-    assert report.disk_free_gb is not None and report.disk_free_gb > 0
-    torch = [p for p in report.problems if "torch" in p.message]
-    assert torch and torch[0].kind == "remote_env" and torch[0].next_step
-    assert report.nvidia_smi or report.gpus == []
-    assert not report.ok
-
-
-@pytest.mark.anyio
 async def test_health_of_an_unreachable_host_comes_back_classified() -> None:
     target = SSHTarget(host="127.0.0.1", port=free_port(), ssh_config=None, remote_root="/tmp/x")
     async with executor(target) as ex:
         with anyio.fail_after(20):
-            report = await ex.health()
+            report = await ex.health(python="python3")
     assert not report.reachable and report.error_kind == "unreachable"
     assert report.problems[0].next_step
