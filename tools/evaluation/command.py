@@ -20,9 +20,8 @@ from pydantic import BaseModel, Field
 
 from ..errors import UsageError
 from ..execution.launcher import Launcher, sandbox_level
-from ..state.checkpoints import Checkpoints
 from ..state.workspace import STATE, Workspace
-from .objective import Progress
+from .objective import Progress, record_run
 
 MAX_OUTPUT_KEYS = 40
 COMMAND_CASE_SET = "command"  # a command task's objective is one fixed case set
@@ -164,38 +163,26 @@ async def run_command_objective(
 
 
 def record_command_run(ws: Workspace, run: CommandRun, files: dict[str, bytes]) -> CommandRun:
-    """Ledger append + checkpoint + best pointer, with the task's direction of better."""
-    ws.ensure_exists()  # a workspace deleted mid-run is not recreated by the ledger write
-    ledger = ws.ledger()
-    ckpt = Checkpoints(ws)
-    best_before = ledger.best(run.mode, case_set=COMMAND_CASE_SET)
-    digest = ckpt.save(files)
-    rec = ledger.append(
-        {
-            "mode": run.mode,
-            "candidate": digest,
-            "config": {},
-            "status": run.status,
-            "score": run.score,
-            "score_key": run.score_key,
-            "meaningful": True,
-            "case_set": COMMAND_CASE_SET,
-            "reason": run.reason,
-            "device": run.host,
-            "output": run.output,
-        }
+    """A command run's record (objective.record_run), with the task's direction of better."""
+    entry = {
+        "config": {},
+        "score_key": run.score_key,
+        "meaningful": True,
+        "reason": run.reason,
+        "device": run.host,
+        "output": run.output,
+    }
+    done = record_run(
+        ws,
+        files,
+        entry,
+        mode=run.mode,
+        case_set=COMMAND_CASE_SET,
+        status=run.status,
+        score=run.score,
     )
-    run.record_id = rec["id"]
-    if best_before is not None:
-        run.best_score = best_before["score"]
-    if run.status == "passed" and run.score is not None:
-        if best_before is None or ledger.better(run.score, best_before["score"]):
-            run.is_new_best = True
-            ckpt.set_best(run.mode, digest, run.score, rec["id"], case_set=COMMAND_CASE_SET)
-        if best_before is not None and best_before["score"]:
-            run.delta_vs_best_pct = (
-                100.0 * (run.score - best_before["score"]) / best_before["score"]
-            )
+    run.record_id, run.best_score = done.record_id, done.best_score
+    run.delta_vs_best_pct, run.is_new_best = done.delta_vs_best_pct, done.is_new_best
     return run
 
 

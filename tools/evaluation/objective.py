@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ..errors import UsageError
 from ..execution.launcher import Launcher, RunnerCall
+from ..gpu.runner import score_of
 from ..state.checkpoints import Checkpoints
 from ..state.storage import append_jsonl
 from ..state.workspace import Workspace
@@ -108,9 +109,7 @@ def to_eval_result(
     else:
         reason = res.get("reason", "")
         status = "passed" if passed else "failed"
-    score = sum(r.median_us for r in rows if r.median_us is not None) if passed else None
-    if passed and any(r.median_us is None for r in rows):
-        score = None
+    score = score_of([r.median_us for r in rows], passed)
     return EvalResult(
         status=status,
         score_us=score,
@@ -128,6 +127,62 @@ def to_eval_result(
     )
 
 
+class Recorded(NamedTuple):
+    """What recording one scored run decided (against the best on its case set before it)."""
+
+    record_id: str
+    best_score: float | None
+    delta_vs_best_pct: float | None
+    is_new_best: bool
+
+
+def record_run(
+    ws: Workspace,
+    files: dict[str, bytes],
+    entry: dict[str, Any],
+    *,
+    mode: str,
+    case_set: str,
+    status: str,
+    score: float | None,
+    hidden: list[dict[str, Any]] | None = None,
+) -> Recorded:
+    """The one record path of every scored run (kernel and command tasks): checkpoint the
+    files, append the ledger record (`entry` plus mode, candidate, status, score, case set), and
+    move the best pointer when a passing score beats the best on the same `case_set` in the
+    task's direction (all in the trusted store). `hidden`: per-case results with their hidden
+    shapes (final runs), kept in the store only."""
+    ws.ensure_exists()  # a workspace deleted mid-run is not recreated by the writes below
+    ledger = ws.ledger()
+    ckpt = Checkpoints(ws)
+    best_before = ledger.best(mode, case_set=case_set)
+    digest = ckpt.save(files)
+    rec = ledger.append(
+        {
+            **entry,
+            "mode": mode,
+            "candidate": digest,
+            "status": status,
+            "score": score,
+            "case_set": case_set,
+        }
+    )
+    if hidden is not None:
+        append_jsonl(
+            ws.store.hidden_results_path,
+            {"record": rec["id"], "case_set": case_set, "candidate": digest, "cases": hidden},
+        )
+    best = best_before["score"] if best_before is not None else None
+    new_best, delta = False, None
+    if status == "passed" and score is not None:
+        if best is None or ledger.better(score, best):
+            new_best = True
+            ckpt.set_best(mode, digest, score, rec["id"], case_set=case_set)
+        if best:
+            delta = 100.0 * (score - best) / best
+    return Recorded(rec["id"], best, delta, new_best)
+
+
 def record(
     ws: Workspace,
     result: EvalResult,
@@ -136,53 +191,35 @@ def record(
     case_set: str,
     hidden: list[dict[str, Any]] | None = None,
 ) -> EvalResult:
-    """Ledger append + checkpoint + best pointer (all in the trusted store); fills best/delta
-    fields of `result`. The best compared with is the best on the same `case_set`. `hidden`:
-    per-case results with their hidden shapes (final runs), kept in the store only."""
-    ws.ensure_exists()  # a workspace deleted mid-run is not recreated by the writes below
-    ledger = ws.ledger()
-    ckpt = Checkpoints(ws)
-    best_before = ledger.best(result.mode, case_set=case_set)
-    digest = ckpt.save(files)
-    rec = ledger.append(
-        {
-            "mode": result.mode,
-            "candidate": digest,
-            "config": result.config,
-            "status": result.status,
-            "score": result.score_us,
-            "meaningful": result.meaningful,
-            "case_set": case_set,
-            "cases": [c.model_dump(exclude_none=True) for c in result.cases],
-            "reason": result.reason,
-            "device": result.env.device,
-            "host": result.env.host,
-            "gpu_index": result.env.gpu_index,
-            "versions": {
-                "torch": result.env.torch,
-                "triton": result.env.triton,
-                "cuda": result.env.cuda,
-            },
-            "seed": result.seed,
-            "geomean_pct_of_copy_bw": result.geomean_pct_of_copy_bw,
-        }
+    """A kernel run's record (record_run); fills the best/delta fields of `result`."""
+    entry = {
+        "config": result.config,
+        "meaningful": result.meaningful,
+        "cases": [c.model_dump(exclude_none=True) for c in result.cases],
+        "reason": result.reason,
+        "device": result.env.device,
+        "host": result.env.host,
+        "gpu_index": result.env.gpu_index,
+        "versions": {
+            "torch": result.env.torch,
+            "triton": result.env.triton,
+            "cuda": result.env.cuda,
+        },
+        "seed": result.seed,
+        "geomean_pct_of_copy_bw": result.geomean_pct_of_copy_bw,
+    }
+    done = record_run(
+        ws,
+        files,
+        entry,
+        mode=result.mode,
+        case_set=case_set,
+        status=result.status,
+        score=result.score_us,
+        hidden=hidden,
     )
-    result.record_id = rec["id"]
-    if hidden is not None:
-        append_jsonl(
-            ws.store.hidden_results_path,
-            {"record": rec["id"], "case_set": case_set, "candidate": digest, "cases": hidden},
-        )
-    if best_before is not None:
-        result.best_score_us = best_before["score"]
-    if result.status == "passed" and result.score_us is not None:
-        if best_before is None or ledger.better(result.score_us, best_before["score"]):
-            result.is_new_best = True
-            ckpt.set_best(result.mode, digest, result.score_us, rec["id"], case_set=case_set)
-        if best_before is not None and best_before["score"]:
-            result.delta_vs_best_pct = (
-                100.0 * (result.score_us - best_before["score"]) / best_before["score"]
-            )
+    result.record_id, result.best_score_us = done.record_id, done.best_score
+    result.delta_vs_best_pct, result.is_new_best = done.delta_vs_best_pct, done.is_new_best
     return result
 
 
@@ -262,9 +299,11 @@ async def run_objective(
 
 
 __all__ = [
+    "Recorded",
     "check_bounds",
     "kernel_request",
     "record",
+    "record_run",
     "require_kernel_task",
     "run_objective",
     "select_cases",

@@ -40,6 +40,7 @@ import time
 import traceback
 import types
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,41 @@ def tree_hash(folder: Path) -> str:
         if p.is_file() and "__pycache__" not in p.parts:
             h.update(p.relative_to(folder).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------------
+# scoring: the one definition of the numbers every tool reports (the host imports these from
+# harnesslab.tools.gpu.runner: objective, verify and the lab use nothing else)
+
+
+def order_stats(samples: Sequence[float]) -> dict[str, float | None]:
+    """median_us, p10_us, p90_us and spread ((p90-p10)/median) of timing samples. p10 rounds
+    down and p90 up (nearest rank), so the reported spread is never narrower than the samples."""
+    xs = sorted(float(x) for x in samples if isinstance(x, int | float) and math.isfinite(x))
+    if not xs:
+        return {"median_us": None, "p10_us": None, "p90_us": None, "spread": None}
+    med = statistics.median(xs)
+    p10, p90 = xs[int(0.1 * (len(xs) - 1))], xs[math.ceil(0.9 * (len(xs) - 1))]
+    return {
+        "median_us": med,
+        "p10_us": p10,
+        "p90_us": p90,
+        "spread": (p90 - p10) / med if med > 0 else None,
+    }
+
+
+def score_of(medians: Sequence[float | None], passed: bool) -> float | None:
+    """A candidate's score: the sum of its per-case median times (us; lower is better), only
+    when every case passed and has a time."""
+    if not passed or not medians or any(m is None for m in medians):
+        return None
+    return math.fsum(m for m in medians if m is not None)
+
+
+def geomean(values: Sequence[float | None]) -> float | None:
+    """Geometric mean of the positive values (None when there are none)."""
+    xs = [float(v) for v in values if isinstance(v, int | float) and v > 0]
+    return math.exp(math.fsum(map(math.log, xs)) / len(xs)) if xs else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -551,17 +587,12 @@ class Evaluator:
                         lambda: call(next(it)), calls=calls, samples=samples, warmup=warmup
                     )
             del sets
-        times.sort()
-        med = statistics.median(times)
-        p10 = times[int(0.1 * (len(times) - 1))]
-        p90 = times[math.ceil(0.9 * (len(times) - 1))]
+        stats = order_stats(times)
+        med = stats["median_us"] or 0.0
         gbps = nbytes / (med * 1e3) if med > 0 else None
         copy_gbps = env.copy_gbps()
         return {
-            "median_us": med,
-            "p10_us": p10,
-            "p90_us": p90,
-            "spread": (p90 - p10) / med if med > 0 else None,
+            **stats,
             "host_us": statistics.median(single),
             "launch_overhead_us": max(0.0, statistics.median(single) - med),
             "gbps": gbps,
@@ -609,10 +640,8 @@ class Evaluator:
 
     def _summary(self, results, started, error: str = "") -> dict[str, Any]:
         passed = all(r["passed"] for r in results) and bool(results)
-        timed = [r.get("median_us") for r in results]
-        score = sum(timed) if passed and all(t is not None for t in timed) else None
-        pcts = [r.get("pct_of_copy_bw") for r in results if r.get("pct_of_copy_bw")]
-        geo = math.exp(sum(math.log(p) for p in pcts) / len(pcts)) if passed and pcts else None
+        score = score_of([r.get("median_us") for r in results], passed)
+        geo = geomean([r.get("pct_of_copy_bw") for r in results]) if passed else None
         status = "passed" if passed else "failed"
         failed = [r for r in results if not r["passed"]]
         return {

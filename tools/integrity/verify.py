@@ -12,9 +12,7 @@ Every reason is {code, detail}; the codes are listed in REASONS.
 
 from __future__ import annotations
 
-import math
 import secrets
-import statistics
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -28,6 +26,7 @@ from ..evaluation.objective import (
 )
 from ..evaluation.results import CaseResult, EnvInfo, EvalResult
 from ..execution.launcher import RUNNER_FILES, Launcher, RunnerCall, runner_digest
+from ..gpu.runner import geomean, order_stats, score_of
 from ..settings import Settings
 from ..state.checkpoints import Checkpoints
 from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
@@ -127,13 +126,7 @@ class Verdict(BaseModel):
 
 
 def _median(xs: list[float]) -> float | None:
-    xs = [float(x) for x in xs if isinstance(x, int | float) and math.isfinite(x)]
-    return statistics.median(xs) if xs else None
-
-
-def _quantile(xs: list[float], q: float) -> float | None:
-    xs = sorted(float(x) for x in xs)
-    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))] if xs else None
+    return order_stats(xs)["median_us"]
 
 
 def _timing(case: dict[str, Any], role: str, meaningful: bool) -> dict[str, Any] | None:
@@ -204,19 +197,12 @@ def judge_case(
             timed_calls_bad=timing.get("bad_calls", 0),
             method=timing.get("method"),
         )
-        samples = timing["samples_us"]
-        med = _median(samples)
+        stats = order_stats(timing["samples_us"])
+        med = stats["median_us"]
         if med:
             nbytes = int(case.get("bytes") or 0)
             gbps = nbytes / (med * 1e3)
-            row.update(
-                median_us=med,
-                p10_us=_quantile(samples, 0.1),
-                p90_us=_quantile(samples, 0.9),
-                gbps=gbps,
-                timing_method=timing.get("method"),
-            )
-            row["spread"] = (row["p90_us"] - row["p10_us"]) / med
+            row.update(stats, gbps=gbps, timing_method=timing.get("method"))
             if copy_gbps:
                 row["pct_of_copy_bw"] = 100.0 * gbps / copy_gbps
             if meaningful and row.get("pct_of_copy_bw", 0) > PLAUSIBLE_PCT_OF_COPY:
@@ -263,7 +249,7 @@ def compare_incumbent(raw: dict[str, Any], meaningful: bool, digest: str) -> dic
         rows.append({"candidate_us": ma, "incumbent_us": mb, "incumbent_passed": ok})
         if ma and mb:
             ratios.append(mb / ma)
-    speedup = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+    speedup = geomean(ratios)
     return {
         "hash": digest,
         "cases": rows,
@@ -278,8 +264,7 @@ def incumbent_score(comparison: dict[str, Any]) -> float | None:
     """The incumbent's score on this case set from the ABBA rows (None unless every case has
     a time)."""
     rows = comparison.get("cases") or []
-    times = [float(r["incumbent_us"]) for r in rows if r.get("incumbent_us") is not None]
-    return math.fsum(times) if rows and len(times) == len(rows) else None
+    return score_of([r.get("incumbent_us") for r in rows], passed=True)
 
 
 def judge(
@@ -411,10 +396,8 @@ async def guarded_verify(
     cand_level = ((raw.get("sandbox") or {}).get("candidate") or {}).get("level")
     env = EnvInfo.model_validate({**(raw.get("env") or {}), "sandbox": cand_level or "none"})
     passed = verdict == "passed" and bool(rows)
-    timed = [r.median_us for r in rows]
-    score = sum(t for t in timed if t is not None) if passed and None not in timed else None
-    pcts = [r.pct_of_copy_bw for r in rows if r.pct_of_copy_bw]
-    geo = math.exp(sum(map(math.log, pcts)) / len(pcts)) if passed and pcts else None
+    score = score_of([r.median_us for r in rows], passed)
+    geo = geomean([r.pct_of_copy_bw for r in rows]) if passed else None
     result = EvalResult(
         status="passed" if passed else ("error" if verdict == "error" else "failed"),
         score_us=score,
