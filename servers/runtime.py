@@ -37,6 +37,7 @@ from harnesslab.tools.execution.launcher import Launcher, build_launcher
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.telemetry import CallStatus, Telemetry
 from harnesslab.tools.state.workspace import Workspace, open_workspace
+from harnesslab.tools.task.kinds import GENERIC_TOOLS, kind_of
 
 log = logging.getLogger("harnesslab.servers")
 
@@ -96,7 +97,6 @@ class BuiltinTool:
     read_only: bool
     destructive: bool
     idempotent: bool
-    kernel_only: bool = False
     gpu: bool = field(default=False, metadata={"doc": "takes the GPU lock"})
 
     def __post_init__(self) -> None:
@@ -323,11 +323,11 @@ def register_builtin(
                     status="bad_input",
                     error="invalid_arguments",
                 ) from exc
-            if tool.kernel_only and state.workspace.task.kind != "kernel":
+            task = state.workspace.task
+            if not kind_of(task).applies(tool.name):
                 raise Refused(
-                    f"{tool_name} works on kernel tasks; {state.workspace.task.name!r} is a "
-                    "command task. Next: use run_objective, rank_history and "
-                    "restore_best_checkpoint",
+                    f"{tool_name} works on kernel tasks; {task.name!r} is a {task.kind} task. "
+                    f"Next: use {', '.join(sorted(GENERIC_TOOLS))}",
                     error="kernel_only",
                 )
             out = await tool.handler(state, args, ctx)

@@ -22,6 +22,7 @@ from harnesslab.tools.integrity.verdict_view import public_verdict
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.state import workspace_files as wf
 from harnesslab.tools.state.workspace import STATE
+from harnesslab.tools.task.kinds import kind_of
 
 from .runtime import BuiltinTool, ServerState, reporter
 from .task_models import (
@@ -75,7 +76,7 @@ async def _run_objective(
     state: ServerState, args: ObjectiveIn, ctx: Context | None
 ) -> ObjectiveOut:
     ws = state.workspace
-    if ws.task.kind == "command":
+    if not kind_of(ws.task).runs_kernel:
         run = await run_command_objective(ws, state.launcher, progress=reporter(ctx))
         return ObjectiveOut(
             status=run.status,
@@ -340,7 +341,6 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         read_only=False,
         destructive=False,
         idempotent=False,
-        kernel_only=True,
         gpu=True,
     ),
     BuiltinTool(
@@ -359,7 +359,6 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         read_only=True,
         destructive=False,
         idempotent=True,
-        kernel_only=True,
         gpu=True,
     ),
     BuiltinTool(
@@ -378,7 +377,6 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         read_only=False,
         destructive=False,
         idempotent=False,
-        kernel_only=True,
         gpu=True,
     ),
     BuiltinTool(
@@ -429,7 +427,6 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         read_only=True,
         destructive=False,
         idempotent=True,
-        kernel_only=True,
         gpu=True,
     ),
     BuiltinTool(

@@ -21,10 +21,11 @@ from pydantic import BaseModel, Field
 from ..errors import UsageError
 from ..execution.launcher import Launcher, sandbox_level
 from ..state.workspace import STATE, Workspace
+from ..task.kinds import CommandKind, kind_of
 from .objective import Progress, record_run
 
 MAX_OUTPUT_KEYS = 40
-COMMAND_CASE_SET = "command"  # a command task's objective is one fixed case set
+COMMAND_CASE_SET = CommandKind.full_case_set  # a command task's objective is one fixed case set
 
 
 class CommandRun(BaseModel):
@@ -93,7 +94,7 @@ async def run_command_objective(
     save: bool = True,
 ) -> CommandRun:
     task = ws.task
-    if task.kind != "command":
+    if kind_of(task).runs_kernel:
         raise UsageError(f"{task.name} is a kernel task.", next_step="use run_objective")
     files = ws.editable_files()
     digest = ws.candidate_hash(files)

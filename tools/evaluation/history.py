@@ -26,10 +26,10 @@ from ..state.checkpoints import HASH_RE, Checkpoints
 from ..state.ledger import Ledger
 from ..state.ledger import counts as counts_as_score
 from ..state.workspace import STATE, Workspace
-from .command import COMMAND_CASE_SET
+from ..task.kinds import KernelKind, kind_of
 
 Mode = Literal["dev", "final", "sweep"]
-FULL_DEV_SET = "all"  # run_objective with every dev case
+FULL_DEV_SET = KernelKind.full_case_set  # run_objective with every dev case
 
 
 class RankedCandidate(BaseModel):
@@ -83,7 +83,7 @@ def primary_case_set(ws: Workspace, ledger: Ledger, mode: str) -> str | None:
     sets = ledger.case_sets(mode)
     if mode == "final":
         return sets[-1] if sets else None
-    full = COMMAND_CASE_SET if ws.task.kind == "command" else FULL_DEV_SET
+    full = kind_of(ws.task).full_case_set
     return full if full in sets or not sets else sets[-1]
 
 
@@ -187,7 +187,7 @@ def score_chart(ws: Workspace, mode: str, records: list[dict[str, Any]], ledger:
     try:
         ax.plot(xs, ys, "o", alpha=0.6, label="evaluations")
         ax.step(xs, best, where="post", label="best so far")
-        unit = "us" if ws.task.kind == "kernel" else ws.task.score_key
+        unit = kind_of(ws.task).unit(ws.task)
         ax.set_xlabel("minutes since first record")
         ax.set_ylabel(
             f"score ({unit}, {'higher' if ledger.higher_is_better else 'lower'} is better)"

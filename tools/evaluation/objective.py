@@ -16,6 +16,7 @@ from ..gpu.runner import score_of
 from ..state.checkpoints import Checkpoints
 from ..state.storage import append_jsonl
 from ..state.workspace import Workspace
+from ..task.kinds import kind_of
 from ..task.spec import Case
 from .results import CaseResult, EnvInfo, EvalResult
 
@@ -25,9 +26,9 @@ MAX_WARMUP, MAX_REPEATS = 100, 200
 
 
 def require_kernel_task(ws: Workspace, tool: str) -> None:
-    if ws.task.kind != "kernel":
+    if not kind_of(ws.task).runs_kernel:
         raise UsageError(
-            f"{tool} works on kernel tasks; {ws.task.name!r} is a command task.",
+            f"{tool} works on kernel tasks; {ws.task.name!r} is a {ws.task.kind} task.",
             next_step="use run_objective, rank_history and restore_best_checkpoint",
         )
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from ..errors import UsageError
 from ..execution.launcher import Launcher
 from ..state.workspace import Workspace
+from ..task.kinds import kind_of
 from .history import primary_case_set
 from .probe import probe_names
 
@@ -121,7 +122,7 @@ def task_summary(ws: Workspace) -> dict[str, Any]:
         "editable": t.editable,
         "brief": "task.md" if (ws.root / "task.md").is_file() else None,
     }
-    if t.kind == "kernel":
+    if kind_of(t).runs_kernel:
         out.update(
             entry=t.entry,
             config_file=t.config_file,
@@ -168,7 +169,7 @@ def overview(ws: Workspace, launcher: Launcher, *, recent: int = 5) -> Overview:
         candidate = ws.candidate_hash()
     except UsageError as exc:
         problems.append(str(exc))
-    if ws.task.kind == "kernel":
+    if kind_of(ws.task).runs_kernel:
         try:
             config = ws.read_config()
         except UsageError as exc:
@@ -212,7 +213,7 @@ def suggest(
     best_dev: dict[str, Any] | None,
     best_final: dict[str, Any] | None,
 ) -> str:
-    kernel = ws.task.kind == "kernel"
+    kernel = kind_of(ws.task).runs_kernel
     if problems:
         return f"fix this first: {problems[0]}"
     if last_dev is None:

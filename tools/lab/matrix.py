@@ -25,6 +25,7 @@ from ..errors import EnvironmentProblem, ExecutorError, UsageError
 from ..execution.launcher import Launcher
 from ..gpu import LAB
 from ..state.storage import atomic_write_text
+from ..task.kinds import kind_of
 from ..task.spec import load_task, tasks_root
 
 LAB_FILES = LAB
@@ -54,9 +55,9 @@ def kernel_task_names(names: list[str]) -> list[str]:
     if not names:
         root = tasks_root()
         names = sorted(p.name for p in root.iterdir() if (p / "task.toml").is_file())
-        return [n for n in names if load_task(n).kind == "kernel"]
+        return [n for n in names if kind_of(load_task(n)).runs_kernel]
     for name in names:
-        if load_task(name).kind != "kernel":
+        if not kind_of(load_task(name)).runs_kernel:
             raise UsageError(
                 f"task {name!r} is a command task; the lab runs kernel tasks.",
                 next_step="pass kernel task names to --tasks",

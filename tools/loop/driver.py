@@ -31,6 +31,7 @@ from ..settings import Settings
 from ..state.checkpoints import Checkpoints
 from ..state.storage import atomic_write_json
 from ..state.workspace import Workspace, init_workspace, is_workspace, open_workspace
+from ..task.kinds import kind_of
 from .prompts import attempt_prompt, brief_text, build_prompt, repair_prompt
 from .runners import AgentRunner, Turn, TurnOutcome, build_runner
 from .servers import (
@@ -99,9 +100,8 @@ class Loop:
         )
         self.on_event = on_event
         self.launcher: Launcher | None = None
-        self.higher = cfg.higher_is_better or (
-            ws.task.kind == "command" and ws.task.higher_is_better
-        )
+        self.kind = kind_of(ws.task)
+        self.higher = cfg.higher_is_better or self.kind.higher_is_better(ws.task)
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def emit(self, kind: str, message: str = "", **data: Any) -> None:
@@ -129,7 +129,7 @@ class Loop:
         self.emit("phase", f"{label}: guarded verify" + (" (rotated cases)" if rotate else ""))
         started = time.perf_counter()
         try:
-            if self.ws.task.kind == "command":
+            if not self.kind.runs_kernel:  # its objective is its final score
                 run = await run_command_objective(self.ws, self.launcher)
                 out = Score(
                     verdict="passed" if run.status == "passed" else "rejected",
@@ -453,7 +453,7 @@ class Loop:
             except Exception as exc:  # boundary: the final verify still runs
                 log.exception("final restore failed")
                 state.restored = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
-        state.final = await self.score(rotate=self.ws.task.kind == "kernel", label="final")
+        state.final = await self.score(rotate=self.kind.runs_kernel, label="final")
         self.store.write("final.json", state.final.model_dump())
         state.finished = True
         if state.status == "running":

@@ -9,6 +9,7 @@ from ..errors import UsageError
 from ..state import workspace_files as wf
 from ..state.telemetry import summarize as summarize_telemetry
 from ..state.workspace import Workspace
+from ..task.kinds import kind_of
 from .state import Iteration, RunState
 
 RESULT_CONTRACT = """Write a JSON object to {result_file} before you stop:
@@ -27,8 +28,9 @@ def _f(x: float | None) -> str:
 
 def scoreboard(state: RunState, ws: Workspace) -> str:
     cfg = state.config
-    unit = "us" if ws.task.kind == "kernel" else ""
-    better = "higher" if cfg.higher_is_better or ws.task.higher_is_better else "lower"
+    kind = kind_of(ws.task)
+    unit = kind.unit(ws.task)
+    better = "higher" if cfg.higher_is_better or kind.higher_is_better(ws.task) else "lower"
     lines = [
         f"Scores are the loop's own guarded verification on hidden cases ({better} is better):"
     ]

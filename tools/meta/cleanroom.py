@@ -32,6 +32,7 @@ from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
 from ..state.workspace import STATE, init_workspace
+from ..task.kinds import kind_of
 from ..task.spec import list_tasks, load_task
 from .qualify_checks import ENV_ALLOW, RUN_MARK
 
@@ -57,7 +58,7 @@ def make_clean_room(
     if isinstance(ws_template, str) and not template.is_dir():
         init_workspace(ws_template, dest, settings)
     elif (template / "task.toml").is_file() and (
-        load_task(template).kind == "kernel" or (template / "workspace").is_dir()
+        kind_of(task := load_task(template)).template(task) is not None
     ):
         init_workspace(template, dest, settings)
     elif _shipped_task_of(template):

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from ..errors import UsageError
 from ..settings import Settings
 from ..state.workspace import STATE, open_workspace
+from ..task.kinds import kind_of
 from .genserver import SKILL_DESCRIPTION_MAX, Manifest, check_server_py
 
 Progress = Callable[[float, float, str], Awaitable[None] | None]
@@ -306,7 +307,7 @@ def cheats_for(
         task = open_workspace(room, settings).task
     except Exception:  # a plain folder: no kernel entry, no cheats apply
         return []
-    if task.kind != "kernel":
+    if not kind_of(task).runs_kernel:
         return []
     out = [
         Cheat(

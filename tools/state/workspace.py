@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..settings import Settings
+from ..task.kinds import kind_of
 from ..task.spec import TaskSpec, is_shipped, load_task, parse_task, tasks_root
 from . import workspace_files as wf
 from .ledger import Ledger
@@ -125,7 +126,7 @@ def hash_files(files: dict[str, bytes]) -> str:
 
 def _check_task_folder(task: TaskSpec, root: Path) -> None:
     """A kernel task's folder holds the reference the verifier trusts: never the agent's."""
-    if is_shipped(task) or task.kind != "kernel":
+    if is_shipped(task) or not kind_of(task).runs_kernel:
         return
     folder = task.root.resolve()
     if folder == root or root in folder.parents:
@@ -189,10 +190,9 @@ def init_workspace(
     root = dest.resolve()
     _check_task_folder(task, root)
     store = TrustedStore(settings, root)
-    if task.kind == "kernel":
-        shutil.copytree(task.workspace_template, dest, dirs_exist_ok=True)
-    elif (task.root / "workspace").is_dir():
-        shutil.copytree(task.root / "workspace", dest, dirs_exist_ok=True)
+    template = kind_of(task).template(task)
+    if template is not None:
+        shutil.copytree(template, dest, dirs_exist_ok=True)
     brief = task.brief_path()
     if brief.is_file():
         shutil.copy2(brief, dest / "task.md")

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ..errors import UsageError
+from .kinds import KINDS
 
 # The kernel task server's tools (DESIGN.md MUST names), shared by the server, the meta-server's
 # generator and the loop.
@@ -142,16 +143,9 @@ class TaskSpec(BaseModel):
     def _check(self) -> TaskSpec:
         if not NAME_RE.match(self.name):
             raise ValueError(f"task name {self.name!r} must match {NAME_RE.pattern}")
-        if self.kind == "kernel":
-            if ":" not in self.entry:
-                raise ValueError("kernel tasks need entry = 'file.py:function'")
-            if not self.dev_cases or self.final is None:
-                raise ValueError("kernel tasks need dev_cases and a [final] domain")
-            for d in self.dtypes:
-                if d not in self.tolerances:
-                    raise ValueError(f"no tolerance for dtype {d}")
-        elif not self.objective:
-            raise ValueError("command tasks need objective = 'command printing JSON'")
+        problems = KINDS[self.kind].problems(self)
+        if problems:
+            raise ValueError(problems[0])
         return self
 
     @property
