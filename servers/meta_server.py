@@ -269,9 +269,7 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         .claude/skills and .agents/skills. Refused for a server that failed, was never
         qualified, or changed since it qualified. The running session does not see it; the
         next one does. Next: list_servers."""
-        from harnesslab.tools.loop.servers import settings_env
-
-        rec = registry.register(ws, name, env=settings_env(settings))
+        rec = registry.register(ws, name, env=settings.to_env())
         return RegisterOut(
             server=_server_out(rec),
             next_step="the next agent session gets its tools and skill; list_servers shows it",

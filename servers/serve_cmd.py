@@ -175,7 +175,6 @@ def _serve_generated_args(p: argparse.ArgumentParser) -> None:
     _serve_generated_args,
 )
 def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
-    from harnesslab.tools.loop.servers import settings_env  # noqa: PLC0415
     from harnesslab.tools.meta.genserver import check_server_py  # noqa: PLC0415
     from harnesslab.tools.meta.registry import load_registry, qualified_bundle  # noqa: PLC0415
 
@@ -197,7 +196,7 @@ def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
     os.chdir(ws.root)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, argv, {**os.environ, **settings_env(settings)})
+    os.execve(sys.executable, argv, {**os.environ, **settings.to_env()})
     return 0  # pragma: no cover - execve does not return
 
 

@@ -119,5 +119,16 @@ class Settings(BaseSettings):
     def secrets_dir(self) -> Path:
         return self.state_dir / "secrets"
 
+    def to_env(self) -> dict[str, str]:
+        """The HARNESSLAB_* variables that give a child harnesslab process these settings: the
+        state dir always, every other field that differs from its default (the one conversion,
+        for turn servers, registered servers, `serve-generated` and qualification's children)."""
+        env = {"HARNESSLAB_STATE_DIR": str(self.state_dir)}
+        for key, value in self.model_dump(mode="json", exclude_defaults=True).items():
+            if value is None or value == "" or key == "state_dir":
+                continue
+            env[f"HARNESSLAB_{key.upper()}"] = str(value)
+        return env
+
 
 __all__ = ["Settings"]

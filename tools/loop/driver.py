@@ -43,7 +43,6 @@ from .servers import (
     qualify,
     quarantine,
     register,
-    settings_env,
     turn_servers,
     write_mcp_config,
 )
@@ -209,7 +208,7 @@ class Loop:
             mcp_config=config,
             timeout_s=timeout_s,
             session_id=None if phase == "attempt" else it.session_id,
-            env=settings_env(self.settings),
+            env=self.settings.to_env(),
             output_cap_bytes=self.state.config.output_cap_bytes,
         )
         return turn, servers.tools

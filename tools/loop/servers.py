@@ -52,16 +52,6 @@ class Qualification(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The settings a child harnesslab process needs to see the same world (HARNESSLAB_*)."""
-    env = {"HARNESSLAB_STATE_DIR": str(settings.state_dir)}
-    for key, value in settings.model_dump(exclude_defaults=True).items():
-        if value is None or key == "state_dir":
-            continue
-        env[f"HARNESSLAB_{key.upper()}"] = str(value)
-    return env
-
-
 def harnesslab_argv(*args: str) -> list[str]:
     """argv that runs the `harnesslab` command with this interpreter."""
     return [sys.executable, "-m", "harnesslab.servers", *args]
@@ -72,7 +62,7 @@ def _entry(argv: list[str], cwd: Path, env: dict[str, str]) -> dict[str, Any]:
 
 
 def turn_servers(ws: Workspace, settings: Settings, *, meta: bool) -> TurnServers:
-    env = settings_env(settings)
+    env = settings.to_env()
     out = TurnServers()
     out.entries[TASK_SERVER] = _entry(
         harnesslab_argv("serve", "--workspace", str(ws.root)), ws.root, env
@@ -213,7 +203,7 @@ def register(ws: Workspace, name: str, settings: Settings) -> None:
     """Project a qualified server into .mcp.json / .codex/config.toml and the skill folders."""
     from ..meta import registry
 
-    registry.register(ws, name, env=settings_env(settings))
+    registry.register(ws, name, env=settings.to_env())
 
 
 def quarantine(ws: Workspace, name: str, reason: str) -> None:
@@ -235,7 +225,6 @@ __all__ = [
     "quarantine",
     "register",
     "registered_servers",
-    "settings_env",
     "turn_servers",
     "write_mcp_config",
 ]

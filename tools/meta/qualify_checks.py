@@ -111,10 +111,7 @@ def child_env(settings: Settings, *, base: Path, token: str, state_dir: Path) ->
         "TMPDIR": str(base / "tmp"),
         RUN_MARK: token,
     }
-    private = settings.model_copy(update={"state_dir": state_dir})
-    for key, value in private.model_dump(mode="json").items():
-        if value not in (None, ""):
-            env[f"HARNESSLAB_{key.upper()}"] = str(value)
+    env.update(settings.model_copy(update={"state_dir": state_dir}).to_env())
     return env
 
 

@@ -22,7 +22,6 @@ from harnesslab.servers.cli import main as cli_main
 from harnesslab.tests.conftest_shared import make_settings, make_workspace
 from harnesslab.tests.tools.integrity.hostile_tool import FILE as HOSTILE_FILE
 from harnesslab.tests.tools.integrity.hostile_tool import SPEC_TOOL, HostileTool
-from harnesslab.tools.loop.servers import settings_env
 from harnesslab.tools.meta import gentemplates, registry
 from harnesslab.tools.meta.cleanroom import make_clean_room
 from harnesslab.tools.meta.genserver import generate
@@ -308,7 +307,7 @@ async def test_a_missing_manifest_is_one_failed_check_not_an_exception(
 
 def served(ws: Workspace, name: str, settings: Settings) -> StdioServerParameters:
     """How a client starts the registered server (the toolkit's serve-generated launcher)."""
-    registry.register(ws, name, env=settings_env(settings), clients=("claude",))
+    registry.register(ws, name, env=settings.to_env(), clients=("claude",))
     entry = json.loads((ws.root / ".mcp.json").read_text())["mcpServers"][name]
     return StdioServerParameters(
         command=entry["command"], args=entry["args"], cwd=entry["cwd"], env=entry.get("env")
@@ -354,7 +353,7 @@ async def test_an_edited_server_py_is_refused_by_qualification_and_by_serve_gene
     with anyio.fail_after(90):
         report = await qualify_workspace_server(ws, "edited", settings, timeout_s=60)
     assert report.passed, report.reason()
-    registry.register(ws, "edited", env=settings_env(settings), clients=("claude",))
+    registry.register(ws, "edited", env=settings.to_env(), clients=("claude",))
 
     # A kept bundle whose server.py is not this toolkit's rendering (an older template, say):
     # serve-generated refuses to start it.
