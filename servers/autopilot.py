@@ -35,13 +35,13 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from harnesslab.tools.catalog import META_SERVER, TASK_SERVER
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.storage import atomic_write_json
 from harnesslab.tools.state.workspace import STATE, open_workspace
 
 log = logging.getLogger("harnesslab.autopilot")
 
-TASK_SERVER, META_SERVER = "harnesslab-task", "harnesslab-meta"
 CALL_TIMEOUT_S = 900.0
 
 

@@ -21,6 +21,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
+from harnesslab.tools.catalog import META_SERVER
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.meta import registry
 from harnesslab.tools.meta.genserver import ServerSpec, ToolSpec, generate, parse_spec
@@ -33,7 +34,7 @@ from .builtin import BUILTINS, check_presets
 from .runtime import reporter, traced_call
 
 log = logging.getLogger("harnesslab.meta")
-SERVER_NAME = "harnesslab-meta"
+SERVER_NAME = META_SERVER
 ServerName = Annotated[
     str, Field(description="server name: lowercase letters/digits joined by '-'", max_length=64)
 ]

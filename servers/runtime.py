@@ -31,6 +31,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError, WithJsonSchema
 
+from harnesslab.tools.catalog import TASK_SERVER
 from harnesslab.tools.errors import HarnesslabError, UsageError
 from harnesslab.tools.evaluation.objective import Progress
 from harnesslab.tools.execution.launcher import Launcher, build_launcher
@@ -54,7 +55,7 @@ class ServerState:
     launcher: Launcher
     settings: Settings
     telemetry: Telemetry
-    name: str = "harnesslab-task"
+    name: str = TASK_SERVER
     # Run by aclose() before the launcher closes (a generated server's custom-tool worker).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -64,7 +65,7 @@ class ServerState:
         workspace: Path,
         settings: Settings,
         *,
-        name: str = "harnesslab-task",
+        name: str = TASK_SERVER,
         launcher: Launcher | None = None,
     ) -> ServerState:
         ws = open_workspace(workspace, settings)

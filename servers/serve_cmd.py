@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harnesslab.tools.catalog import SERVERS_MODULE, TASK_SERVER
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.meta.client_setup import approve, client_status
 from harnesslab.tools.meta.projection import (
@@ -32,7 +33,7 @@ from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import open_workspace
 
-from .cli import add_executor_args, command, run_async
+from .cli_support import add_executor_args, command, run_async
 
 log = logging.getLogger("harnesslab.serve")
 TOKEN_ENV = "HARNESSLAB_TOKEN"
@@ -44,7 +45,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="http: address to bind (default loopback)")
     p.add_argument("--port", type=int, default=8765, help="http: port (0 = any free port)")
     p.add_argument("--token", help=f"http: bearer token clients must send (or ${TOKEN_ENV})")
-    p.add_argument("--name", default="harnesslab-task", help="server name shown to clients")
+    p.add_argument("--name", default=TASK_SERVER, help="server name shown to clients")
     p.add_argument(
         "--self-test",
         action="store_true",
@@ -229,7 +230,7 @@ def harnesslab_command() -> list[str]:
     beside = Path(sys.executable).parent / "harnesslab"
     if beside.is_file():
         return [str(beside)]
-    return [sys.executable, "-m", "harnesslab.servers"]
+    return [sys.executable, "-m", SERVERS_MODULE]
 
 
 def executor_argv(args: argparse.Namespace) -> list[str]:

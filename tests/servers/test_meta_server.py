@@ -18,6 +18,7 @@ from mcp import Client, StdioServerParameters
 
 from harnesslab.servers.meta_server import build_meta_server
 from harnesslab.tests.conftest_shared import make_settings, make_workspace
+from harnesslab.tools import catalog
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import Workspace
 
@@ -44,6 +45,7 @@ META_TOOLS = {
     "list_servers",
     "quarantine_server",
 }
+assert set(catalog.META_TOOLS) == META_TOOLS  # the one list the loop and the clients read
 
 
 @pytest.fixture

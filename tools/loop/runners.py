@@ -16,6 +16,7 @@ import shlex
 import sys
 from typing import Literal
 
+from ..catalog import AUTOPILOT_MODULE
 from ..errors import UsageError
 from ..settings import Settings
 from .agent_clis import ClaudeRunner, CliRunner, CodexRunner, codex_mcp_overrides
@@ -90,7 +91,7 @@ class AutopilotRunner(AgentRunner):
         argv = [
             sys.executable,
             "-m",
-            "harnesslab.servers.autopilot",
+            AUTOPILOT_MODULE,
             "--phase",
             turn.phase,
             "--workspace",

@@ -11,30 +11,18 @@ tools/qualification and tools/registry.
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ..catalog import META_SERVER, META_TOOLS, TASK_SERVER, TASK_TOOLS, harnesslab_argv
 from ..errors import HarnesslabError
 from ..meta.genserver import load_manifest
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
 from ..state.workspace import STATE, Workspace
-from ..task.spec import KERNEL_TOOL_NAMES
-
-TASK_SERVER = "harnesslab-task"
-META_SERVER = "harnesslab-meta"
-TASK_TOOLS = list(KERNEL_TOOL_NAMES)
-META_TOOLS = [
-    "generate_server",
-    "self_test_server",
-    "register_server",
-    "list_servers",
-    "quarantine_server",
-]
 
 
 class TurnServers(BaseModel):
@@ -50,11 +38,6 @@ class Qualification(BaseModel):
     report: str = ""
     tools: list[str] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
-
-
-def harnesslab_argv(*args: str) -> list[str]:
-    """argv that runs the `harnesslab` command with this interpreter."""
-    return [sys.executable, "-m", "harnesslab.servers", *args]
 
 
 def _entry(argv: list[str], cwd: Path, env: dict[str, str]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .. import gpu
+from ..catalog import QUALIFY_CLIENT_MODULE, SERVERS_MODULE
 from ..errors import UsageError
 from ..execution.executor import inherited_env, terminate_group
 from ..settings import Settings
@@ -125,7 +126,7 @@ SANDBOX_PY = gpu.FOLDER / "sandbox.py"
 # the installation put them: site-packages, or the source tree of an editable install).
 TOOLKIT_PACKAGES = (
     "harnesslab.tools",
-    "harnesslab.servers",
+    SERVERS_MODULE,
     "harnesslab.tasks",
     "harnesslab.skills",
 )
@@ -224,7 +225,7 @@ class ProtocolSession:
         )
         with open(self.driver_stderr, "ab") as errlog:
             self.process = await anyio.open_process(
-                [self.python, "-m", "harnesslab.servers.qualify_client", str(launch)],
+                [self.python, "-m", QUALIFY_CLIENT_MODULE, str(launch)],
                 cwd=str(cwd),
                 env={**inherited_env(ENV_ALLOW), **env},
                 stderr=errlog,

@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..catalog import TASK_TOOLS
 from ..errors import UsageError
 from ..state import workspace_files as wf
 from ..state.workspace import STATE, Workspace
-from ..task.spec import KERNEL_TOOL_NAMES
 from . import gentemplates
 from .custom_host import REFUSED as REFUSED_PARAM
 from .custom_host import state_refusal
@@ -45,7 +45,7 @@ SKILL_DESCRIPTION_MAX = 1023
 
 # The task server's built-in tools (DESIGN.md MUST names); presets are checked against each
 # tool's input model by the server layer (`preset_check`), which can import it.
-KNOWN_BUILTINS = KERNEL_TOOL_NAMES
+KNOWN_BUILTINS = TASK_TOOLS
 VERIFIER_BUILTINS = frozenset({"guarded_final_verify"})
 
 # (builtin name, presets, probe_args) -> problems; supplied by servers/, which knows the models.

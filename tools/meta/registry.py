@@ -25,7 +25,6 @@ import fcntl
 import json
 import math
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from ..catalog import harnesslab_argv
 from ..errors import UsageError
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
@@ -228,7 +228,7 @@ def record_qualification(
 def launcher_argv(ws: Workspace, name: str) -> list[str]:
     """How a client starts a registered server: the toolkit's own launcher, which serves the
     qualified bundle from the trusted store after checking its hash."""
-    return [sys.executable, "-m", "harnesslab.servers", "serve-generated", name, "-w", str(ws.root)]
+    return harnesslab_argv("serve-generated", name, "-w", str(ws.root))
 
 
 def register(

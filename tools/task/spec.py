@@ -20,20 +20,6 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from ..errors import UsageError
 from .kinds import KINDS
 
-# The kernel task server's tools (DESIGN.md MUST names), shared by the server, the meta-server's
-# generator and the loop.
-KERNEL_TOOL_NAMES = (
-    "inspect_context",
-    "run_objective",
-    "sweep_kernel_config",
-    "numerical_probe",
-    "guarded_final_verify",
-    "rank_history",
-    "restore_best_checkpoint",
-    "profile_kernel",
-    "remote_health_check",
-)
-
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -262,7 +248,6 @@ def _case_from_toml(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
-    "KERNEL_TOOL_NAMES",
     "Case",
     "FinalDomain",
     "TaskSpec",
