@@ -18,7 +18,7 @@ from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import init_workspace, open_workspace
 from harnesslab.tools.task.spec import list_tasks
 
-from .cli import add_executor_args, command, run_async
+from .cli_support import add_executor_args, command, run_async
 from .report import print_eval
 
 

@@ -21,7 +21,7 @@ from harnesslab.tools.lab.matrix import LabOptions, load_results, run_lab
 from harnesslab.tools.lab.report import build_report
 from harnesslab.tools.settings import Settings
 
-from .cli import add_executor_args, command, run_async
+from .cli_support import add_executor_args, command, run_async
 
 
 def _lab_args(p: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import is_workspace, open_workspace
 from harnesslab.tools.task.spec import list_tasks
 
-from .cli import add_executor_args, command, run_async, temp_workspace_dir
+from .cli_support import add_executor_args, command, run_async, temp_workspace_dir
 from .report import console as stdout_console
 
 AGENT_FAILED_EXIT = 3  # the run finished, but no agent attempt ran to completion
