@@ -18,7 +18,16 @@ from pydantic import BaseModel, Field
 
 from ..catalog import META_SERVER, META_TOOLS, TASK_SERVER, TASK_TOOLS, harnesslab_argv
 from ..errors import HarnesslabError
+from ..meta import registry
+from ..meta.cleanroom import SKIP_NAMES
 from ..meta.genserver import load_manifest
+from ..meta.qualification import (
+    failure_report,
+    hash_items,
+    qualify_workspace_server,
+    workspace_bundle,
+)
+from ..meta.registry import launcher_argv, load_registry, qualified_bundle, trusted_report
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
@@ -74,7 +83,6 @@ def registered_servers(
     toolkit's launcher for the qualified bundle in the trusted store (tools/meta/registry.py), never
     the command of a manifest in the workspace; a server whose kept bundle is gone or altered
     is left out."""
-    from ..meta.registry import launcher_argv, qualified_bundle, trusted_report
 
     out: dict[str, tuple[dict[str, Any], list[str]]] = {}
     for name, digest in registered_names(ws).items():
@@ -93,7 +101,6 @@ def registered_servers(
 
 def registered_names(ws: Workspace) -> dict[str, str]:
     """Registered servers in the trusted registry: name -> qualified bundle hash."""
-    from ..meta.registry import load_registry
 
     reg = load_registry(ws)
     return {
@@ -104,7 +111,6 @@ def registered_names(ws: Workspace) -> dict[str, str]:
 def generated_snapshot(ws: Workspace) -> dict[str, str]:
     """name -> content hash of every generated server folder (to see what a build changed);
     a folder that cannot be read as untrusted input (a symlink in it) hashes as 'refused'."""
-    from ..meta.cleanroom import SKIP_NAMES
 
     out: dict[str, str] = {}
     for name in wf.list_dir(ws.root, f"{STATE}/mcp"):
@@ -136,7 +142,6 @@ def build_candidates(
 async def qualify(ws: Workspace, name: str, settings: Settings) -> Qualification:
     """Qualification in a clean room (tools/qualification); the registry records the outcome:
     qualified, or quarantined with the reason."""
-    from ..meta.qualification import failure_report, qualify_workspace_server
 
     report = await qualify_workspace_server(ws, name, settings)
     return Qualification(
@@ -158,9 +163,6 @@ def fresh_qualification(ws: Workspace, name: str, since: float) -> Qualification
     """A qualification the build turn already ran (self_test_server) for exactly the files the
     server has now, or None: read from the trusted store, never from the workspace. Saves a
     second clean-room run (~10 s on a CPU) per build."""
-    from ..meta.qualification import hash_items, workspace_bundle
-    from ..meta.registry import load_registry, trusted_report
-
     rec = load_registry(ws).servers.get(name)
     report = trusted_report(ws, name)
     if rec is None or rec.status not in ("qualified", "registered") or report is None:
@@ -184,13 +186,11 @@ def fresh_qualification(ws: Workspace, name: str, since: float) -> Qualification
 
 def register(ws: Workspace, name: str, settings: Settings) -> None:
     """Project a qualified server into .mcp.json / .codex/config.toml and the skill folders."""
-    from ..meta import registry
 
     registry.register(ws, name, env=settings.to_env())
 
 
 def quarantine(ws: Workspace, name: str, reason: str) -> None:
-    from ..meta import registry
 
     registry.quarantine(ws, name, reason)
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -40,10 +40,14 @@ from ..state.storage import atomic_write_json
 from ..state.trusted_store import private_dir
 from ..state.workspace import STATE, Workspace
 from . import projection
+from .bundle import (
+    QualificationReport,
+    bundle_roots,
+    hash_items,
+    report_from_json,
+    workspace_bundle,
+)
 from .genserver import SERVER_NAME_RE, load_manifest
-
-if TYPE_CHECKING:
-    from .qualification import QualificationReport
 
 Status = Literal["generated", "qualified", "registered", "quarantined"]
 MAX_HISTORY = 20
@@ -142,7 +146,6 @@ def trusted_report_path(ws: Workspace, name: str) -> Path:
 
 def trusted_report(ws: Workspace, name: str) -> QualificationReport | None:
     """The last qualification this toolkit ran for `name`, or None."""
-    from .qualification import report_from_json  # noqa: PLC0415 - import cycle
 
     path = trusted_report_path(ws, name)
     if not path.is_file():
@@ -161,7 +164,6 @@ def bundle_dir(ws: Workspace, name: str, digest: str) -> Path:
 def qualified_bundle(ws: Workspace, name: str, digest: str) -> Path:
     """The kept bundle of `name` with hash `digest`, re-hashed: UsageError when it is missing
     or its files no longer hash to `digest`."""
-    from .qualification import bundle_roots, hash_items  # noqa: PLC0415 - import cycle
 
     folder = bundle_dir(ws, name, digest)
     items: list[tuple[str, bytes]] = []
@@ -237,7 +239,6 @@ def register(
     """Project a qualified server into the clients' configs and its qualified skill into the
     skill folders. Refused unless a qualification this toolkit ran passed for the files it has
     now. `env` is the toolkit's (its settings), never the manifest's."""
-    from .qualification import hash_items, workspace_bundle  # noqa: PLC0415 - import cycle
 
     _check_name(name)
     with _editing(ws) as reg:

@@ -321,3 +321,15 @@ async def test_a_hostile_custom_tool_fails_every_attempt_and_leaves_nothing_when
         hostile.contained()
     finally:
         hostile.close()
+
+
+def test_the_server_template_is_byte_identical_to_what_generated_servers_carry():
+    """A generated server's server.py must equal the toolkit's rendering (qualification and
+    serve-generated refuse any other), so changing SERVER_PY makes every existing generated
+    server refuse to start until it is regenerated: pinned here on purpose."""
+    import hashlib
+
+    from harnesslab.tools.meta import gentemplates
+
+    digest = hashlib.sha256(gentemplates.SERVER_PY.encode()).hexdigest()
+    assert digest == "f8b69b8385e959415a2857ea2b25f7db3f53a0ef08dd1287ca67e7cfb8864db5"
