@@ -22,15 +22,15 @@ from typing import Any
 from harnesslab.tools.catalog import SERVERS_MODULE, TASK_SERVER
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.meta.client_setup import approve, client_status
-from harnesslab.tools.meta.projection import (
+from harnesslab.tools.meta.skills import project_skills
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.projection import (
     ServerEntry,
     render_codex_toml,
     render_mcp_json,
     write_codex_toml,
     write_mcp_json,
 )
-from harnesslab.tools.meta.skills import project_skills
-from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import open_workspace
 
 from .cli_support import add_executor_args, command, run_async

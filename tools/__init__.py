@@ -105,7 +105,7 @@ MOVED = {
     "overview": "evaluation.overview",
     "probe": "evaluation.probe",
     "profile": "evaluation.profiling",
-    "projection": "meta.projection",
+    "projection": "state.projection",
     "qualification": "meta.qualification",
     "qualify_checks": "meta.qualify_checks",
     "qualify_session": "meta.qualify_session",

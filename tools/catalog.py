@@ -9,6 +9,7 @@ CLIs from this one list.
 
 from __future__ import annotations
 
+import re
 import sys
 
 TASK_SERVER = "harnesslab-task"
@@ -31,6 +32,8 @@ META_TOOLS = (
     "list_servers",
     "quarantine_server",
 )
+# A generated server's name (its folder, its client config key, its skill).
+SERVER_NAME_RE = re.compile(r"^(?=.{1,64}$)[a-z0-9]+(?:-[a-z0-9]+)*$")
 SERVERS_MODULE = "harnesslab.servers"  # the CLI: `python -m harnesslab.servers COMMAND`
 AUTOPILOT_MODULE = "harnesslab.servers.autopilot"  # the built-in MCP client that plays the agent
 QUALIFY_CLIENT_MODULE = "harnesslab.servers.qualify_client"  # qualification's MCP client
@@ -47,6 +50,7 @@ __all__ = [
     "META_TOOLS",
     "QUALIFY_CLIENT_MODULE",
     "SERVERS_MODULE",
+    "SERVER_NAME_RE",
     "TASK_SERVER",
     "TASK_TOOLS",
     "harnesslab_argv",

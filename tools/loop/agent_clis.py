@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EnvironmentProblem
-from ..meta.projection import ServerEntry, codex_entry, toml_key, toml_value
+from ..state.projection import ServerEntry, codex_entry, toml_key, toml_value
 from .turn import AgentRunner, Turn, read_lines
 
 CLAUDE_PACKAGE, CLAUDE_TESTED = "@anthropic-ai/claude-code", "2.1.330"

@@ -29,8 +29,8 @@ from pydantic import BaseModel, Field
 
 from ..errors import UsageError
 from ..settings import Settings
+from ..state.projection import read_toml_table, write_toml_table
 from ..state.storage import atomic_write_text
-from .projection import read_toml_table, write_toml_table
 
 ClientName = Literal["claude", "codex"]
 CLAUDE_LOCAL_SETTINGS = Path(".claude") / "settings.local.json"

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..catalog import TASK_TOOLS
+from ..catalog import SERVER_NAME_RE, TASK_TOOLS
 from ..errors import UsageError
 from ..state import workspace_files as wf
 from ..state.workspace import STATE, Workspace
@@ -38,7 +38,6 @@ from .custom_host import REFUSED as REFUSED_PARAM
 from .custom_host import state_refusal
 
 # Agent Skills: lowercase letters, digits and single hyphens, at most 64, no leading/trailing hyphen.
-SERVER_NAME_RE = re.compile(r"^(?=.{1,64}$)[a-z0-9]+(?:-[a-z0-9]+)*$")
 TOOL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 CUSTOM_FILE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.py$")
 RESERVED_FILES = frozenset({"server.py", "conftest.py", "__init__.py"})

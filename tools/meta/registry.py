@@ -12,7 +12,7 @@ launcher for it (`<python> -m harnesslab.servers serve-generated NAME -w WS`: it
 qualified snapshot from the store after re-hashing it) into `.mcp.json` and
 `.codex/config.toml`, never a command, argument, folder or variable from the server's manifest,
 and its qualified skill into `.claude/skills/` and `.agents/skills/` through
-tools/meta/projection.py. Quarantine, and any regeneration, removes every projection; a quarantined
+tools/state/projection.py. Quarantine, and any regeneration, removes every projection; a quarantined
 server is never projected.
 
 Read-modify-write cycles hold an exclusive lock (registry.lock in the store), so the loop and a
@@ -35,11 +35,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..catalog import harnesslab_argv
 from ..errors import UsageError
+from ..state import projection
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
 from ..state.trusted_store import private_dir
 from ..state.workspace import STATE, Workspace
-from . import projection
 from .bundle import (
     QualificationReport,
     bundle_roots,

@@ -18,8 +18,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..state import workspace_files as wf
+from ..state.projection import project_skill
 from ..state.workspace import STATE
-from .projection import project_skill
 
 SKILL_FILE = "SKILL.md"
 # Agent Skills specification: name 1-64 chars of a-z, 0-9 and single hyphens, equal to the

@@ -13,12 +13,14 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from . import workspace_files as wf
-from .storage import atomic_write_bytes, atomic_write_json
-from .workspace import Workspace, hash_files
+from .storage import atomic_write_bytes, atomic_write_json, hash_files
+
+if TYPE_CHECKING:
+    from .workspace import Workspace
 
 HASH_RE = re.compile(r"^[0-9a-f]{6,64}$")
 

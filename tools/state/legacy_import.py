@@ -16,13 +16,19 @@ is read as untrusted input (tools/state/workspace_files.py) and nothing in it de
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..catalog import SERVER_NAME_RE
 from ..errors import UsageError
 from . import workspace_files as wf
+from .checkpoints import Checkpoints
+from .projection import unproject_server
 from .storage import append_jsonl, atomic_write_json
 from .trusted_store import TrustedStore
-from .workspace import STATE, Workspace
+from .workspace_files import STATE
+
+if TYPE_CHECKING:
+    from .workspace import Workspace
 
 MAX_LEGACY_LEDGER_BYTES = 64 << 20
 
@@ -33,10 +39,6 @@ def mark_imported(store: TrustedStore, info: dict[str, Any]) -> None:
 
 def import_legacy(ws: Workspace) -> dict[str, Any]:
     """Import `ws.state` once (see the module docstring); returns what imported.json says."""
-    from ..meta.genserver import SERVER_NAME_RE  # noqa: PLC0415
-    from ..meta.projection import unproject_server  # noqa: PLC0415
-    from .checkpoints import Checkpoints  # noqa: PLC0415 - import cycle
-
     store = ws.store
     info: dict[str, Any] = {"ledger_records": 0, "checkpoints": 0, "skipped": [], "unprojected": []}
     skipped: list[str] = info["skipped"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -31,6 +32,15 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def hash_files(files: dict[str, bytes]) -> str:
+    """The content hash of named files (relative path -> bytes): a candidate's id, its
+    checkpoint's name, what a restore re-checks."""
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0" + files[rel] + b"\0")
+    return h.hexdigest()[:16]
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -71,5 +81,6 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "hash_files",
     "read_jsonl",
 ]

@@ -10,7 +10,6 @@ existed is imported once, as untrusted (tools/state/legacy_import.py).
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,11 @@ from ..task.kinds import kind_of
 from ..task.spec import TaskSpec, is_shipped, load_task, parse_task, tasks_root
 from . import workspace_files as wf
 from .ledger import Ledger
+from .legacy_import import import_legacy, mark_imported
+from .storage import hash_files
 from .trusted_store import TrustedStore
+from .workspace_files import STATE
 
-STATE = ".harnesslab"
 HISTORY_VIEW = f"{STATE}/history.json"
 TASK_VIEW = f"{STATE}/task.json"
 
@@ -117,13 +118,6 @@ class Workspace:
         return {"root": str(self.root), "task": self.task.name, "editable": self.task.editable}
 
 
-def hash_files(files: dict[str, bytes]) -> str:
-    h = hashlib.sha256()
-    for rel in sorted(files):
-        h.update(rel.encode() + b"\0" + files[rel] + b"\0")
-    return h.hexdigest()[:16]
-
-
 def _check_task_folder(task: TaskSpec, root: Path) -> None:
     """A kernel task's folder holds the reference the verifier trusts: never the agent's."""
     if is_shipped(task) or not kind_of(task).runs_kernel:
@@ -200,8 +194,6 @@ def init_workspace(
         shutil.rmtree(junk, ignore_errors=True)
     task = bind_task(store, task, "init")
     if not store.imported_path.is_file():  # a new workspace has nothing to import
-        from .legacy_import import mark_imported  # noqa: PLC0415 - import cycle
-
         mark_imported(store, {"nothing": "a new workspace"})
     _write_task_view(root, task)
     return Workspace(root, task, store)
@@ -233,8 +225,6 @@ def open_workspace(root: Path, settings: Settings, *, task: str | Path | None = 
                 f"{task} --force {root}`",
             )
     else:
-        from .legacy_import import import_legacy  # noqa: PLC0415 - import cycle
-
         if task is not None:
             spec = load_task(task)
         elif wf.is_file(root, "task.toml") and not wf.is_file(root, TASK_VIEW):
@@ -248,8 +238,6 @@ def open_workspace(root: Path, settings: Settings, *, task: str | Path | None = 
         return ws
     ws = Workspace(root, spec, store)
     if not store.imported_path.is_file():
-        from .legacy_import import import_legacy  # noqa: PLC0415 - import cycle
-
         import_legacy(ws)
     return ws
 

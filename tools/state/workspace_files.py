@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import UsageError
 
+STATE = ".harnesslab"  # the workspace's own folder: views, generated sources, telemetry
 MAX_FILE_BYTES = 4 << 20  # editable sources, configs, manifests
 MAX_JSON_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32
@@ -395,6 +396,7 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_INT_DIGITS",
     "MAX_JSON_DEPTH",
+    "STATE",
     "append_line",
     "check_relative",
     "inside",

@@ -11,8 +11,8 @@ import pytest
 
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.meta.client_setup import approve, client_status, folder_key
-from harnesslab.tools.meta.projection import ServerEntry, write_codex_toml, write_mcp_json
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.projection import ServerEntry, write_codex_toml, write_mcp_json
 
 
 @pytest.fixture

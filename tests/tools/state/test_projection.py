@@ -8,7 +8,7 @@ import tomllib
 import pytest
 
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.meta.projection import (
+from harnesslab.tools.state.projection import (
     ServerEntry,
     project_server,
     project_skill,

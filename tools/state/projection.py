@@ -26,8 +26,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..state import workspace_files as wf
-from ..state.storage import atomic_write_text
+from . import workspace_files as wf
+from .storage import atomic_write_text
 
 Client = Literal["claude", "codex"]
 ENTRY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
