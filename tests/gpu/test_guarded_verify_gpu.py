@@ -1,6 +1,6 @@
-"""The guarded verify on a real GPU (skipped without one; marked gpu): every shipped task's
-honest kernels pass record -> replay -> check -> time, and the GPU-only cheats are rejected or
-harmless. benchmarks/integrity2_gpu.py runs the same on a device host with timings."""
+"""The guarded verify on a real GPU (tests/gpu/conftest.py marks it gpu and skips it without
+one): every shipped task's honest kernels pass record -> replay -> check -> time, and the
+GPU-only cheats are rejected or harmless. benchmarks/integrity2_gpu.py runs the same on a device host with timings."""
 
 from __future__ import annotations
 
@@ -18,11 +18,6 @@ from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import Workspace, init_workspace
 from harnesslab.tools.task.spec import load_task
 
-torch = pytest.importorskip("torch")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
 HERE = Path(__file__).parent
 CORPUS = Path(str(resources.files("harnesslab.tools.integrity"))) / "cheats"
 
