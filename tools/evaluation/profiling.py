@@ -10,8 +10,6 @@ clocks, so durations match what run_objective measures.
 
 from __future__ import annotations
 
-import csv
-import io
 import statistics
 import uuid
 from typing import Any
@@ -21,23 +19,10 @@ from pydantic import BaseModel, Field
 from ..errors import EnvironmentProblem, UsageError
 from ..execution.executor import Executor
 from ..execution.launcher import Launcher
+from ..gpu.ncu import NCU_METRICS, parse_ncu_csv
 from ..state.workspace import Workspace
 from .objective import Progress, require_kernel_task
 
-NCU_METRICS = (
-    "gpu__time_duration.sum",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram__bytes.sum.per_second",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "sm__maximum_warps_per_active_cycle_pct",
-    "launch__registers_per_thread",
-    "launch__occupancy_limit_registers",
-    "launch__grid_size",
-    "launch__block_size",
-    "smsp__sass_inst_executed_op_local_ld.sum",
-    "smsp__sass_inst_executed_op_local_st.sum",
-)
 _FIND_NCU = (
     "command -v ncu || for p in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; "
     'do [ -x "$p" ] && echo "$p" && break; done'
@@ -88,54 +73,6 @@ class ProfileReport(BaseModel):
     main: KernelProfile = Field(description="the kernel with the largest total time")
     others: list[KernelProfile] = Field(default_factory=list)
     metrics: list[str] = Field(default=list(NCU_METRICS), description="ncu metrics collected")
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", "").strip())
-    except ValueError:
-        return None
-
-
-def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
-    """ncu --csv output (details page: one row per metric; or raw page: one row per launch)
-    -> [{"id", "kernel", "metrics": {name: (value, unit)}}] one per profiled launch."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    if not lines:
-        return []
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    header = rows[0]
-    launches: dict[str, dict[str, Any]] = {}
-    if "Metric Name" in header:
-        col = {name: i for i, name in enumerate(header)}
-        for row in rows[1:]:
-            if len(row) != len(header) or row == header:
-                continue
-            lid = row[col["ID"]]
-            entry = launches.setdefault(
-                lid, {"id": lid, "kernel": row[col["Kernel Name"]], "metrics": {}}
-            )
-            value = _number(row[col["Metric Value"]])
-            entry["metrics"][row[col["Metric Name"]]] = (value, row[col["Metric Unit"]])
-        return list(launches.values())
-    # raw page: header of metric names, then a row of units, then one row per launch
-    units = rows[1] if len(rows) > 1 else []
-    kname = header.index("Kernel Name") if "Kernel Name" in header else None
-    for row in rows[2:]:
-        if len(row) != len(header):
-            continue
-        metrics = {
-            name: (_number(row[i]), units[i] if i < len(units) else "")
-            for i, name in enumerate(header)
-            if name in NCU_METRICS
-        }
-        lid = row[0]
-        launches[lid] = {
-            "id": lid,
-            "kernel": row[kname] if kname is not None else "?",
-            "metrics": metrics,
-        }
-    return list(launches.values())
 
 
 def _metric(launch: dict[str, Any], name: str, scaled: bool = False) -> float | None:

@@ -1,6 +1,11 @@
-"""Nsight Compute for the kernel lab: run a target command under ncu and attribute its profiled
-launches to cases in order. Self-contained (standard library only) like runner.py; lab.py
-loads it by path from beside itself.
+"""Nsight Compute: the one parser of its CSV (profile_kernel on the host reads the same
+`parse_ncu_csv`), and for the kernel lab, a target command run under ncu with its profiled
+launches attributed to cases in order. Self-contained (standard library only) like runner.py;
+lab.py loads it by path from beside itself.
+
+Why a CSV parser and not NVIDIA's ncu_report module: ncu_report ships inside an Nsight Compute
+installation (extras/python), is not on PyPI, and reads .ncu-rep files where ncu runs, while
+profile_kernel reads the log back on the host, which has no Nsight Compute.
 
 The target calls each case's function `calls` times between cudaProfilerStart/Stop (warm-up,
 compile and autotuning happen outside that window), so with --profile-from-start off ncu sees
@@ -21,13 +26,22 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-NCU_METRICS = [
+# What profile_kernel collects; the lab, which profiles every case of a task, the first five.
+NCU_METRICS = (
     "gpu__time_duration.sum",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "dram__bytes.sum.per_second",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-]
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__maximum_warps_per_active_cycle_pct",
+    "launch__registers_per_thread",
+    "launch__occupancy_limit_registers",
+    "launch__grid_size",
+    "launch__block_size",
+    "smsp__sass_inst_executed_op_local_ld.sum",
+    "smsp__sass_inst_executed_op_local_st.sum",
+)
+LAB_METRICS = NCU_METRICS[:5]
 # Tensor-pipe utilisation for tflops tasks; which names exist depends on the chip and the ncu
 # version, so the list is filtered by --query-metrics. On an H100 with ncu 2025.3 there is no
 # "gmma" metric; hmma_cycles_active and tensor_cycles_active both count wgmma (94-97% active for
@@ -51,35 +65,58 @@ def find_ncu() -> str | None:
 
 def ncu_metrics(ncu: str, tensor: bool) -> list[str]:
     if not tensor:
-        return list(NCU_METRICS)
+        return list(LAB_METRICS)
     try:
         listed = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True,
                                 timeout=60).stdout  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         listed = ""
     have = [m for m in NCU_TENSOR if m.split(".")[0] in listed]
-    return list(NCU_METRICS) + (have[:2] if listed else NCU_TENSOR[1:2])
+    return list(LAB_METRICS) + (have[:2] if listed else NCU_TENSOR[1:2])
 
 
-def parse_ncu_details(text: str) -> list[dict[str, Any]]:
-    """ncu --csv --page details -> one {"id", "kernel", "metrics": {name: [value, unit]}} per
-    profiled launch, in launch order."""
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", "").strip())
+    except ValueError:
+        return None
+
+
+def parse_ncu_csv(text: str, metrics: tuple[str, ...] = NCU_METRICS) -> list[dict[str, Any]]:
+    """ncu --csv output -> one {"id", "kernel", "metrics": {name: [value, unit]}} per profiled
+    launch, in launch order. The details page has one row per metric; the raw page a header of
+    metric names, a row of units, then one row per launch (there only `metrics` are kept).
+    Lines that are not CSV (ncu's ==PROF== messages, the target's output) are skipped."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    if not rows or "Metric Name" not in rows[0]:
+    if not rows:
         return []
-    col = {name: i for i, name in enumerate(rows[0])}
+    header = rows[0]
     launches: dict[str, dict[str, Any]] = {}
-    for row in rows[1:]:
-        if len(row) != len(col) or row[0] == "ID":
-            continue
-        entry = launches.setdefault(row[col["ID"]], {"id": row[col["ID"]],
-                                    "kernel": row[col["Kernel Name"]], "metrics": {}})  # fmt: skip
-        try:
-            value: float | None = float(row[col["Metric Value"]].replace(",", ""))
-        except ValueError:
-            value = None
-        entry["metrics"][row[col["Metric Name"]]] = [value, row[col["Metric Unit"]]]
+    if "Metric Name" in header:
+        col = {name: i for i, name in enumerate(header)}
+        for row in rows[1:]:
+            if len(row) != len(header) or row == header:
+                continue
+            entry = launches.setdefault(row[col["ID"]], {"id": row[col["ID"]],
+                                        "kernel": row[col["Kernel Name"]], "metrics": {}})  # fmt: skip
+            value = _number(row[col["Metric Value"]])
+            entry["metrics"][row[col["Metric Name"]]] = [value, row[col["Metric Unit"]]]
+    else:
+        units = rows[1] if len(rows) > 1 else []
+        kname = header.index("Kernel Name") if "Kernel Name" in header else None
+        for row in rows[2:]:
+            if len(row) != len(header):
+                continue
+            launches[row[0]] = {
+                "id": row[0],
+                "kernel": row[kname] if kname is not None else "?",
+                "metrics": {
+                    name: [_number(row[i]), units[i] if i < len(units) else ""]
+                    for i, name in enumerate(header)
+                    if name in metrics
+                },
+            }
     return sorted(launches.values(), key=lambda x: int(x["id"]) if x["id"].isdigit() else 0)
 
 
@@ -104,10 +141,10 @@ def profile(
             rc, err = None, f"ncu timed out after {budget_s:.0f}s"
         text = log.read_text(errors="replace") if log.is_file() else ""
         if "Failed to find metric" in text + err and attempt == 0:
-            metrics = list(NCU_METRICS)  # an unknown tensor metric: profile without it
+            metrics = list(LAB_METRICS)  # an unknown tensor metric: profile without it
             continue
         break
-    launches = parse_ncu_details(text)
+    launches = parse_ncu_csv(text)
     record: dict[str, Any] = {"metrics": metrics, "rc": rc, "csv": text[:400_000],
                               "launches": len(launches)}  # fmt: skip
     if launches and len(launches) == calls * len(cases):
@@ -131,4 +168,11 @@ def summarize_launches(launches: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["NCU_METRICS", "find_ncu", "parse_ncu_details", "profile", "summarize_launches"]
+__all__ = [
+    "LAB_METRICS",
+    "NCU_METRICS",
+    "find_ncu",
+    "parse_ncu_csv",
+    "profile",
+    "summarize_launches",
+]
