@@ -19,7 +19,6 @@ Staged beside guard.py; standard library, torch, triton and cudadrv.py. Per hidd
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import statistics
@@ -449,18 +448,13 @@ def time_samples(vf, kids: list, case: dict[str, Any], idx: int, v0, recordings,
     ins0 = _inputs(torch, v0)
     in_bytes = [t.numel() * t.element_size() for t in ins0]
     nbytes = int(ev.ref.bytes_moved(shape, torch.finfo(dtype).bits // 8))
-    est_us = max(nbytes / (env.copy_gbps() * 1e3), 2.0)
     per_call = sum(in_bytes) + sum(
         n
         for k, n in recordings[kids[0].role][v0.signature()]["sizes"].items()
         if not k.startswith("in")
     )
-    calls = max(2, min(MAX_CALLS, math.ceil(1000.0 / est_us)))
+    calls = env.calls_per_window(nbytes, floor_us=2.0, lo=2, hi=MAX_CALLS)
     calls = max(2, min(calls, (MAX_ARENA // 2) // max(per_call, 1)))
-    flush = torch.empty(
-        max(int(2.5 * env.l2_bytes), 1 << 20) // 4, dtype=torch.int32, device="cuda"
-    )
-    sink = torch.empty((), dtype=torch.int64, device="cuda")
     state = {}
     out: dict[str, Any] = {}
     try:
@@ -491,7 +485,7 @@ def time_samples(vf, kids: list, case: dict[str, Any], idx: int, v0, recordings,
             for kid in kids[:: 1 if s % 2 == 0 else -1]:
                 arena, rp, aid, r = state[kid.role]
                 expected, pristine = _refill(vf, arena, r, calls, shape, dtype, idx, s + 1)
-                torch.sum(flush, dim=0, out=sink)  # L2 holds nothing of the refill
+                env.flush_l2()  # L2 holds nothing of the refill
                 torch.cuda.synchronize()
                 _, wake_us = ask_ok(rp, {"op": "time", "id": None}, spin=True)
                 timed, wall_us = ask_ok(rp, {"op": "time", "id": aid}, spin=True)

@@ -272,10 +272,16 @@ class Env:
         n = max(2, math.ceil(2.5 * self.l2_bytes / max(nbytes, 1)))
         return min(n, max(2, (4 << 30) // max(nbytes, 1)), 64)
 
+    def calls_per_window(self, nbytes: int, *, floor_us: float, lo: int, hi: int) -> int:
+        """Back-to-back calls that make about 1 ms of device time at copy speed (event
+        resolution and the final synchronize's host latency stay under 2%), in [lo, hi]. The
+        guarded verify's replay windows use it too (guard_gpu.time_samples)."""
+        est_us = max(nbytes / (self.copy_gbps() * 1e3), floor_us)
+        return max(lo, min(hi, math.ceil(1000.0 / est_us)))
+
     def graph_calls(self, nbytes: int, n_sets: int) -> int:
         """Back-to-back calls per graph: about 1 ms of work, a multiple of the rotation."""
-        est_us = max(nbytes / (self.copy_gbps() * 1e3), 1.0)
-        calls = max(n_sets, min(2000, math.ceil(1000.0 / est_us)))
+        calls = self.calls_per_window(nbytes, floor_us=1.0, lo=n_sets, hi=2000)
         return math.ceil(calls / n_sets) * n_sets
 
     def sync(self) -> None:
@@ -305,7 +311,9 @@ class Env:
         work()
         return (time.perf_counter() - t0) * 1e6
 
-    def _flush(self):
+    def flush_l2(self) -> None:
+        """Evict L2 (enqueued on the current stream): a read of 2.5x its size. The one flush of
+        both timing paths (isolated samples here, the guarded verify's replay samples)."""
         buf = self.__dict__.get("_flush_buf")
         if buf is None:
             torch = self.torch
@@ -313,14 +321,15 @@ class Env:
             buf = torch.ones(n, dtype=torch.int32, device="cuda")
             self._flush_buf = buf
             self._flush_out = torch.empty((), dtype=torch.int64, device="cuda")
-        return buf
+        self.torch.sum(buf, dim=0, out=self._flush_out)
 
     def isolated_times(
         self, call, samples: int, *, host_us: float
     ) -> tuple[list[float], list[float]]:
         """One call per sample from a clean L2, stream primed so launch latency is hidden."""
         torch = self.torch
-        flush = self._flush()
+        self.flush_l2()  # allocates the flush buffer before the first sample
+        torch.cuda.synchronize()
         # Sleep long enough to cover the host's enqueue of start event + call + end event.
         sleep_cycles = int(min(max(3 * host_us + 50, 100), 5000) * 2000)  # ~2 GHz SM clock
         events = [
@@ -330,7 +339,7 @@ class Env:
         torch.cuda.synchronize()
         times, tails = [], []
         for i, (start, end, after_sync) in enumerate(events):
-            torch.sum(flush, dim=0, out=self._flush_out)
+            self.flush_l2()
             torch.cuda._sleep(sleep_cycles)
             start.record()
             call(i)
