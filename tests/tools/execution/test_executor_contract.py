@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -51,9 +52,12 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         return
     if request.param == "openssh":
         server = request.getfixturevalue("openssh_server")
-        ex = SSHExecutor(server.target(remote_root=str(tmp_path / "root")))
+        # sshd logs in an unprivileged user (when the tests run as root): its folder, not ours.
+        scratch = server.remote_dir / uuid.uuid4().hex[:12]
+        ex = SSHExecutor(server.target(remote_root=str(scratch / "root")))
         try:
-            yield Backend("openssh", ex, tmp_path)
+            await ex.run(["mkdir", "-p", str(scratch)], timeout_s=30)
+            yield Backend("openssh", ex, scratch)
         finally:
             await ex.aclose()
         return
