@@ -108,8 +108,20 @@ DEVICES_RW = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urando
 DEVICE_PREFIXES = ("nvidia",)  # /dev/nvidia0, nvidiactl, nvidia-uvm*, nvidia-caps/...
 ENV_ALWAYS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
+LINUX = sys.platform.startswith("linux")
+
+
+class _NotLinux:
+    """Elsewhere (macOS) none of these calls exist, and a Linux syscall number would mean
+    something else: every call fails, so nothing is applied and the report says so."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: -1
+
+
+_libc: Any = ctypes.CDLL(None, use_errno=True) if LINUX else _NotLinux()
+if LINUX:
+    _libc.syscall.restype = ctypes.c_long
 
 
 def _err(what: str) -> OSError:
@@ -377,14 +389,14 @@ def _exec_target(policy: dict[str, Any], argv: list[str], scratch: str, abi: int
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         env = target_env(policy, scratch)
-        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        if LINUX and _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise _err("no_new_privs")
         if abi:
             write = [scratch, *[str(p) for p in policy.get("write", [])]]
             apply_landlock(abi, read_paths(policy, argv[0]), write, device_paths())
-        if policy.get("seccomp", True):
+        if LINUX and policy.get("seccomp", True):
             apply_seccomp(policy.get("seccomp_allow", []))
-        if policy.get("drop_caps", True):
+        if LINUX and policy.get("drop_caps", True):
             drop_capabilities()
         os.chdir(policy.get("cwd") or scratch)
         os.execve(argv[0], argv, env)
@@ -457,9 +469,9 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
     applied = {
         "landlock_abi": abi,
         "namespaces": namespaces,
-        "seccomp": bool(policy.get("seccomp", True) and _arch()),
-        "no_new_privs": True,
-        "capabilities": "dropped",
+        "seccomp": bool(LINUX and policy.get("seccomp", True) and _arch()),
+        "no_new_privs": LINUX,
+        "capabilities": "dropped" if LINUX else "kept",
         "lifetime": "pid_namespace" if pidns else "subreaper",
     }
     applied["level"] = "none" if not abi else "full" if pidns and "net" in namespaces else "partial"
@@ -523,7 +535,7 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
         os._exit(_reap_until(target))
     _forward_signals_to.append(child)
     code = _reap_until(child)
-    if not pidns:
+    if not pidns and LINUX:
         _kill_descendants()
     if not policy.get("keep_scratch"):
         shutil.rmtree(scratch, ignore_errors=True)
