@@ -26,7 +26,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import init_workspace
+from harnesslab.tools.state.workspace import init_workspace
 
 HARNESSLAB = Path(sys.executable).parent / "harnesslab"
 SMALL = "1024x1024_fp16"

@@ -28,10 +28,10 @@ from typing import Any
 
 import anyio
 
-from harnesslab.tools.genserver import generate
-from harnesslab.tools.qualification import QualificationReport, qualify_workspace_server
+from harnesslab.tools.meta.genserver import generate
+from harnesslab.tools.meta.qualification import QualificationReport, qualify_workspace_server
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import init_workspace
+from harnesslab.tools.state.workspace import init_workspace
 
 SMALL = "1024x1024_fp16"
 DIAG = '''

@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # The GPU-side runner by path (putting tools/ on sys.path would shadow stdlib modules).
-_spec = importlib.util.spec_from_file_location("runner", ROOT / "tools" / "runner.py")
+_spec = importlib.util.spec_from_file_location("runner", ROOT / "tools" / "gpu" / "runner.py")
 runner = importlib.util.module_from_spec(_spec)
 sys.modules["runner"] = runner
 _spec.loader.exec_module(runner)

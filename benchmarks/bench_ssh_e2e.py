@@ -24,16 +24,16 @@ from pathlib import Path
 import anyio
 from mcp import Client, StdioServerParameters
 
-from harnesslab.tools.launcher import Launcher
+from harnesslab.tools.evaluation.sweep import expand_space
+from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.sweep import expand_space
-from harnesslab.tools.workspace import init_workspace
+from harnesslab.tools.state.workspace import init_workspace
 
 
 def start_ssh_server(work: Path, triton_cache: Path) -> tuple[subprocess.Popen, dict]:
     env = {**os.environ, "TRITON_CACHE_DIR": str(triton_cache)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harnesslab.tools.ssh_testserver", str(work)],
+        [sys.executable, "-m", "harnesslab.tests.ssh_testserver", str(work)],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -99,7 +99,7 @@ def serial_sweep(
     ws_root: Path, configs: list[dict], triton_cache: Path, state: Path
 ) -> tuple[float, list[float]]:
     """All configs compiled and timed in ONE runner process, no parallel compile phase."""
-    from harnesslab.tools.workspace import open_workspace
+    from harnesslab.tools.state.workspace import open_workspace
 
     settings = Settings(state_dir=state)
     ws = open_workspace(ws_root, settings)

@@ -32,7 +32,7 @@ def Settings(**kw):  # noqa: N802 - harnesslab imported lazily: the probe parts 
     return S(**kw)
 
 
-TOOLS = ROOT / "tools"
+TOOLS = ROOT / "tools" / "gpu"
 ROWS: list[dict[str, Any]] = []
 
 
@@ -252,7 +252,7 @@ def ipc_steps(ask, handle):
 
 
 def honest_kernels(task: str) -> dict[str, tuple[Path, dict | None]]:
-    from harnesslab.tools.tasks import load_task
+    from harnesslab.tools.task.spec import load_task
 
     spec = load_task(task)
     out = {"baseline": (spec.workspace_template / "kernel.py", None)}
@@ -264,8 +264,8 @@ def honest_kernels(task: str) -> dict[str, tuple[Path, dict | None]]:
 def verify_once(ws, state: Path, **kw):  # noqa: D103
     import anyio
 
-    from harnesslab.tools.launcher import Launcher
-    from harnesslab.tools.verify import guarded_verify
+    from harnesslab.tools.execution.launcher import Launcher
+    from harnesslab.tools.integrity.verify import guarded_verify
 
     settings = Settings(state_dir=state)
 
@@ -303,7 +303,7 @@ def summarize(v) -> dict[str, Any]:
 
 @part("verify")
 def verify_tasks(tasks: list[str], state: Path) -> dict[str, Any]:
-    from harnesslab.tools.workspace import init_workspace
+    from harnesslab.tools.state.workspace import init_workspace
 
     out = {}
     for task in tasks:
@@ -329,7 +329,7 @@ def verify_tasks(tasks: list[str], state: Path) -> dict[str, Any]:
 def abba(state: Path) -> dict[str, Any]:
     """The baseline verified first (the incumbent), then the solution, then the same solution
     with a comment added (a new hash, an identical kernel: it must not beat itself)."""
-    from harnesslab.tools.workspace import init_workspace
+    from harnesslab.tools.state.workspace import init_workspace
 
     kernels = honest_kernels("rmsnorm_gate")
     tmp = Path(tempfile.mkdtemp(prefix="ws-abba-"))
@@ -346,7 +346,7 @@ def abba(state: Path) -> dict[str, Any]:
     return rows
 
 
-GPU_CHEATS = ROOT / "tests" / "integrity" / "gpu_cheats"
+GPU_CHEATS = ROOT / "tools" / "integrity" / "cheats" / "gpu"
 ONLY: set[str] = set()
 ROUNDS = 2
 
@@ -380,7 +380,7 @@ def gpu_cheats(state: Path) -> dict[str, Any]:
     """Each GPU cheat verified after its honest twin (the incumbent), scan not enforced."""
     import re
 
-    from harnesslab.tools.workspace import init_workspace
+    from harnesslab.tools.state.workspace import init_workspace
 
     rows = {}
     for path in sorted(GPU_CHEATS.glob("*.py")):
@@ -424,9 +424,9 @@ def overhead(n: int = 5) -> dict[str, Any]:
     cleared SANDBOXED_MODES instead, which also turned the warm worker off: not comparable.)"""
     import anyio
 
-    from harnesslab.tools import launcher as lmod
-    from harnesslab.tools.objective import run_objective
-    from harnesslab.tools.workspace import init_workspace
+    from harnesslab.tools.evaluation.objective import run_objective
+    from harnesslab.tools.execution import launcher as lmod
+    from harnesslab.tools.state.workspace import init_workspace
 
     tmp = Path(tempfile.mkdtemp(prefix="ws-overhead-"))
     ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=tmp / "sa"))
@@ -473,9 +473,9 @@ def cost(state: Path) -> dict[str, Any]:
     the same candidate (fresh), wall clock; run twice each, alternating."""
     import anyio
 
-    from harnesslab.tools.launcher import Launcher
-    from harnesslab.tools.secrets_store import workspace_secret
-    from harnesslab.tools.workspace import init_workspace
+    from harnesslab.tools.execution.launcher import Launcher
+    from harnesslab.tools.state.secrets_store import workspace_secret
+    from harnesslab.tools.state.workspace import init_workspace
 
     tmp = Path(tempfile.mkdtemp(prefix="ws-cost-"))
     ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=state))
@@ -521,7 +521,7 @@ def cost(state: Path) -> dict[str, Any]:
 def repeat(state: Path, n: int, budget_s: float) -> dict[str, Any]:
     """Guarded verifies of the rmsnorm_gate solution, the same workspace each time (after the
     first it is its own incumbent), until n or the time budget."""
-    from harnesslab.tools.workspace import init_workspace
+    from harnesslab.tools.state.workspace import init_workspace
 
     tmp = Path(tempfile.mkdtemp(prefix="ws-repeat-"))
     ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=state))

@@ -8,11 +8,11 @@ Measured on an H100 (2026-11-21): corpus 283 s (37 runs), honest 60 s, a verify 
 both. --budget-s stops starting verifies after S seconds; what ran is printed and saved.
 
 Prints one table per part (run it on an H100/H200 host with harnesslab importable):
-- corpus: every kernel in tests/integrity/cheats/ through the full guarded verify (its
+- corpus: every kernel in tools/integrity/cheats/cpu/ through the full guarded verify (its
   `expect:` code), and again with the static scan not enforced for files that name a `runtime:`
   or `gpu:` code, so the runtime guard's own verdict is shown. GPU-only exploits (side streams,
   profiler kernel list, timing) are judged here and nowhere else.
-- honest: baseline, tasks' solutions and tests/integrity/honest/ must all pass.
+- honest: baseline, tasks' solutions and tools/integrity/cheats/honest/ must all pass.
 - repeat: --repeats guarded verifies of solutions/fast.py: false rejections must be 0; score
   spread across repeats.
 - cost: a plain eval of the same hidden cases (runner "evaluate" mode, one check per case) vs the
@@ -34,16 +34,16 @@ from typing import Any
 
 import anyio
 
-from harnesslab.tools.launcher import Launcher
-from harnesslab.tools.objective import to_eval_result
-from harnesslab.tools.secrets_store import workspace_secret
+from harnesslab.tools.evaluation.objective import to_eval_result
+from harnesslab.tools.execution.launcher import Launcher
+from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.tasks import load_task
-from harnesslab.tools.verify import guarded_verify
-from harnesslab.tools.workspace import Workspace, init_workspace
+from harnesslab.tools.state.secrets_store import workspace_secret
+from harnesslab.tools.state.workspace import Workspace, init_workspace
+from harnesslab.tools.task.spec import load_task
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT / "tests" / "integrity"
+CORPUS = ROOT / "tools" / "integrity" / "cheats"
 SPEC = load_task("rmsnorm_gate")
 
 
@@ -123,7 +123,7 @@ async def corpus(b: Bench, out: dict[str, Any], only: str) -> None:
     print(f"\n{'cheat':24s} {'scan':5s} {'expected':24s} {'verdict':9s} ok  codes")
     rows: list[dict[str, Any]] = []
     out["corpus"] = rows  # filled as it goes: a cut run keeps what it measured
-    for path in sorted((CORPUS / "cheats").glob("*.py")):
+    for path in sorted((CORPUS / "cpu").glob("*.py")):
         if only and path.stem not in only.split(","):
             continue
         exp = expectation(path)

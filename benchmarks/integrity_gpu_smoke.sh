@@ -4,7 +4,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 S=/tmp/hlstage; rm -rf $S; mkdir -p $S/tasks $S/candidates
-cp tools/runner.py tools/guard.py tools/guard_gpu.py tools/guard_child.py $S/
+cp tools/gpu/runner.py tools/gpu/guard.py tools/gpu/guard_gpu.py tools/gpu/guard_child.py $S/
 cp -r tasks/rmsnorm_gate $S/tasks/
 for k in "$@"; do
   mkdir -p $S/candidates/$(basename $k .py); cp $k $S/candidates/$(basename $k .py)/kernel.py

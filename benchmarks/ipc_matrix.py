@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
+TOOLS = Path(__file__).resolve().parents[1] / "tools" / "gpu"
 sys.path.insert(0, str(TOOLS))
 CHILD = r"""
 import base64, json, socket, sys, ctypes

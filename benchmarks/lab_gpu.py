@@ -1,6 +1,6 @@
 """Kernel lab on a GPU host: every kernel task's strategies over its matrix, ncu on the best
 strategy per task, results.json; prints a short table last. Needs only torch and triton (no
-harnesslab install): the work is in tools/lab_gpu.py, loaded by path (it loads tools/runner.py,
+harnesslab install): the work is in tools/gpu/lab.py, loaded by path (it loads tools/gpu/runner.py,
 the one timing implementation, the same way).
 
     python benchmarks/lab_gpu.py --out DIR [--tasks a,b] [--quick] [--tune] [--budget-s 330]
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("_hl_lab_gpu", ROOT / "tools" / "lab_gpu.py")
+_spec = importlib.util.spec_from_file_location("_hl_lab_gpu", ROOT / "tools" / "gpu" / "lab.py")
 lab_gpu = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 sys.modules["_hl_lab_gpu"] = lab_gpu
 _spec.loader.exec_module(lab_gpu)  # type: ignore[union-attr]

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
+TOOLS = Path(__file__).resolve().parents[1] / "tools" / "gpu"
 PROBE = "import ctypes; l=ctypes.CDLL('libcuda.so.1'); r=l.cuInit(0); n=ctypes.c_int(); l.cuDeviceGetCount(ctypes.byref(n)); print(json.dumps({'cuInit': r, 'devices': n.value}))"
 OFF = {"seccomp": False, "drop_caps": False, "namespaces": False}
 CONFIGS = {

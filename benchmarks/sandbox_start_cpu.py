@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SANDBOX = Path(__file__).resolve().parents[1] / "tools" / "sandbox.py"
+SANDBOX = Path(__file__).resolve().parents[1] / "tools" / "gpu" / "sandbox.py"
 
 
 def main() -> None:

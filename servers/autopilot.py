@@ -37,15 +37,16 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from harnesslab.tools.catalog import META_SERVER, TASK_SERVER
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.storage import atomic_write_json
-from harnesslab.tools.workspace import STATE, open_workspace
+from harnesslab.tools.state.storage import atomic_write_json
+from harnesslab.tools.state.workspace import STATE, open_workspace
+from harnesslab.tools.task.kinds import kind_of
 
 from . import autopilot_command
 
 log = logging.getLogger("harnesslab.autopilot")
 
-TASK_SERVER, META_SERVER = "harnesslab-task", "harnesslab-meta"
 CALL_TIMEOUT_S = 900.0
 
 
@@ -207,7 +208,7 @@ def best_of(results: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 async def attempt(s: Session, servers: dict[str, dict[str, Any]]) -> None:
     ws = open_workspace(Path(s.args.workspace), s.args.settings)
-    if ws.task.kind == "command":  # no sweep tool, maybe no config file: its own strategy
+    if not kind_of(ws.task).runs_kernel:  # no sweep tool, maybe no config file: its own strategy
         await autopilot_command.attempt(s, servers, ws)
         return
     await s.connect(TASK_SERVER, servers[TASK_SERVER])
@@ -323,7 +324,7 @@ def server_spec(task_name: str, notes: dict[str, Any]) -> dict[str, Any]:
 
 async def build(s: Session, servers: dict[str, dict[str, Any]]) -> None:
     ws = open_workspace(Path(s.args.workspace), s.args.settings)
-    if ws.task.kind == "command":
+    if not kind_of(ws.task).runs_kernel:
         await autopilot_command.build(s, servers, ws)
         return
     if not s.notes.get("best"):

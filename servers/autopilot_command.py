@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.workspace import STATE, Workspace
+from harnesslab.tools.state.workspace import STATE, Workspace
+from harnesslab.tools.task.kinds import kind_of
 
 TRIES_INTERPRETED, TRIES_GPU = 2, 6
 WINNING_FILE = "winning.py"
@@ -84,7 +85,7 @@ async def attempt(s: Any, servers: dict[str, dict[str, Any]], ws: Workspace) -> 
                 used.append(f"{name}.{tool}")
             except ToolFailed as exc:
                 s.log({"event": "tool_failed", "error": str(exc)})
-    higher = ws.task.higher_is_better_for("dev")
+    higher = kind_of(ws.task).higher_is_better(ws.task, "dev")
     base = await s.call(TASK_SERVER, "run_objective")
     best_score = base.get("score") if base.get("status") == "passed" else None
     s.result["metrics"].update(dev_score_before=best_score, harness_tools_used=used)

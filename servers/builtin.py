@@ -17,10 +17,17 @@ Python with no MCP session.
 
 from __future__ import annotations
 
+from harnesslab.tools import catalog
+
 from .runtime import BuiltinTool, ServerState, check_presets, register_builtin, reporter
 from .task_tools import TASK_TOOLS
 
 BUILTINS: dict[str, BuiltinTool] = {t.name: t for t in TASK_TOOLS}
+if tuple(BUILTINS) != catalog.TASK_TOOLS:  # one list of names: tools/catalog.py
+    raise ImportError(
+        f"servers/task_tools.py defines {list(BUILTINS)}, tools/catalog.py names "
+        f"{list(catalog.TASK_TOOLS)}: add the tool's name to catalog.TASK_TOOLS"
+    )
 
 __all__ = [
     "BUILTINS",

@@ -11,94 +11,29 @@ import json
 import logging
 import re
 import sys
-import tempfile
-from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
-from pathlib import Path
-from typing import Any, NoReturn
-
-import anyio
+from typing import NoReturn
 
 from harnesslab.tools.errors import HarnesslabError
 from harnesslab.tools.settings import Settings
 
-from . import report
-
-Handler = Callable[[argparse.Namespace, Settings], int]
-COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Handler]] = {}
-
-
-def command(name: str, help_text: str, add_args: Callable[[argparse.ArgumentParser], None]):
-    """Register a subcommand: `add_args` declares its arguments, the decorated handler runs it."""
-
-    def bind(handler: Handler) -> Handler:
-        COMMANDS[name] = (add_args, handler)
-        _HELP[name] = help_text
-        return handler
-
-    return bind
-
-
-_HELP: dict[str, str] = {}
-
-
-def add_executor_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("GPU host (default: this machine; Triton interpreter without a GPU)")
-    g.add_argument(
-        "--gpu-host", help="user@host[:port] or ssh-config alias; comma-separated for several"
-    )
-    g.add_argument("--ssh-key", type=Path, help="private key for the GPU host")
-    g.add_argument("--known-hosts", type=Path, help="known_hosts file (default ~/.ssh/known_hosts)")
-    g.add_argument(
-        "--accept-new-host-key", action="store_true", help="trust and record an unknown host key"
-    )
-    g.add_argument("--gpus", help="GPU indices per host, e.g. 0,1")
-    g.add_argument(
-        "--interpret", choices=["auto", "always", "never"], help="Triton CPU interpreter"
-    )
-
-
-def settings_from(args: argparse.Namespace, base: Settings) -> Settings:
-    updates: dict[str, Any] = {}
-    for field, attr in (
-        ("gpu_host", "gpu_host"),
-        ("ssh_key", "ssh_key"),
-        ("known_hosts", "known_hosts"),
-        ("gpus", "gpus"),
-        ("interpret", "interpret"),
-    ):
-        value = getattr(args, attr, None)
-        if value:
-            updates[field] = value
-    if getattr(args, "accept_new_host_key", False):
-        updates["accept_new_host_key"] = True
-    return base.model_copy(update=updates)
-
-
-# Modules that register subcommands on import (each owns its commands).
-COMMAND_MODULES = (
-    "commands",
-    "serve_cmd",
-    "meta_cmd",
-    "run_cmd",
-    "lab_cmd",
-    "doctor_cmd",
-    "compare_cmd",
-    "import_cmd",
+from . import (
+    commands,
+    compare_cmd,
+    doctor_cmd,
+    import_cmd,
+    lab_cmd,
+    meta_cmd,
+    report,
+    run_cmd,
+    serve_cmd,
 )
+from .cli_support import COMMANDS, HELP, command, settings_from
 
-
-def load_commands() -> None:
-    import importlib
-
-    for mod in COMMAND_MODULES:
-        try:
-            importlib.import_module(f"harnesslab.servers.{mod}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"harnesslab.servers.{mod}":
-                raise
-
+# The subcommand modules, in the order `--help` lists them (each declares its commands with
+# cli_support.command; none imports this module).
+MODULES = (commands, serve_cmd, meta_cmd, run_cmd, lab_cmd, doctor_cmd, compare_cmd, import_cmd)
 
 _CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 
@@ -138,8 +73,10 @@ def build_parser() -> tuple[Parser, dict[str, Parser]]:
     parser.add_argument("--version", action="version", version=f"harnesslab {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     subs: dict[str, Parser] = {}
-    for name, (add_args, _) in COMMANDS.items():
-        p = sub.add_parser(name, help=_HELP[name], description=_HELP[name])
+    order = [m.__name__ for m in MODULES]
+    listed = sorted(COMMANDS.items(), key=lambda kv: order.index(kv[1][1].__module__))
+    for name, (add_args, _) in listed:
+        p = sub.add_parser(name, help=HELP[name], description=HELP[name])
         add_args(p)
         subs[name] = p
     return parser, subs
@@ -159,9 +96,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Commands register themselves on import.
-    load_commands()
-
     args = parse(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
@@ -189,14 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
-def run_async(fn, *args: Any) -> Any:
-    return anyio.run(fn, *args)
-
-
-def temp_workspace_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="harnesslab-demo-"))
 
 
 __all__ = ["COMMANDS", "command", "main", "report"]

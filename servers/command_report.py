@@ -1,5 +1,5 @@
 """`harnesslab eval` and `harnesslab verify` on a command task: the dev objective and the final
-one (tools/command_task.py, tools/command_verify.py), printed with the task's own score key,
+one (tools/evaluation/command.py, tools/integrity/command_verify.py), printed with the task's own score key,
 unit and direction. A verdict shows what guarded_final_verify shows an agent unless the operator
 asks for more with --reveal-cases (the hidden cases and the objective's output)."""
 
@@ -11,14 +11,15 @@ from typing import Any
 
 from rich.table import Table
 
-from harnesslab.tools.command_task import CommandRun, run_command_objective
-from harnesslab.tools.command_verify import CommandVerdict, command_verify
-from harnesslab.tools.launcher import build_launcher
+from harnesslab.tools.evaluation.command import CommandRun, run_command_objective
+from harnesslab.tools.execution.launcher import build_launcher
+from harnesslab.tools.integrity.command_verify import CommandVerdict, command_verify
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.storage import read_jsonl
-from harnesslab.tools.workspace import Workspace
+from harnesslab.tools.state.storage import read_jsonl
+from harnesslab.tools.state.workspace import Workspace
+from harnesslab.tools.task.kinds import kind_of
 
-from .cli import run_async
+from .cli_support import run_async
 from .report import console
 
 
@@ -53,7 +54,7 @@ def eval_command(ws: Workspace, args: argparse.Namespace, settings: Settings, pr
     if args.json:
         print(run.model_dump_json())
         return 0 if run.status == "passed" else 1
-    label = ws.task.score_label("dev")
+    label = kind_of(ws.task).score_label(ws.task, "dev")
     out = console()
     t = Table(
         title=f"eval (dev objective): {run.status}, {run.score_key} {_f(run.score)} "

@@ -9,16 +9,17 @@ import sys
 from pathlib import Path
 
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.launcher import build_launcher
-from harnesslab.tools.objective import run_objective
+from harnesslab.tools.evaluation.objective import run_objective
+from harnesslab.tools.execution.launcher import build_launcher
+from harnesslab.tools.integrity.verdict_view import public_result, public_verdict
+from harnesslab.tools.integrity.verify import guarded_verify
+from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.skills import project_skills
-from harnesslab.tools.tasks import list_tasks
-from harnesslab.tools.verdict_view import public_result, public_verdict
-from harnesslab.tools.verify import guarded_verify
-from harnesslab.tools.workspace import init_workspace, open_workspace
+from harnesslab.tools.state.workspace import init_workspace, open_workspace
+from harnesslab.tools.task.kinds import kind_of
+from harnesslab.tools.task.spec import list_tasks
 
-from .cli import add_executor_args, command, run_async
+from .cli_support import add_executor_args, command, run_async
 from .command_report import eval_command, verify_command
 from .report import print_eval
 
@@ -125,7 +126,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 @command("eval", "Run the objective on the workspace's dev cases.", _eval_args)
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     ws = open_workspace(args.workspace, settings)
-    if ws.task.kind == "command":  # the task's dev objective, with its own units
+    if not kind_of(ws.task).runs_kernel:  # the task's dev objective, with its own units
         return eval_command(ws, args, settings, progress_printer(not args.json))
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
 
@@ -167,7 +168,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 )
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     ws = open_workspace(args.workspace, settings)
-    if ws.task.kind == "command":  # the task's final objective, guarded
+    if not kind_of(ws.task).runs_kernel:  # the task's final objective, guarded
         return verify_command(ws, args, settings, progress_printer(not args.json))
 
     async def go():
@@ -181,7 +182,7 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
 
     verdict = run_async(go)
     # Without the operator's flag the output is what guarded_final_verify shows an agent: no
-    # hidden shape, no per-case time or bandwidth (tools/verdict_view.py says why).
+    # hidden shape, no per-case time or bandwidth (tools/integrity/verdict_view.py says why).
     reveal = args.reveal_cases
     if args.json:
         print(verdict.model_dump_json() if reveal else json.dumps(public_verdict(verdict)))

@@ -1,5 +1,5 @@
 """`harnesslab compare`: plain vs harnessed (or any two runner setups) over N trials each, every
-trial in a fresh workspace and scored by the guarded path (tools/compare.py). Prints the arms'
+trial in a fresh workspace and scored by the guarded path (tools/loop/compare.py). Prints the arms'
 summary and where the report is; --json prints report.json."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.compare import Arm, CompareConfig, compare
 from harnesslab.tools.errors import UsageError
+from harnesslab.tools.loop.compare import Arm, CompareConfig, compare
 from harnesslab.tools.settings import Settings
 
-from .cli import add_executor_args, command, run_async
+from .cli_support import add_executor_args, command, run_async
 from .run_cmd import duration_s, durations_s
 
 RUNNERS = ["exec", "claude", "codex", "autopilot"]
@@ -99,7 +99,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(report.model_dump_json())
         return 0
-    from harnesslab.tools.compare_report import markdown  # noqa: PLC0415
+    from harnesslab.tools.loop.compare_report import markdown  # noqa: PLC0415
 
     text = markdown(report)
     print(text.split("## Trials")[0].rstrip())

@@ -1,5 +1,5 @@
 """Custom tools of a generated server, bound to its MCPServer: the agent's `async def`s run in
-one sandboxed worker per server (tools/custom_host.py); this process never imports them.
+one sandboxed worker per server (tools/meta/custom_host.py); this process never imports them.
 
     worker = bind_custom_tools(server, tools, state, bundle_dir)   # in build_server
 
@@ -12,27 +12,24 @@ exception type. Results carry the function's own JSON and nothing else.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-from harnesslab.tools.custom_host import (
+from harnesslab.tools.errors import HarnesslabError, UsageError
+from harnesslab.tools.meta.custom_host import (
     CustomToolFailed,
     CustomWorker,
     ToolShape,
     public_signature,
 )
-from harnesslab.tools.errors import HarnesslabError, UsageError
 
-from .runtime import ServerState
+from .runtime import Refused, ServerState, traced_call
 
 log = logging.getLogger("harnesslab.custom_tools")
 
@@ -90,45 +87,36 @@ def _bind(
     name, timeout_s = str(tool["name"]), float(tool["timeout_s"])
     file, function = str(tool["file"]), str(tool["function"])
 
-    async def call(**kwargs: Any) -> Any:
-        started, status, size, error = time.perf_counter(), "ok", 0, ""
+    async def run(kwargs: dict[str, Any]) -> Any:
         try:
             with anyio.fail_after(timeout_s):
-                result = await worker.call(file, function, kwargs)
-            size = len(json.dumps(result))
-            return result
+                return await worker.call(file, function, kwargs)
         except TimeoutError:
-            status, error = "tool_error", "timeout"
-            raise ToolError(
+            raise Refused(
                 f"{name} timed out after {timeout_s:g}s and was cancelled. Next: call it with "
-                "smaller arguments, or raise timeout_s in the spec and regenerate."
+                "smaller arguments, or raise timeout_s in the spec and regenerate.",
+                error="timeout",
             ) from None
         except CustomToolFailed as exc:
             if exc.kind == "ToolError":  # the tool's own answer to the model
-                status, error = "tool_error", "ToolError"  # never the message: it echoes values
-                raise ToolError(exc.message) from None
-            status, error = "crash", exc.kind
-            raise ToolError(f"{name} failed: {exc.kind}: {exc.message}") from None
+                raise Refused(exc.message, error="ToolError") from None
+            raise Refused(
+                f"{name} failed: {exc.kind}: {exc.message}", status="crash", error=exc.kind
+            ) from None
         except HarnesslabError as exc:  # the worker died or could not start
-            status, error = "crash", type(exc).__name__
-            raise ToolError(f"{name} failed: {exc}") from None
-        except anyio.get_cancelled_exc_class():
-            status = "cancelled"
-            raise
-        except Exception as exc:  # the server boundary: log the traceback, tell the model why
-            status, error = "crash", type(exc).__name__
-            log.exception("tool %s failed", name)
-            raise ToolError(f"{name} failed: {type(exc).__name__}") from exc
-        finally:
-            state.telemetry.record(
-                name,
-                arg_names=sorted(kwargs),
-                duration_s=time.perf_counter() - started,
-                status=status,  # type: ignore[arg-type]
-                result_bytes=size,
-                error=error,
-                server=state.name,
-            )
+            raise Refused(
+                f"{name} failed: {exc}", status="crash", error=type(exc).__name__
+            ) from None
+
+    async def call(**kwargs: Any) -> Any:
+        return await traced_call(
+            state.telemetry,
+            name,
+            lambda: run(kwargs),
+            arg_names=sorted(kwargs),
+            server=state.name,
+            crash_detail=False,
+        )
 
     call.__name__ = function
     call.__signature__ = signature  # type: ignore[attr-defined]

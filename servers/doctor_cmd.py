@@ -9,11 +9,11 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from harnesslab.tools.client_setup import ClientName
 from harnesslab.tools.doctor import run_doctor
+from harnesslab.tools.meta.client_setup import ClientName
 from harnesslab.tools.settings import Settings
 
-from .cli import add_executor_args, command, run_async
+from .cli_support import add_executor_args, command, run_async
 
 MARK = {"ok": "ok     ", "missing": "MISSING", "skipped": "skipped"}
 

@@ -1,15 +1,15 @@
 """`harnesslab import harnessgym PATH --out DIR`: a HarnessGym task folder as a harnesslab task
-(tools/harnessgym_import.py), printing what was converted and what could not be."""
+(tools/task/harnessgym_import.py), printing what was converted and what could not be."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from harnesslab.tools.harnessgym_import import convert, report_lines
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.task.harnessgym_import import convert, report_lines
 
-from .cli import command
+from .cli_support import command
 
 
 def _args(p: argparse.ArgumentParser) -> None:

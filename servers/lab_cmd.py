@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.lab import LabOptions, load_results, run_lab
-from harnesslab.tools.lab_report import build_report
-from harnesslab.tools.launcher import build_launcher
+from harnesslab.tools.execution.launcher import build_launcher
+from harnesslab.tools.lab.matrix import LabOptions, load_results, run_lab
+from harnesslab.tools.lab.report import build_report
 from harnesslab.tools.settings import Settings
 
-from .cli import add_executor_args, command, run_async
+from .cli_support import add_executor_args, command, run_async
 
 
 def _lab_args(p: argparse.ArgumentParser) -> None:
@@ -74,7 +74,7 @@ def cmd_lab(args: argparse.Namespace, settings: Settings) -> int:
                 await launcher.aclose()
 
         results = run_async(go)
-    command_line = "harnesslab lab " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    command_line = "harnesslab lab " + " ".join(shlex.quote(_portable(a)) for a in sys.argv[2:])
     summary = build_report(results, args.out, command=command_line)
     if args.json:
         print(summary.model_dump_json())
@@ -88,3 +88,15 @@ def cmd_lab(args: argparse.Namespace, settings: Settings) -> int:
         print(summary.plot_error, file=sys.stderr)
     print(json.dumps({"files": summary.files}))
     return 0
+
+
+def _portable(arg: str) -> str:
+    """A command-line argument as a committed report may show it: an absolute path outside the
+    current folder names its file only (reports carry no paths of the machine they ran on)."""
+    path = Path(arg)
+    if not path.is_absolute():
+        return arg
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return f".../{path.name}"

@@ -9,12 +9,13 @@ import os
 import sys
 from pathlib import Path
 
+from harnesslab.tools.catalog import META_SERVER
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.qualification import DEFAULT_TIMEOUT_S, qualify, template_for
+from harnesslab.tools.meta.qualification import DEFAULT_TIMEOUT_S, qualify, template_for
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import open_workspace
+from harnesslab.tools.state.workspace import open_workspace
 
-from .cli import add_executor_args, command, run_async
+from .cli_support import add_executor_args, command, run_async
 from .serve_cmd import TOKEN_ENV, is_loopback
 
 
@@ -24,7 +25,7 @@ def _meta_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="http: address to bind (default loopback)")
     p.add_argument("--port", type=int, default=8766, help="http: port (0 = any free port)")
     p.add_argument("--token", help=f"http: bearer token clients must send (or ${TOKEN_ENV})")
-    p.add_argument("--name", default="harnesslab-meta", help="server name shown to clients")
+    p.add_argument("--name", default=META_SERVER, help="server name shown to clients")
     add_executor_args(p)
 
 

@@ -4,37 +4,37 @@ toolkit decides whether that server is fit for the next fresh session.
     server = build_meta_server(open_workspace(Path("ws"), settings), settings)
 
 Tools (DESIGN.md MUST names): generate_server, self_test_server, register_server, list_servers,
-quarantine_server. The work happens in tools/genserver.py, tools/qualification.py and
-tools/registry.py; this module validates, reports progress, records telemetry and shapes results.
+quarantine_server. The work happens in tools/meta/genserver.py, tools/meta/qualification.py and
+tools/meta/registry.py; this module validates, reports progress, records telemetry and shapes results.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from harnesslab.tools import registry
-from harnesslab.tools.errors import HarnesslabError, UsageError
-from harnesslab.tools.genserver import ServerSpec, ToolSpec, generate, parse_spec
-from harnesslab.tools.qualification import QualificationReport, qualify_workspace_server
+from harnesslab.tools.catalog import META_SERVER
+from harnesslab.tools.errors import UsageError
+from harnesslab.tools.meta import registry
+from harnesslab.tools.meta.genserver import ServerSpec, ToolSpec, generate, parse_spec
+from harnesslab.tools.meta.qualification import QualificationReport, qualify_workspace_server
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.telemetry import CallStatus, Telemetry
-from harnesslab.tools.workspace import Workspace
+from harnesslab.tools.state.telemetry import Telemetry
+from harnesslab.tools.state.workspace import Workspace
 
 from .builtin import BUILTINS, check_presets
+from .runtime import reporter, traced_call
 
 log = logging.getLogger("harnesslab.meta")
-SERVER_NAME = "harnesslab-meta"
+SERVER_NAME = META_SERVER
 ServerName = Annotated[
     str, Field(description="server name: lowercase letters/digits joined by '-'", max_length=64)
 ]
@@ -128,43 +128,18 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
     def tool(
         *, read_only: bool, destructive: bool, idempotent: bool, title: str
     ) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
-        """Register with annotations; every call timed into telemetry, expected failures
-        answered as ToolError with the next step, anything else logged and answered too."""
+        """Register with annotations; every call goes through the servers' one wrapper
+        (runtime.traced_call: telemetry, error mapping)."""
 
         def bind(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
             @functools.wraps(fn)
             async def call(**kwargs: Any) -> T:
-                t0, status, size, error = time.perf_counter(), "ok", 0, ""
-                try:
-                    out = await fn(**kwargs)
-                    size = len(out.model_dump_json())
-                    return out
-                except HarnesslabError as exc:
-                    status, error = (
-                        "tool_error",
-                        type(exc).__name__,
-                    )  # never the message: it echoes values
-                    raise ToolError(str(exc)) from exc
-                except anyio.get_cancelled_exc_class():
-                    status = "cancelled"
-                    raise
-                except Exception as exc:  # boundary: log the traceback, keep serving
-                    status, error = "crash", type(exc).__name__
-                    log.exception("meta tool %s crashed", fn.__name__)
-                    raise ToolError(
-                        f"internal error: {type(exc).__name__}: {exc}. Next: retry once; if it "
-                        "repeats, report the traceback from the server's stderr"
-                    ) from exc
-                finally:
-                    s: CallStatus = status  # type: ignore[assignment]
-                    telemetry.record(
-                        fn.__name__,
-                        arg_names=[k for k in kwargs if k != "ctx"],
-                        duration_s=time.perf_counter() - t0,
-                        status=s,
-                        result_bytes=size,
-                        error=error,
-                    )
+                return await traced_call(
+                    telemetry,
+                    fn.__name__,
+                    lambda: fn(**kwargs),
+                    arg_names=[k for k in kwargs if k != "ctx"],
+                )
 
             server.add_tool(
                 call,
@@ -257,14 +232,8 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         qualified; failing QUARANTINES it, with a failure report to fix it from. Costs about
         10-60 s of CPU/GPU time. Next: register_server, or fix and generate again."""
 
-        async def progress(done: float, total: float, message: str) -> None:
-            try:
-                await ctx.report_progress(done, total, message)
-            except Exception as exc:  # best effort: a client that went away must not fail it
-                log.debug("progress not sent: %s", exc)
-
         report: QualificationReport = await qualify_workspace_server(
-            ws, name, settings, timeout_s=timeout_s, progress=progress
+            ws, name, settings, timeout_s=timeout_s, progress=reporter(ctx)
         )
         rel = lambda p: Path(p).relative_to(root).as_posix() if p else ""  # noqa: E731
         status = registry.load_registry(ws).servers[name].status
@@ -301,9 +270,7 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         .claude/skills and .agents/skills. Refused for a server that failed, was never
         qualified, or changed since it qualified. The running session does not see it; the
         next one does. Next: list_servers."""
-        from harnesslab.tools.loop_servers import settings_env
-
-        rec = registry.register(ws, name, env=settings_env(settings))
+        rec = registry.register(ws, name, env=settings.to_env())
         return RegisterOut(
             server=_server_out(rec),
             next_step="the next agent session gets its tools and skill; list_servers shows it",

@@ -1,5 +1,5 @@
 """The protocol half of qualification: a real MCP client (the official SDK) that talks to a
-server over stdio, driven line by line by tools/qualification.py (which never imports mcp).
+server over stdio, driven line by line by tools/meta/qualification.py (which never imports mcp).
 
     python -m harnesslab.servers.qualify_client LAUNCH.json
 

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harnesslab.tools.results import EvalResult
+from harnesslab.tools.evaluation.results import EvalResult
 
 
 def _f(x: float | None, fmt: str = "{:.1f}") -> str:

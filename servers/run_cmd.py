@@ -18,13 +18,13 @@ from rich.console import Console
 from rich.table import Table
 
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.loop import resume_run, start_run
-from harnesslab.tools.loop_state import RunConfig, RunStore
+from harnesslab.tools.loop.driver import resume_run, start_run
+from harnesslab.tools.loop.state import RunConfig, RunStore
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.tasks import list_tasks
-from harnesslab.tools.workspace import is_workspace, open_workspace
+from harnesslab.tools.state.workspace import is_workspace, open_workspace
+from harnesslab.tools.task.spec import list_tasks
 
-from .cli import add_executor_args, command, run_async, temp_workspace_dir
+from .cli_support import add_executor_args, command, run_async, temp_workspace_dir
 from .report import console as stdout_console
 
 AGENT_FAILED_EXIT = 3  # the run finished, but no agent attempt ran to completion

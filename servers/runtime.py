@@ -17,12 +17,13 @@ too, and the handler says what is missing.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -30,15 +31,18 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError, WithJsonSchema
 
+from harnesslab.tools.catalog import TASK_SERVER
 from harnesslab.tools.errors import HarnesslabError, UsageError
-from harnesslab.tools.launcher import Launcher, build_launcher
-from harnesslab.tools.objective import Progress
+from harnesslab.tools.evaluation.objective import Progress
+from harnesslab.tools.execution.launcher import Launcher, build_launcher
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.telemetry import CallStatus, Telemetry
-from harnesslab.tools.workspace import Workspace, open_workspace
+from harnesslab.tools.state.telemetry import CallStatus, Telemetry
+from harnesslab.tools.state.workspace import Workspace, open_workspace
+from harnesslab.tools.task.kinds import GENERIC_TOOLS, kind_of
 
 log = logging.getLogger("harnesslab.servers")
 
+T = TypeVar("T")
 GENERIC_NEXT = "inspect_context shows the task, its cases and the allowed values"
 Handler = Callable[["ServerState", Any, "Context | None"], Awaitable[BaseModel]]
 
@@ -51,7 +55,7 @@ class ServerState:
     launcher: Launcher
     settings: Settings
     telemetry: Telemetry
-    name: str = "harnesslab-task"
+    name: str = TASK_SERVER
     # Run by aclose() before the launcher closes (a generated server's custom-tool worker).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -61,7 +65,7 @@ class ServerState:
         workspace: Path,
         settings: Settings,
         *,
-        name: str = "harnesslab-task",
+        name: str = TASK_SERVER,
         launcher: Launcher | None = None,
     ) -> ServerState:
         ws = open_workspace(workspace, settings)
@@ -94,7 +98,6 @@ class BuiltinTool:
     read_only: bool
     destructive: bool
     idempotent: bool
-    kernel_only: bool = False
     gpu: bool = field(default=False, metadata={"doc": "takes the GPU lock"})
 
     def __post_init__(self) -> None:
@@ -125,6 +128,88 @@ def reporter(ctx: Context | None) -> Progress | None:
             log.debug("progress notification not sent: %s", exc)
 
     return report
+
+
+class Refused(ToolError):
+    """A ToolError the wrapper records with its own telemetry status and error code (a bad
+    argument, a tool that does not apply, a timed-out custom tool)."""
+
+    def __init__(self, message: str, *, status: CallStatus = "tool_error", error: str) -> None:
+        super().__init__(message)
+        self.status: CallStatus = status
+        self.error = error
+
+
+def result_bytes(value: Any) -> int:
+    """The size of what the model reads: the text content of a CallToolResult, a pydantic
+    result as compact JSON without nulls, anything else as JSON."""
+    if isinstance(value, CallToolResult):
+        return sum(len(c.text) for c in value.content if isinstance(c, TextContent))
+    if isinstance(value, BaseModel):
+        return len(value.model_dump_json(exclude_none=True))
+    return len(json.dumps(value, default=str))
+
+
+async def traced_call(
+    telemetry: Telemetry,
+    tool_name: str,
+    work: Callable[[], Awaitable[T]],
+    *,
+    arg_names: list[str],
+    server: str | None = None,
+    gpu: bool = False,
+    generic_next: str = "",
+    crash_detail: bool = True,
+) -> T:
+    """Run one tool call: every server's tools (built-in, meta, generated, custom) go through
+    here, so timing, error mapping and telemetry are one mechanism.
+
+    Expected failures (HarnesslabError) become a ToolError with their next step (or
+    `generic_next`); `Refused` passes through with its own status; anything else is logged with
+    its traceback and answered with a ToolError while the server keeps serving
+    (`crash_detail=False`: the exception's type only, for code whose messages may echo hostile
+    values). Telemetry records argument names, duration, status, error code and result size."""
+    t0 = time.perf_counter()
+    status: CallStatus = "ok"
+    size = 0
+    error = ""
+    try:
+        out = await work()
+        size = result_bytes(out)
+        return out
+    except Refused as exc:
+        status, error = exc.status, exc.error
+        raise
+    except ToolError:
+        status, error = "tool_error", "ToolError"  # never the message: it echoes values
+        raise
+    except HarnesslabError as exc:
+        status, error = "tool_error", type(exc).__name__
+        text = str(exc) if exc.next_step or not generic_next else f"{exc} Next: {generic_next}"
+        raise ToolError(text) from exc
+    except anyio.get_cancelled_exc_class():
+        status = "cancelled"
+        raise
+    except Exception as exc:  # boundary: log it, answer with a ToolError, keep serving
+        status, error = "crash", type(exc).__name__
+        log.exception("tool %s crashed", tool_name)
+        first = (str(exc).strip().splitlines() or [""])[0][:200] if crash_detail else ""
+        raise ToolError(
+            f"internal error: {type(exc).__name__}{': ' + first if first else ''}"
+            ". Next: the server keeps serving; retry once, and if it repeats report the "
+            "traceback from the server's stderr"
+        ) from exc
+    finally:
+        telemetry.record(
+            tool_name,
+            arg_names=arg_names,
+            duration_s=time.perf_counter() - t0,
+            status=status,
+            result_bytes=size,
+            error=error,
+            server=server,
+            gpu=gpu,
+        )
 
 
 def check_presets(tool: BuiltinTool, presets: dict[str, Any]) -> dict[str, Any]:
@@ -218,73 +303,51 @@ def register_builtin(
         )
 
     async def call(ctx: Context, **kwargs: Any) -> CallToolResult:
-        t0 = time.perf_counter()
         sent = _sent_names(ctx, kwargs)
-        status: CallStatus = "ok"
-        size = 0
-        error = ""
-        try:
+
+        async def work() -> CallToolResult:
             fixed = sorted(set(sent) & set(presets))
             unknown = sorted(set(sent) - set(exposed) - set(presets))
             if fixed or unknown:
-                status, error = "bad_input", "preset_argument" if fixed else "unknown_argument"
                 bad = (fixed or unknown)[0]
                 why = "is fixed by this server" if fixed else "is not an argument of this tool"
-                raise ToolError(
-                    f"argument {bad!r} {why}. Next: arguments are: {', '.join(exposed) or 'none'}"
+                raise Refused(
+                    f"argument {bad!r} {why}. Next: arguments are: {', '.join(exposed) or 'none'}",
+                    status="bad_input",
+                    error="preset_argument" if fixed else "unknown_argument",
                 )
             try:
                 args = tool.input_model.model_validate({**kwargs, **presets})
             except ValidationError as exc:
-                status, error = "bad_input", "invalid_arguments"
-                raise ToolError(
-                    f"bad arguments: {format_errors(tool, exc)}. Next: fix them and call again"
+                raise Refused(
+                    f"bad arguments: {format_errors(tool, exc)}. Next: fix them and call again",
+                    status="bad_input",
+                    error="invalid_arguments",
                 ) from exc
-            if tool.kernel_only and state.workspace.task.kind != "kernel":
-                status, error = "tool_error", "kernel_only"
-                raise ToolError(
-                    f"{tool_name} works on kernel tasks; {state.workspace.task.name!r} is a "
-                    "command task. Next: use run_objective, rank_history and "
-                    "restore_best_checkpoint"
+            task = state.workspace.task
+            if not kind_of(task).applies(tool.name):
+                raise Refused(
+                    f"{tool_name} works on kernel tasks; {task.name!r} is a {task.kind} task. "
+                    f"Next: use {', '.join(sorted(GENERIC_TOOLS))}",
+                    error="kernel_only",
                 )
-            try:
-                out = await tool.handler(state, args, ctx)
-            except HarnesslabError as exc:
-                status, error = "tool_error", type(exc).__name__
-                text = str(exc) if exc.next_step else f"{exc} Next: {GENERIC_NEXT}"
-                raise ToolError(text) from exc
+            out = await tool.handler(state, args, ctx)
             # Compact JSON for the model to read (the SDK would indent it: ~2x the tokens), the
             # full typed result as structured content for programs.
-            text = out.model_dump_json(exclude_none=True)
-            size = len(text)
             return CallToolResult(
-                content=[TextContent(type="text", text=text)],
+                content=[TextContent(type="text", text=out.model_dump_json(exclude_none=True))],
                 structured_content=out.model_dump(mode="json"),
             )
-        except ToolError:
-            raise
-        except anyio.get_cancelled_exc_class():
-            status = "cancelled"
-            raise
-        except Exception as exc:  # boundary: log it, answer with a ToolError, keep serving
-            status, error = "crash", type(exc).__name__
-            log.exception("tool %s crashed", tool_name)
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise ToolError(
-                f"internal error: {type(exc).__name__}: {first}. Next: the server keeps serving; "
-                "retry once, and if it repeats report the traceback from the server's stderr"
-            ) from exc
-        finally:
-            state.telemetry.record(
-                tool_name,
-                arg_names=sent,
-                duration_s=time.perf_counter() - t0,
-                status=status,
-                result_bytes=size,
-                error=error,
-                server=state.name,
-                gpu=tool.gpu,
-            )
+
+        return await traced_call(
+            state.telemetry,
+            tool_name,
+            work,
+            arg_names=sent,
+            server=state.name,
+            gpu=tool.gpu,
+            generic_next=GENERIC_NEXT,
+        )
 
     call.__signature__ = inspect.Signature(params, return_annotation=tool.output_model)  # type: ignore[attr-defined]
     call.__annotations__ = {"ctx": Context, "return": tool.output_model}
@@ -300,4 +363,13 @@ def register_builtin(
     return tool_name
 
 
-__all__ = ["BuiltinTool", "ServerState", "check_presets", "register_builtin", "reporter"]
+__all__ = [
+    "BuiltinTool",
+    "Refused",
+    "ServerState",
+    "check_presets",
+    "register_builtin",
+    "reporter",
+    "result_bytes",
+    "traced_call",
+]

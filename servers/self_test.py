@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import init_workspace
+from harnesslab.tools.state.workspace import init_workspace
+from harnesslab.tools.task.kinds import kind_of
 
 Check = Callable[[dict[str, Any]], str]  # "" when the structured result is as expected
 
@@ -29,9 +30,9 @@ def _ok_if(cond: bool, why: str) -> str:
 
 def steps(task: Any) -> list[tuple[str, dict[str, Any], Check, tuple[str, ...]]]:
     """(tool, arguments, check of the structured result, error texts that count as working)."""
-    case = task.dev_cases[0].name if task.kind == "kernel" else None
+    kernel = kind_of(task).runs_kernel
+    case = task.dev_cases[0].name if kernel else None
     knob, values = next(iter(task.space.items())) if task.space else ("", [])
-    kernel = task.kind == "kernel"
     out: list[tuple[str, dict[str, Any], Check, tuple[str, ...]]] = [
         ("inspect_context", {}, lambda r: _ok_if("next_step" in r, "no next_step"), ()),
         (

@@ -19,20 +19,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.client_setup import approve, client_status
+from harnesslab.tools.catalog import SERVERS_MODULE, TASK_SERVER
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.projection import (
+from harnesslab.tools.meta.client_setup import approve, client_status
+from harnesslab.tools.meta.skills import project_skills
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.projection import (
     ServerEntry,
     render_codex_toml,
     render_mcp_json,
     write_codex_toml,
     write_mcp_json,
 )
-from harnesslab.tools.settings import Settings
-from harnesslab.tools.skills import project_skills
-from harnesslab.tools.workspace import open_workspace
+from harnesslab.tools.state.workspace import open_workspace
 
-from .cli import add_executor_args, command, run_async
+from .cli_support import add_executor_args, command, run_async
 
 log = logging.getLogger("harnesslab.serve")
 TOKEN_ENV = "HARNESSLAB_TOKEN"
@@ -44,7 +45,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="http: address to bind (default loopback)")
     p.add_argument("--port", type=int, default=8765, help="http: port (0 = any free port)")
     p.add_argument("--token", help=f"http: bearer token clients must send (or ${TOKEN_ENV})")
-    p.add_argument("--name", default="harnesslab-task", help="server name shown to clients")
+    p.add_argument("--name", default=TASK_SERVER, help="server name shown to clients")
     p.add_argument(
         "--self-test",
         action="store_true",
@@ -175,9 +176,8 @@ def _serve_generated_args(p: argparse.ArgumentParser) -> None:
     _serve_generated_args,
 )
 def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
-    from harnesslab.tools.genserver import check_server_py  # noqa: PLC0415
-    from harnesslab.tools.loop_servers import settings_env  # noqa: PLC0415
-    from harnesslab.tools.registry import load_registry, qualified_bundle  # noqa: PLC0415
+    from harnesslab.tools.meta.genserver import check_server_py  # noqa: PLC0415
+    from harnesslab.tools.meta.registry import load_registry, qualified_bundle  # noqa: PLC0415
 
     ws = open_workspace(args.workspace, settings)
     rec = load_registry(ws).servers.get(args.name)
@@ -197,7 +197,7 @@ def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
     os.chdir(ws.root)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, argv, {**os.environ, **settings_env(settings)})
+    os.execve(sys.executable, argv, {**os.environ, **settings.to_env()})
     return 0  # pragma: no cover - execve does not return
 
 
@@ -230,7 +230,7 @@ def harnesslab_command() -> list[str]:
     beside = Path(sys.executable).parent / "harnesslab"
     if beside.is_file():
         return [str(beside)]
-    return [sys.executable, "-m", "harnesslab.servers"]
+    return [sys.executable, "-m", SERVERS_MODULE]
 
 
 def executor_argv(args: argparse.Namespace) -> list[str]:

@@ -10,9 +10,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from harnesslab.tools.objective import MAX_REPEATS, MAX_WARMUP
-from harnesslab.tools.results import CaseResult
-from harnesslab.tools.sweep import ConfigResult
+from harnesslab.tools.evaluation.objective import MAX_REPEATS, MAX_WARMUP
+from harnesslab.tools.evaluation.results import CaseResult
+from harnesslab.tools.evaluation.sweep import ConfigResult
 
 # Names that reach files, commands or the runner: no '..', no '/', no shell metacharacters.
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from mcp.server.mcpserver import MCPServer
 
-from harnesslab.tools.tasks import KERNEL_TOOL_NAMES
+from harnesslab.tools.catalog import TASK_TOOLS
 
 from .builtin import BUILTINS, ServerState, register_builtin
 
-TASK_TOOL_NAMES = KERNEL_TOOL_NAMES
+TASK_TOOL_NAMES = TASK_TOOLS
 
 
 def instructions(state: ServerState) -> str:

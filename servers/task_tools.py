@@ -9,20 +9,21 @@ from collections import Counter
 
 from mcp.server.mcpserver import Context
 
-from harnesslab.tools import workspace_files as wf
-from harnesslab.tools.command_task import run_command_objective
-from harnesslab.tools.command_verify import command_verify
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.health import HealthReport, health_check
-from harnesslab.tools.history import HistoryPage, rank_history, restore_candidate
-from harnesslab.tools.objective import run_objective
-from harnesslab.tools.overview import Overview, overview
-from harnesslab.tools.probe import numerical_probe
-from harnesslab.tools.profile import ProfileReport, profile_kernel
-from harnesslab.tools.sweep import sweep
-from harnesslab.tools.verdict_view import public_verdict
-from harnesslab.tools.verify import guarded_verify
-from harnesslab.tools.workspace import STATE
+from harnesslab.tools.evaluation.command import run_command_objective
+from harnesslab.tools.evaluation.history import HistoryPage, rank_history, restore_candidate
+from harnesslab.tools.evaluation.objective import run_objective
+from harnesslab.tools.evaluation.overview import Overview, overview
+from harnesslab.tools.evaluation.probe import numerical_probe
+from harnesslab.tools.evaluation.profiling import ProfileReport, profile_kernel
+from harnesslab.tools.evaluation.sweep import sweep
+from harnesslab.tools.execution.health import HealthReport, health_check
+from harnesslab.tools.integrity.command_verify import command_verify
+from harnesslab.tools.integrity.verdict_view import public_verdict
+from harnesslab.tools.integrity.verify import guarded_verify
+from harnesslab.tools.state import workspace_files as wf
+from harnesslab.tools.state.workspace import STATE
+from harnesslab.tools.task.kinds import kind_of
 
 from .runtime import BuiltinTool, ServerState, reporter
 from .task_models import (
@@ -76,7 +77,7 @@ async def _run_objective(
     state: ServerState, args: ObjectiveIn, ctx: Context | None
 ) -> ObjectiveOut:
     ws = state.workspace
-    if ws.task.kind == "command":
+    if not kind_of(ws.task).runs_kernel:
         run = await run_command_objective(
             ws,
             state.launcher,
@@ -88,7 +89,7 @@ async def _run_objective(
         return ObjectiveOut(
             status=run.status,
             score=run.score,
-            score_unit=ws.task.score_label("dev"),
+            score_unit=kind_of(ws.task).score_label(ws.task, "dev"),
             meaningful=run.meaningful,
             candidate=run.candidate,
             record_id=run.record_id,
@@ -218,7 +219,7 @@ async def _probe(state: ServerState, args: ProbeIn, ctx: Context | None) -> Prob
 
 
 async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> VerifyOut:
-    if state.workspace.task.kind == "command":
+    if not kind_of(state.workspace.task).runs_kernel:
         return await _verify_command(state, args, ctx)
     v = await guarded_verify(
         state.workspace, state.launcher, state.settings, rotate=args.rotate, progress=reporter(ctx)
@@ -245,7 +246,7 @@ async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> Ve
         reasons=v.reasons[:MAX_CASES_SHOWN],
         score_us=v.score_us,
         score=v.score_us,
-        score_unit=state.workspace.task.score_label("final"),
+        score_unit=kind_of(state.workspace.task).score_label(state.workspace.task, "final"),
         geomean_pct_of_copy_bw=v.geomean_pct_of_copy_bw,
         case_set=v.case_set,
         best_final_score_us=v.best_final_score_us,
@@ -258,7 +259,7 @@ async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> Ve
 
 
 async def _verify_command(state: ServerState, args: VerifyIn, ctx: Context | None) -> VerifyOut:
-    """A command task's final objective (tools/command_verify.py): score, verdict and reasons
+    """A command task's final objective (tools/integrity/command_verify.py): score, verdict and reasons
     written by the harness; the hidden cases and the objective's output stay in the store."""
     v = await command_verify(
         state.workspace, state.launcher, state.settings, rotate=args.rotate, progress=reporter(ctx)
@@ -388,7 +389,6 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         read_only=False,
         destructive=False,
         idempotent=False,
-        kernel_only=True,
         gpu=True,
     ),
     BuiltinTool(
@@ -407,7 +407,6 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         read_only=True,
         destructive=False,
         idempotent=True,
-        kernel_only=True,
         gpu=True,
     ),
     BuiltinTool(
@@ -477,7 +476,6 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         read_only=True,
         destructive=False,
         idempotent=True,
-        kernel_only=True,
         gpu=True,
     ),
     BuiltinTool(

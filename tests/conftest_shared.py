@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harnesslab.tools.launcher import Launcher
+from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import Workspace, init_workspace
+from harnesslab.tools.state.workspace import Workspace, init_workspace
 
 
 def make_workspace(tmp_path: Path, task: str = "rmsnorm_gate") -> Workspace:

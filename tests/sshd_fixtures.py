@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from harnesslab.tools.ssh_pool import SSHTarget
-from harnesslab.tools.ssh_testserver import LoopbackServer, serve_loopback
+from harnesslab.tests.ssh_testserver import LoopbackServer, serve_loopback
+from harnesslab.tools.execution.ssh_pool import SSHTarget
 
 SSHD = Path("/usr/sbin/sshd")
 TEST_USER = "hltest"

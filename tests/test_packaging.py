@@ -1,5 +1,6 @@
 """The distribution: `pip install` builds it without a wall of setuptools warnings, and the wheel
-ships every task template and skill as package data."""
+ships every subpackage, the staged GPU side, the cheat corpus, and every task template and skill
+as package data."""
 
 from __future__ import annotations
 
@@ -40,5 +41,17 @@ def test_the_wheel_builds_without_setuptools_warnings_and_ships_the_task_files(t
         for rel in ("task.toml", "task.md", "reference.py", "workspace/kernel.py"):
             assert f"harnesslab/tasks/{task}/{rel}" in names, (task, rel)
     assert "harnesslab/skills/kernel-optimization/SKILL.md" in names
-    assert "harnesslab/tools/runner.py" in names and "harnesslab/servers/cli.py" in names
+    assert "harnesslab/tools/gpu/runner.py" in names and "harnesslab/servers/cli.py" in names
+    # Every subpackage, the staged GPU side (read with importlib.resources and copied to the
+    # GPU host), the cheat corpus qualification runs, and the backend guide.
+    from harnesslab.tools import gpu  # noqa: PLC0415
+
+    for staged in {*gpu.STAGED, *gpu.LAB}:
+        assert f"harnesslab/tools/gpu/{staged}" in names, staged
+    for package in ("task", "state", "execution", "evaluation", "integrity", "meta", "loop", "lab"):
+        assert f"harnesslab/tools/{package}/__init__.py" in names, package
+    assert "harnesslab/tools/meta/custom_worker.py" in names
+    assert "harnesslab/tools/execution/README.md" in names
+    corpus = [n for n in names if n.startswith("harnesslab/tools/integrity/cheats/")]
+    assert {n.split("/")[4] for n in corpus} == {"cpu", "gpu", "honest"}
     assert not any("__pycache__" in n for n in names)

@@ -2,9 +2,9 @@
 which command fixes it?
 
 Checks, in order: the workspace; the executor (every GPU host reachable, the runner's torch and
-triton working: tools/health.py); each agent CLI as its runner checks it before a run
-(installed, flags accepted, logged in: tools/agent_clis.py); each client's config for the
-workspace (entry present, its command there, approved and trusted: tools/client_setup.py).
+triton working: tools/execution/health.py); each agent CLI as its runner checks it before a run
+(installed, flags accepted, logged in: tools/loop/agent_clis.py); each client's config for the
+workspace (entry present, its command there, approved and trusted: tools/meta/client_setup.py).
 Nothing here spends tokens or changes a file.
 """
 
@@ -15,13 +15,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .agent_runners import build_runner
-from .client_setup import ClientName, client_status
 from .errors import HarnesslabError
-from .health import health_check
-from .launcher import build_launcher
+from .execution.health import health_check
+from .execution.launcher import build_launcher
+from .loop.runners import build_runner
+from .meta.client_setup import ClientName, client_status
 from .settings import Settings
-from .workspace import Workspace, open_workspace
+from .state.workspace import Workspace, open_workspace
 
 CheckStatus = Literal["ok", "missing", "skipped"]
 

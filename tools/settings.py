@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     worker_max_calls: int = Field(
         default=50, ge=1, description="Restart a warm worker after this many calls (leaks, caches)."
     )
+    executor: str = Field(
+        default="",
+        description="Executor backend: local, ssh, or another registered one "
+        "(tools/execution/backends.py); empty: ssh when gpu_host is set, else local.",
+    )
     # Remote GPU host (SSH executor). Empty gpu_host means the local executor.
     gpu_host: str = Field(
         default="",
@@ -113,6 +118,17 @@ class Settings(BaseSettings):
 
     def secrets_dir(self) -> Path:
         return self.state_dir / "secrets"
+
+    def to_env(self) -> dict[str, str]:
+        """The HARNESSLAB_* variables that give a child harnesslab process these settings: the
+        state dir always, every other field that differs from its default (the one conversion,
+        for turn servers, registered servers, `serve-generated` and qualification's children)."""
+        env = {"HARNESSLAB_STATE_DIR": str(self.state_dir)}
+        for key, value in self.model_dump(mode="json", exclude_defaults=True).items():
+            if value is None or value == "" or key == "state_dir":
+                continue
+            env[f"HARNESSLAB_{key.upper()}"] = str(value)
+        return env
 
 
 __all__ = ["Settings"]

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from harnesslab.servers.builtin import ServerState
-from harnesslab.tools.launcher import Launcher, RunnerCall
+from harnesslab.tools.execution.launcher import Launcher, RunnerCall
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.telemetry import Telemetry
-from harnesslab.tools.workspace import Workspace, init_workspace, open_workspace
+from harnesslab.tools.state.telemetry import Telemetry
+from harnesslab.tools.state.workspace import Workspace, init_workspace, open_workspace
 
 SMALL = "1024x1024_fp16"
 TOOL_NAMES = {

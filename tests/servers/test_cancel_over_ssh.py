@@ -12,12 +12,12 @@ from mcp import Client
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.task_server import build_task_server
-from harnesslab.tools.launcher import Launcher
+from harnesslab.tests.ssh_testserver import serve_loopback
+from harnesslab.tools.execution.launcher import Launcher
+from harnesslab.tools.execution.ssh import SSHExecutor
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.ssh import SSHExecutor
-from harnesslab.tools.ssh_testserver import serve_loopback
-from harnesslab.tools.telemetry import Telemetry
-from harnesslab.tools.workspace import init_workspace
+from harnesslab.tools.state.telemetry import Telemetry
+from harnesslab.tools.state.workspace import init_workspace
 
 MARKER = "411.25"  # `sleep 411.25` identifies the candidate's child process
 

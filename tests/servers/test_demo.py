@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import open_workspace
+from harnesslab.tools.state.workspace import open_workspace
 
 CLI = [sys.executable, "-m", "harnesslab.servers"]
 

@@ -18,8 +18,9 @@ from mcp import Client, StdioServerParameters
 
 from harnesslab.servers.meta_server import build_meta_server
 from harnesslab.tests.conftest_shared import make_settings, make_workspace
+from harnesslab.tools import catalog
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import Workspace
+from harnesslab.tools.state.workspace import Workspace
 
 pytestmark = pytest.mark.anyio
 
@@ -44,6 +45,7 @@ META_TOOLS = {
     "list_servers",
     "quarantine_server",
 }
+assert set(catalog.META_TOOLS) == META_TOOLS  # the one list the loop and the clients read
 
 
 @pytest.fixture
@@ -143,7 +145,7 @@ async def test_generate_self_test_register_on_a_fresh_workspace(
 
 DIRTY = "DATA = '{ws}/kernel_config.json'\n\n\nasync def f() -> dict:\n    return {}\n"
 # A custom tool's print() no longer breaks the protocol (it runs in a sandboxed worker whose
-# stdout is the server's stderr; tests/tools/test_qualification.py checks that), so there is
+# stdout is the server's stderr; tests/tools/meta/test_qualification.py checks that), so there is
 # no "stdout-noise" variant of a generated server any more.
 VARIANTS: dict[str, tuple[str, dict[str, Any], str, str]] = {
     # name: (fix.py source, tool options, failed check, text in the reason)

@@ -23,8 +23,8 @@ from pydantic import BaseModel
 from harnesslab.servers.builtin import BUILTINS, BuiltinTool, register_builtin
 from harnesslab.servers.task_server import build_task_server
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.launcher import Launcher
-from harnesslab.tools.ledger import Ledger
+from harnesslab.tools.execution.launcher import Launcher
+from harnesslab.tools.state.ledger import Ledger
 
 from .support import (
     SMALL,
@@ -295,7 +295,7 @@ async def test_a_command_task_serves_generic_tools_verifies_and_refuses_kernel_o
         for tool in ("sweep_kernel_config", "numerical_probe"):
             res = await call(client, tool)
             assert res.is_error and "kernel tasks" in text_of(res), text_of(res)
-        # guarded_final_verify runs the task's final objective (tests/tools/test_command_tasks.py)
+        # guarded_final_verify runs the task's final objective (tests/tools/evaluation/test_command_tasks.py)
         verified = await call(client, "guarded_final_verify")
         assert verified.structured_content["verdict"] == "passed"
         assert verified.structured_content["score"] == 20.0

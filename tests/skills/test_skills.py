@@ -25,8 +25,7 @@ from pydantic import BaseModel
 
 from harnesslab.servers.cli import main as cli_main
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.settings import Settings
-from harnesslab.tools.skills import (
+from harnesslab.tools.meta.skills import (
     list_skills,
     parse_skill,
     project_skills,
@@ -37,8 +36,9 @@ from harnesslab.tools.skills import (
     split_front_matter,
     validate_skill,
 )
-from harnesslab.tools.tasks import list_tasks, load_task
-from harnesslab.tools.workspace import init_workspace
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.workspace import init_workspace
+from harnesslab.tools.task.spec import list_tasks, load_task
 
 CLI = [sys.executable, "-m", "harnesslab.servers"]
 SKILLS = list_skills()

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from harnesslab.tools.tasks import TaskSpec
+from harnesslab.tools.task.spec import TaskSpec
 
 _SCRIPT = textwrap.dedent(
     """

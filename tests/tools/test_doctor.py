@@ -9,7 +9,7 @@ import pytest
 
 from harnesslab.tools.doctor import run_doctor
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.workspace import init_workspace
+from harnesslab.tools.state.workspace import init_workspace
 
 LIMIT_S = 120
 

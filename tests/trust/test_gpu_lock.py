@@ -20,12 +20,12 @@ from mcp import Client
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.task_server import build_task_server
-from harnesslab.tools.executor import LocalExecutor
-from harnesslab.tools.launcher import Launcher
+from harnesslab.tests.ssh_testserver import serve_loopback
+from harnesslab.tools.execution.executor import LocalExecutor
+from harnesslab.tools.execution.launcher import Launcher
+from harnesslab.tools.execution.ssh import SSHExecutor
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.ssh import SSHExecutor
-from harnesslab.tools.ssh_testserver import serve_loopback
-from harnesslab.tools.tasks import TaskSpec, load_task
+from harnesslab.tools.task.spec import TaskSpec, load_task
 
 from .support import SMALL, init_ws
 

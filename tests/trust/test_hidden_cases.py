@@ -14,8 +14,8 @@ from mcp import Client
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.task_server import build_task_server
-from harnesslab.tools.secrets_store import workspace_secret
-from harnesslab.tools.tasks import Case, load_task
+from harnesslab.tools.state.secrets_store import workspace_secret
+from harnesslab.tools.task.spec import Case, load_task
 
 from .support import TASK, agent_readable_text, cli, init_ws, settings_for
 

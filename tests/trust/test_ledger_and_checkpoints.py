@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harnesslab.tools.workspace import hash_files
+from harnesslab.tools.state.workspace import hash_files
 
 from .support import SMALL, canned_state, init_ws, text_of, tool_calls
 

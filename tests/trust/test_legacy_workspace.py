@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harnesslab.servers.builtin import ServerState
-from harnesslab.tools.tasks import tasks_root
-from harnesslab.tools.workspace import hash_files
+from harnesslab.tools.state.workspace import hash_files
+from harnesslab.tools.task.spec import tasks_root
 
 from .support import TASK, settings_for, text_of, tool_calls
 

@@ -20,8 +20,8 @@ from mcp import Client, StdioServerParameters
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.meta_server import build_meta_server
-from harnesslab.tools.loop_servers import turn_servers
-from harnesslab.tools.qualification import bundle_hash, default_bundle
+from harnesslab.tools.loop.servers import turn_servers
+from harnesslab.tools.meta.qualification import bundle_hash, default_bundle
 
 from .support import init_ws, settings_for, text_of
 
@@ -125,7 +125,7 @@ async def test_a_registered_server_is_the_qualified_bundle_served_by_the_toolkit
     tools = [{"custom": {"function": "probe_env", "file": "probe.py"}}]
     sdir = await generate(state, "probe", tools, {"probe.py": PROBE.format(marker=MARKER)})
 
-    # The custom tool runs sandboxed (tests/tools/test_qualification.py has the full hostile
+    # The custom tool runs sandboxed (tests/tools/meta/test_qualification.py has the full hostile
     # tool): it sees no secret and no state dir, or it would fail qualification.
     qual = await meta(state, "self_test_server", {"name": "probe"})
     assert not qual.is_error and qual.structured_content["qualified"], text_of(qual)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harnesslab.tools.loop_state import RunConfig, RunState, kill_leftovers, process_start
+from harnesslab.tools.loop.state import RunConfig, RunState, kill_leftovers, process_start
 
 from .support import cli, init_ws
 

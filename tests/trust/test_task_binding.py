@@ -14,7 +14,7 @@ import pytest
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.tasks import load_task, tasks_root
+from harnesslab.tools.task.spec import load_task, tasks_root
 
 from .support import SMALL, TASK, canned_state, cli, init_ws, settings_for, tool_calls
 

@@ -14,9 +14,9 @@ import pytest
 from mcp import Client
 
 from harnesslab.servers.meta_server import build_meta_server
-from harnesslab.tools.agent_runners import AgentRunner, Turn
-from harnesslab.tools.loop import start_run
-from harnesslab.tools.loop_state import RunConfig
+from harnesslab.tools.loop.driver import start_run
+from harnesslab.tools.loop.runners import AgentRunner, Turn
+from harnesslab.tools.loop.state import RunConfig
 
 from .support import SMALL, canned_state, cli, init_ws, settings_for, text_of, tool_calls
 

@@ -1,0 +1,25 @@
+"""The agent's tools, library half: run the objective (kernel and command tasks), sweep launch
+configs, probe numerics, profile with Nsight Compute, rank history and restore, orient.
+
+Side of the trust boundary: trusted host code; dev numbers come from the candidate's own
+sandboxed process and are feedback, never a verdict (that is integrity/).
+
+`overview.overview` and `sweep.sweep` share their module's name, so they are exported by
+harnesslab.tools only (here the name is the module).
+"""
+
+from .history import rank_history, restore_candidate
+from .objective import run_objective
+from .probe import numerical_probe
+from .profiling import profile_kernel
+from .results import CaseResult, EvalResult
+
+__all__ = [
+    "CaseResult",
+    "EvalResult",
+    "numerical_probe",
+    "profile_kernel",
+    "rank_history",
+    "restore_candidate",
+    "run_objective",
+]

@@ -1,0 +1,251 @@
+"""sweep_kernel_config's library half: many launch configs in one GPU session.
+
+Configs come from the task's declared space (or a sub-space), capped by max_configs. Compiles
+run first in parallel runner processes (no GPU lock: Triton writes its on-disk cache), then one
+runner times every config serially under the GPU lock, hitting that cache. Every config gets a
+structured status; one bad config never fails the sweep. apply=True writes the best correct
+config into kernel_config.json after checkpointing the current files.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import secrets
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel, Field
+
+from ..errors import UsageError
+from ..execution.launcher import Launcher
+from ..state import workspace_files as wf
+from ..state.checkpoints import Checkpoints
+from ..state.workspace import Workspace
+from .objective import (
+    Progress,
+    case_events_progress,
+    kernel_request,
+    require_kernel_task,
+    select_cases,
+)
+
+ConfigStatus = Literal["ok", "compile_error", "wrong_result", "timeout", "error"]
+
+
+class ConfigResult(BaseModel):
+    config: dict[str, Any]
+    status: ConfigStatus
+    score_us: float | None = None
+    reason: str = ""
+    per_case_us: dict[str, float] = Field(default_factory=dict)
+
+
+class SweepResult(BaseModel):
+    status: Literal["passed", "failed"]
+    meaningful: bool
+    tried: int
+    ok: int
+    best: ConfigResult | None
+    current_config: dict[str, Any]
+    current_score_us: float | None = Field(
+        default=None, description="the workspace's own config, when it was in the sweep"
+    )
+    results: list[ConfigResult] = Field(description="sorted: best first, failures last")
+    applied: bool = False
+    applied_checkpoint: str | None = Field(
+        default=None, description="checkpoint of the files before apply"
+    )
+    cases: list[str]
+    compile_s: float = 0.0
+    timing_s: float = 0.0
+
+
+def expand_space(
+    ws: Workspace, space: dict[str, list[Any]] | None, max_configs: int, base: dict[str, Any]
+) -> list[dict[str, Any]]:
+    declared = ws.task.space
+    space = space or declared
+    for key, values in space.items():
+        if key not in declared:
+            raise UsageError(
+                f"space: unknown knob {key!r}.", next_step=f"knobs are: {', '.join(declared)}"
+            )
+        if not isinstance(values, list) or not values:
+            raise UsageError(
+                f"space: {key} needs a non-empty list of values.",
+                next_step=f"{key} takes {','.join(map(str, declared[key]))}",
+            )
+        # bool is an int in Python (True == 1): a JSON `true` must not pass as num_warps=1.
+        bad = [v for v in values if isinstance(v, bool) or v not in declared[key]]
+        if bad:
+            raise UsageError(
+                f"space: {key}={bad[0]!r} is not allowed.",
+                next_step=f"{key} takes {','.join(map(str, declared[key]))}",
+            )
+    keys = list(space)
+    combos = [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*space.values())]
+    configs = [{**base, **c} for c in combos]
+    if len(configs) > max_configs:
+        # Deterministic sample that keeps the current config in play.
+        rng = random.Random(json.dumps(space, sort_keys=True))
+        keep = [c for c in configs if c == base]
+        rest = [c for c in configs if c != base]
+        configs = keep + rng.sample(rest, max_configs - len(keep))
+    return configs
+
+
+def classify(entry: dict[str, Any]) -> ConfigStatus:
+    if entry["status"] == "passed":
+        return "ok"
+    cases = entry.get("cases") or []
+    reasons = " ".join(c.get("reason", "") for c in cases) + entry.get("reason", "")
+    if any(c.get("status") == "timeout" for c in cases) or "timeout" in reasons:
+        return "timeout"
+    if (
+        "import failed" in reasons
+        or "CompilationError" in reasons
+        or any(c.get("status") == "error" for c in cases)
+    ):
+        return "compile_error"
+    return "wrong_result"
+
+
+async def sweep(
+    ws: Workspace,
+    launcher: Launcher,
+    *,
+    space: dict[str, list[Any]] | None = None,
+    cases: list[str] | None = None,
+    max_configs: int = 32,
+    apply: bool = False,
+    progress: Progress | None = None,
+    compile_workers: int | None = None,
+    warmup: int | None = None,
+    repeats: int | None = None,
+) -> SweepResult:
+    require_kernel_task(ws, "sweep_kernel_config")
+    if not 1 <= max_configs <= 256:
+        raise UsageError(f"max_configs={max_configs} is out of range.", next_step="use 1..256")
+    files = ws.editable_files()
+    base = ws.read_config()
+    configs = expand_space(ws, space, max_configs, base)
+    selected = select_cases(ws, cases)
+    digest = ws.candidate_hash(files)
+    seed = secrets.randbelow(2**31)
+    request = kernel_request(
+        ws,
+        launcher,
+        files,
+        digest,
+        "sweep",
+        cases=selected,
+        seed=seed,
+        warmup=warmup,
+        repeats=repeats,
+    )
+    compile_s = 0.0
+    interpreted = launcher.probably_interpreted()
+    if not interpreted and len(configs) > 1:
+        # Phase 1: compile in parallel, spread over the host's cores and every slot.
+        bound = min(len(configs), launcher.host_cpus(), 16, launcher.parallel_capacity() or 16)
+        workers = compile_workers or max(1, bound)
+        chunks = [configs[i::workers] for i in range(workers)]
+        t0 = anyio.current_time()
+
+        async def compile_chunk(i: int, chunk: list[dict[str, Any]]) -> None:
+            req = {**request, "configs": chunk, "compile_only": True}
+            await launcher.call(
+                req, task=ws.task, exclusive=False, slot=launcher.slots[i % len(launcher.slots)]
+            )
+
+        async with anyio.create_task_group() as tg:
+            for i, chunk in enumerate(chunks):
+                if chunk:
+                    tg.start_soon(compile_chunk, i, chunk)
+        compile_s = anyio.current_time() - t0
+    # Phase 2: time serially under the GPU lock (one runner process, warm caches).
+    t1 = anyio.current_time()
+    call = await launcher.call(
+        {**request, "configs": configs},
+        task=ws.task,
+        on_event=case_events_progress(len(configs), progress),
+        timeout_s=launcher.settings.eval_timeout_s * 4,
+    )
+    timing_s = anyio.current_time() - t1
+    entries = (call.result or {}).get("configs")
+    if entries is None:  # runner killed: salvage the configs it reported
+        done = {
+            json.dumps(ev["config"], sort_keys=True): ev
+            for ev in call.events
+            if ev.get("event") == "config"
+        }
+        entries = [
+            done.get(json.dumps(c, sort_keys=True))
+            or {
+                "config": c,
+                "status": "failed",
+                "score_us": None,
+                "reason": f"timeout: {call.failure()}",
+                "cases": [{"status": "timeout"}],
+            }
+            for c in configs
+        ]
+    results = []
+    for e in entries:
+        status = classify(e)
+        per_case = {
+            c["name"]: c["median_us"] for c in e.get("cases", []) if c.get("median_us") is not None
+        }
+        results.append(
+            ConfigResult(
+                config=e["config"],
+                status=status,
+                score_us=e.get("score_us") if status == "ok" else None,
+                reason=e.get("reason", ""),
+                per_case_us=per_case,
+            )
+        )
+    ok = [r for r in results if r.status == "ok" and r.score_us is not None]
+    ok.sort(key=lambda r: r.score_us or 0.0)
+    failed = [r for r in results if r not in ok]
+    best = ok[0] if ok else None
+    current = next((r.score_us for r in ok if r.config == base), None)
+    meaningful = bool(((call.result or {}).get("env") or {}).get("meaningful"))
+    out = SweepResult(
+        status="passed" if ok else "failed",
+        meaningful=meaningful,
+        tried=len(results),
+        ok=len(ok),
+        best=best,
+        current_config=base,
+        current_score_us=current,
+        results=ok + failed,
+        cases=[c.name for c in selected],
+        compile_s=compile_s,
+        timing_s=timing_s,
+    )
+    ws.ensure_exists()  # a workspace deleted mid-sweep is not recreated by the writes below
+    ws.ledger().append(
+        {
+            "mode": "sweep",
+            "case_set": "all" if not cases else ",".join(sorted(cases)),
+            "candidate": digest,
+            "status": out.status,
+            "score": best.score_us if best else None,
+            "config": best.config if best else base,
+            "meaningful": meaningful,
+            "tried": out.tried,
+            "ok": out.ok,
+            "seed": seed,
+        }
+    )
+    if apply and best is not None and best.config != base:
+        out.applied_checkpoint = Checkpoints(ws).save(files)
+        wf.write_text(ws.root, ws.task.config_file, json.dumps(best.config, indent=2) + "\n")
+        out.applied = True
+    return out
+
+
+__all__ = ["ConfigResult", "SweepResult", "expand_space", "sweep"]

@@ -1,0 +1,357 @@
+"""Executors run commands where the GPU is: the local machine or a remote host over SSH.
+
+One interface (`Executor`), several backends (execution/backends.py names them; README.md here
+says how to add one; tests/tools/execution/test_executor_contract.py is what every backend
+passes). Every command runs in its own process group; a timeout or a cancel kills the whole
+group (TERM, then KILL after a grace period). Files reach the executor through `sync_tree` (only
+changed files travel) before a command refers to them. Callers use only this interface: no
+backend is ever probed with isinstance or getattr.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from pathlib import Path
+
+import anyio
+from anyio.abc import Process
+from pydantic import BaseModel, Field
+
+from ..errors import ExecutorError
+from ..settings import Settings
+from .health import HostHealth, probe_host
+
+KILL_GRACE_S = 2.0
+LineSink = Callable[[str], Awaitable[None] | None]
+
+
+class CommandResult(BaseModel):
+    """What one command did. Output is kept whole up to `max_output_bytes`, then its tail."""
+
+    argv: list[str]
+    exit_code: int | None = Field(description="None when killed by timeout or cancel")
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    host: str = "local"
+
+    def stderr_tail(self, lines: int = 20) -> str:
+        return "\n".join(self.stderr.strip().splitlines()[-lines:])
+
+
+class Executor(ABC):
+    """Where commands run. Paths given to `run` (cwd, argv items) are executor-side paths."""
+
+    name: str = "executor"
+    host: str = "local"
+    # Commands that can run here at once (None: no bound beside the host's own resources).
+    max_parallel: int | None = None
+    # Whether this executor's paths are this machine's: a command task's objective then runs
+    # in the workspace itself, the GPU lock is a flock here (tools/execution/gpu_lock.py), and
+    # the sandbox that applies is this machine's.
+    on_this_machine: bool = False
+
+    def python(self, settings: Settings) -> str:
+        """The interpreter that runs the harness on this executor."""
+        return settings.remote_python
+
+    async def connect(self) -> None:  # noqa: B027 - optional hook
+        """Open a connection and resolve the root folder (before `path`); raises
+        ExecutorError. Backends with nothing to open keep this no-op."""
+
+    async def health(
+        self, *, python: str, min_free_disk_gb: float = 1.0, python_probe: bool = True
+    ) -> HostHealth:
+        """Reachability, latency, Python/torch/triton/CUDA, free disk and GPUs of this host,
+        through `run` (tools/execution/health.py). Costs a few seconds with `python_probe` (a
+        torch import there). Never raises for the expected failures: they come back classified
+        in `problems` (kind + next step)."""
+        return await probe_host(
+            self, python=python, min_free_disk_gb=min_free_disk_gb, python_probe=python_probe
+        )
+
+    @abstractmethod
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float,
+        stdin: bytes | None = None,
+        max_output_bytes: int = 8 << 20,
+        on_line: LineSink | None = None,
+    ) -> CommandResult:
+        """Run argv in a new process group; on timeout or cancel kill the group.
+
+        A timeout returns a result with timed_out=True and exit_code None (it does not raise);
+        a cancel kills the group and re-raises the cancellation. Failures to start raise
+        ExecutorError(started=False). `on_line` receives each stdout line as it arrives
+        (progress events); the whole stdout is still returned."""
+
+    @abstractmethod
+    async def sync_tree(self, local_dir: Path, remote_dir: str) -> list[str]:
+        """Make remote_dir mirror local_dir's files; return the relative paths that travelled."""
+
+    @abstractmethod
+    def path(self, *parts: str) -> str:
+        """An executor-side path under this executor's root folder."""
+
+    async def start(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr_path: str | None = None,
+    ) -> InteractiveProcess:
+        """Start a long-lived process (a warm worker) in its own process group, talking JSON
+        lines over stdin/stdout. Backends without it make the launcher use fresh processes."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and workers."""
+
+
+class InteractiveProcess(ABC):
+    """A process in its own group that reads request lines and writes event lines."""
+
+    pid: int
+
+    @abstractmethod
+    async def send_line(self, line: str) -> None: ...
+
+    @abstractmethod
+    async def receive_line(self, max_bytes: int = 64 << 20) -> str | None:
+        """The next stdout line, or None at end of stream (the process died)."""
+
+    @abstractmethod
+    async def kill(self) -> None:
+        """TERM then KILL the whole process group; safe to call twice."""
+
+
+def inherited_env(allow: Collection[str] | None = None) -> dict[str, str]:
+    """The environment a local child starts from: all of this process's, or only the names in
+    `allow` (qualification runs generated code with no provider keys, no SSH agent socket)."""
+    if allow is None:
+        return dict(os.environ)
+    return {k: os.environ[k] for k in allow if k in os.environ}
+
+
+def kill_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def terminate_group(process: Process, grace_s: float = KILL_GRACE_S) -> None:
+    """TERM the process group, wait up to grace_s, then KILL it."""
+    kill_group(process.pid, signal.SIGTERM)
+    with anyio.move_on_after(grace_s, shield=True):
+        await process.wait()
+        # the leader exited; stragglers in the group still get KILL below
+    kill_group(process.pid, signal.SIGKILL)
+    with anyio.move_on_after(grace_s, shield=True):
+        await process.wait()
+
+
+async def _drain(stream, sink: bytearray, limit: int, on_line: LineSink | None = None) -> None:
+    if stream is None:
+        return
+    pending = b""
+    async for chunk in stream:
+        sink.extend(chunk)
+        if len(sink) > limit:  # keep the tail: the end of a log says what went wrong
+            del sink[: len(sink) - limit]
+        if on_line is not None:
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                await emit_line(on_line, line.decode(errors="replace"))
+    if on_line is not None and pending:
+        await emit_line(on_line, pending.decode(errors="replace"))
+
+
+async def emit_line(on_line: LineSink, line: str) -> None:
+    maybe = on_line(line)
+    if maybe is not None:
+        await maybe
+
+
+class LocalInteractive(InteractiveProcess):
+    def __init__(self, process: Process) -> None:
+        from anyio.streams.buffered import BufferedByteReceiveStream  # noqa: PLC0415
+
+        self.process = process
+        self.pid = process.pid
+        assert process.stdout is not None and process.stdin is not None
+        self._out = BufferedByteReceiveStream(process.stdout)
+        self._killed = False
+
+    async def send_line(self, line: str) -> None:
+        assert self.process.stdin is not None
+        try:
+            await self.process.stdin.send(line.encode() + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise ExecutorError("worker is gone", kind="crashed", started=False) from exc
+
+    async def receive_line(self, max_bytes: int = 64 << 20) -> str | None:
+        try:
+            return (await self._out.receive_until(b"\n", max_bytes)).decode(errors="replace")
+        except (
+            anyio.EndOfStream,
+            anyio.IncompleteRead,
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+        ):
+            return None
+
+    async def kill(self) -> None:
+        if self._killed:
+            return
+        self._killed = True
+        with anyio.CancelScope(shield=True):
+            await terminate_group(self.process)
+
+
+class LocalExecutor(Executor):
+    """Runs commands on this machine. `root` holds synced trees (a per-user cache folder)."""
+
+    name = "local"
+    host = "local"
+    on_this_machine = True
+
+    def python(self, settings: Settings) -> str:
+        return settings.python
+
+    async def connect(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, *parts: str) -> str:
+        return str(self.root.joinpath(*parts))
+
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float,
+        stdin: bytes | None = None,
+        max_output_bytes: int = 8 << 20,
+        on_line: LineSink | None = None,
+        env_allow: Collection[str] | None = None,
+    ) -> CommandResult:
+        """See Executor.run. `env_allow`: inherit only these variables (then `env`)."""
+        full_env = inherited_env(env_allow)
+        if env:
+            full_env.update(env)
+        started = time.perf_counter()
+        try:
+            process = await anyio.open_process(
+                argv,
+                cwd=cwd,
+                env=full_env,
+                start_new_session=True,
+                stdin=-1 if stdin is not None else -3,  # PIPE or DEVNULL
+            )
+        except OSError as exc:
+            raise ExecutorError(
+                f"could not start {argv[0]!r}: {exc}",
+                kind="remote_env",
+                started=False,
+                next_step="check that the interpreter/command exists (HARNESSLAB_PYTHON)",
+            ) from exc
+        out, err = bytearray(), bytearray()
+        timed_out = False
+        try:
+            with anyio.move_on_after(timeout_s) as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_drain, process.stdout, out, max_output_bytes, on_line)
+                    tg.start_soon(_drain, process.stderr, err, max_output_bytes)
+                    if stdin is not None and process.stdin is not None:
+                        await process.stdin.send(stdin)
+                        await process.stdin.aclose()
+                    await process.wait()
+                    # The leader is gone; children left in its group must not linger, nor keep
+                    # the output pipes (and so this call) open until the timeout.
+                    kill_group(process.pid, signal.SIGKILL)
+                    # One that left the group (setsid) may still hold the pipes: read what is
+                    # there for a grace period, then stop waiting for it.
+                    tg.cancel_scope.deadline = anyio.current_time() + KILL_GRACE_S
+            if scope.cancelled_caught:
+                timed_out = True
+                await terminate_group(process)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await terminate_group(process)
+            raise
+        return CommandResult(
+            argv=list(argv),
+            exit_code=None if timed_out else process.returncode,
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
+            duration_s=time.perf_counter() - started,
+            timed_out=timed_out,
+            host=self.host,
+        )
+
+    async def start(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr_path: str | None = None,
+    ) -> InteractiveProcess:
+        full_env = {**os.environ, **(env or {})}
+        err = open(stderr_path, "ab") if stderr_path else -3  # noqa: SIM115 - handed to the child
+        try:
+            process = await anyio.open_process(
+                argv, cwd=cwd, env=full_env, start_new_session=True, stderr=err
+            )
+        except OSError as exc:
+            raise ExecutorError(
+                f"could not start {argv[0]!r}: {exc}", kind="remote_env", started=False
+            ) from exc
+        finally:
+            if not isinstance(err, int):
+                err.close()
+        return LocalInteractive(process)
+
+    async def sync_tree(self, local_dir: Path, remote_dir: str) -> list[str]:
+        dest = Path(remote_dir)
+        if dest.resolve() == local_dir.resolve():
+            return []
+        changed: list[str] = []
+        for src in sorted(p for p in local_dir.rglob("*") if p.is_file()):
+            rel = src.relative_to(local_dir)
+            target = dest / rel
+            if target.is_file() and target.read_bytes() == src.read_bytes():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+            changed.append(rel.as_posix())
+        return changed
+
+
+__all__ = [
+    "CommandResult",
+    "Executor",
+    "InteractiveProcess",
+    "LineSink",
+    "LocalExecutor",
+    "emit_line",
+    "inherited_env",
+    "terminate_group",
+]

@@ -1,0 +1,520 @@
+"""The launcher: stages files for the GPU-side runner, runs it on an executor slot (one GPU of
+one host) under that GPU's lock, and streams its JSON events back.
+
+A slot is (executor, GPU index). Two timing runs never overlap on one GPU: every runner call
+holds its slot's lock. Calls run in a fresh runner process (the guarded verify always does);
+warm workers plug in behind the same `call()` so callers never change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import EnvironmentProblem, ExecutorError
+from ..gpu import STAGED
+from ..settings import Settings
+from ..task.spec import TaskSpec
+from .backends import build_executors
+from .executor import Executor, InteractiveProcess, LocalExecutor
+from .gpu_lock import OnWait, held_channels, hold_gpu
+
+EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+
+# The harness staged to the GPU host (stage/harness/), hash-checked against this package on
+# every call: the runner, the sandbox every agent-code process runs in, and the guarded
+# verify's trusted parent (guard*.py), candidate process (guard_child.py) and replayer.
+RUNNER_FILES = STAGED
+HARNESS = "harness"
+# Modes that import agent code run inside the sandbox; "verify" is the trusted parent, which
+# sandboxes its own children.
+SANDBOXED_MODES = ("evaluate", "sweep", "probe", "profile_target")
+
+
+# What a sandboxed runner keeps of the environment (everything else, API keys and agent sockets
+# included, stays outside); the launcher sets these for every runner.
+RUNNER_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "HARNESSLAB_RUNNER_INTERPRET",
+    "HARNESSLAB_WORKER_IDLE_S",
+    "PYTHONUNBUFFERED",
+    "TRITON_INTERPRET",
+)
+
+
+def sandbox_level(report: dict[str, Any]) -> str:
+    """ "full" (Landlock + PID and network namespaces), "partial", or "none"."""
+    level = report.get("level")
+    return level if level in ("full", "partial") else "none"
+
+
+def runner_source(name: str = "runner.py") -> bytes:
+    return (resources.files("harnesslab.tools.gpu") / name).read_bytes()
+
+
+def runner_digest(name: str = "runner.py") -> str:
+    return hashlib.sha256(runner_source(name)).hexdigest()
+
+
+class RunnerCall(BaseModel):
+    """What one runner invocation produced."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    result: dict[str, Any] | None
+    events: list[dict[str, Any]]
+    exit_code: int | None
+    timed_out: bool
+    stderr_tail: str
+    host: str
+    gpu_index: int
+    wall_s: float
+    sandbox: dict[str, Any] = {}
+
+    def failure(self) -> str:
+        if self.timed_out:
+            return f"runner timed out after {self.wall_s:.0f}s and was killed"
+        tail = self.stderr_tail.strip().splitlines()[-1:] or ["no output"]
+        return f"runner exited with {self.exit_code}: {tail[0][:300]}"
+
+
+class _nullcontext:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class Worker:
+    """A warm runner process on one slot (sandboxed: it imports candidates of one task)."""
+
+    def __init__(self, proc: InteractiveProcess, digest: str, task: str = "") -> None:
+        self.proc = proc
+        self.digest = digest
+        self.task = task
+        self.sandbox: dict[str, Any] = {}
+        self.served = 0
+        self.last_used = time.monotonic()
+
+
+class Slot:
+    def __init__(self, executor: Executor, gpu_index: int) -> None:
+        self.executor = executor
+        self.gpu_index = gpu_index
+        self.lock = anyio.Lock()
+        self.calls = 0
+        self.worker: Worker | None = None
+        self.warm_supported = True
+
+    @property
+    def label(self) -> str:
+        return f"{self.executor.host}:gpu{self.gpu_index}"
+
+
+class Launcher:
+    def __init__(self, settings: Settings, executors: list[Executor] | None = None) -> None:
+        self.settings = settings
+        self.stage = settings.state_dir / "stage"
+        self.stage.mkdir(parents=True, exist_ok=True)
+        if executors is None:
+            executors = [LocalExecutor(settings.state_dir)]
+        gpus = [int(g) for g in settings.gpus.split(",") if g.strip()] or [0]
+        self.slots = [Slot(ex, g) for ex in executors for g in gpus]
+        self._sync_locks: dict[int, anyio.Lock] = {id(ex): anyio.Lock() for ex in executors}
+        self.last_env: dict[str, Any] | None = None
+
+    def probably_interpreted(self) -> bool:
+        """Whether runs land on the Triton CPU interpreter (no compile phase is worth having).
+        Known from the last runner result; before any, guessed from settings and nvidia-smi."""
+        if self.settings.interpret != "auto":
+            return self.settings.interpret == "always"
+        if self.last_env is not None:
+            return bool(self.last_env.get("interpret"))
+        local = all(ex.on_this_machine for ex in self.executors)
+        return local and shutil.which("nvidia-smi") is None
+
+    @property
+    def executors(self) -> list[Executor]:
+        seen: dict[int, Executor] = {}
+        for s in self.slots:
+            seen.setdefault(id(s.executor), s.executor)
+        return list(seen.values())
+
+    def host_cpus(self) -> int:
+        """Cores of the machine the runner runs on (from its last result; before any, here)."""
+        cpus = (self.last_env or {}).get("cpu_count")
+        return cpus if isinstance(cpus, int) and cpus > 0 else (os.cpu_count() or 2)
+
+    def parallel_capacity(self) -> int | None:
+        """Commands that can start at once beside the warm workers the executors hold, one
+        channel per executor kept free for a kill (None: no executor bounds it). A sweep that
+        asked for more compile processes would wait a whole wave for the last one."""
+        total = 0
+        for ex in self.executors:
+            if ex.max_parallel is None:
+                return None
+            held = sum(1 for s in self.slots if s.executor is ex and s.worker is not None)
+            held += held_channels(ex)  # GPU lock holders (tools/execution/gpu_lock.py)
+            total += max(1, ex.max_parallel - held - 1)
+        return total
+
+    # -- staging ------------------------------------------------------------------------------
+    def _stage_common(self, task: TaskSpec) -> None:
+        (self.stage / HARNESS).mkdir(parents=True, exist_ok=True)
+        for name in RUNNER_FILES:
+            src = runner_source(name)
+            target = self.stage / HARNESS / name
+            if not target.is_file() or target.read_bytes() != src:
+                target.write_bytes(src)
+            # The pristine runner is what runs: check the staged copy against the package's hash.
+            if hashlib.sha256(target.read_bytes()).hexdigest() != runner_digest(name):
+                raise EnvironmentProblem(
+                    f"staged {name} does not match the installed package.",
+                    next_step=f"delete {self.stage} and retry",
+                )
+        tdir = self.stage / "tasks" / task.name
+        tdir.mkdir(parents=True, exist_ok=True)
+        for p in task.root.glob("*.py"):
+            if p.name != "__init__.py":
+                dst = tdir / p.name
+                if not dst.is_file() or dst.read_bytes() != p.read_bytes():
+                    shutil.copy2(p, dst)
+
+    def stage_candidate(self, files: dict[str, bytes], digest: str) -> str:
+        folder = self.stage / "candidates" / digest
+        if not folder.is_dir():
+            tmp = self.stage / "candidates" / f".{digest}.{uuid.uuid4().hex[:6]}"
+            for rel, data in files.items():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / rel).write_bytes(data)
+            try:
+                tmp.rename(folder)
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)  # a concurrent call staged it first
+        return f"candidates/{digest}"
+
+    def remote(self, slot: Slot, rel: str) -> str:
+        return slot.executor.path("stage", rel)
+
+    def pick(self, prefer: int | None = None) -> Slot:
+        if prefer is not None:
+            return self.slots[prefer % len(self.slots)]
+        free = [s for s in self.slots if not s.lock.locked()]
+        return min(free or self.slots, key=lambda s: s.calls)
+
+    # -- calls --------------------------------------------------------------------------------
+    def harness(self, slot: Slot, name: str = "runner.py") -> str:
+        return slot.executor.path("stage", HARNESS, name)
+
+    def runner_argv(self, slot: Slot, mode: str, task: TaskSpec, *, worker: bool) -> list[str]:
+        """The runner's command line: `-I` (no user site, no PYTHON* variables), `-B` (no
+        bytecode written; the runner deletes any beside the staged files before it imports
+        them), the request on stdin. Modes that import agent
+        code start inside the sandbox (sandbox.py), whose policy grants read access to the
+        harness, the task's reference and the staged candidates only, and write access to a
+        private scratch folder only."""
+        py = self._python(slot)
+        tail = [self.harness(slot), "--worker" if worker else "-"]
+        if mode not in SANDBOXED_MODES:
+            return [py, "-I", "-B", *tail]
+        profile = mode == "profile_target"
+        policy: dict[str, Any] = {
+            "read": [
+                slot.executor.path("stage", HARNESS),
+                slot.executor.path("stage", "tasks", task.name),
+                slot.executor.path("stage", "candidates"),
+            ],
+            "scratch_root": slot.executor.path("stage", "scratch"),
+            "require": False,  # dev runs go on unsandboxed where nothing can be applied; say so
+            "env_allow": list(RUNNER_ENV),
+            # Nsight Compute talks to its target through sockets and /dev/shm: a profiled run
+            # keeps Landlock's file rules but no network namespace and no socket filter.
+            **({"namespaces": False, "seccomp": False, "write": ["/dev/shm"]} if profile else {}),
+        }
+        return [
+            py, "-I", "-B", self.harness(slot, "sandbox.py"), "--policy", json.dumps(policy),
+            "--", py, "-I", "-B", *tail,
+        ]  # fmt: skip
+
+    def sandboxed_argv(
+        self,
+        slot: Slot,
+        argv: list[str],
+        *,
+        read: list[str],
+        write: list[str],
+        cwd: str,
+        env: dict[str, str] | None = None,
+        require: bool = False,
+        installed_bytecode: bool = False,
+    ) -> list[str]:
+        """`argv` started inside the sandbox on the slot's executor: read access to `read` (and
+        what Python, torch and triton need), write access to `write` and a private scratch.
+        For agent-written commands that are not the runner (a command task's objective).
+        `env` is set in the target (paths only: the policy is on a command line); `require`
+        refuses to run where no sandbox can be applied (a verdict needs one);
+        `installed_bytecode` lets it read the interpreter's own bytecode (for a folder with no
+        __pycache__ the agent planted that could decide anything)."""
+        py = self._python(slot)
+        policy: dict[str, Any] = {
+            "read": read,
+            "write": write,
+            "scratch_root": slot.executor.path("stage", "scratch"),
+            "require": require,
+            "cwd": cwd,
+            "env": dict(env or {}),
+            "installed_bytecode": installed_bytecode,
+        }
+        return [py, "-I", "-B", self.harness(slot, "sandbox.py"), "--policy", json.dumps(policy),
+                "--", *argv]  # fmt: skip
+
+    async def call(
+        self,
+        request: dict[str, Any],
+        *,
+        task: TaskSpec,
+        timeout_s: float | None = None,
+        on_event: EventSink | None = None,
+        slot: Slot | None = None,
+        exclusive: bool = True,
+        argv_prefix: list[str] | None = None,
+        fresh: bool = False,
+    ) -> RunnerCall:
+        """Run one request on a slot, holding that GPU's lock (a warm worker when enabled).
+
+        `request` may use the placeholders "@stage/<rel>" for staged paths; they are resolved to
+        executor-side paths here. The request travels on the runner's stdin (or inline to a
+        warm worker): hidden cases are never written to a file on the GPU host.
+        `exclusive=False` (compile-only work, no timing) skips the GPU lock so compiles overlap
+        with each other and with a timing run. `argv_prefix` wraps the runner in another program
+        on the executor (profile_kernel runs it under ncu) and always uses a fresh process, as
+        does `fresh=True` (the guarded verify)."""
+        slot = slot or self.pick()
+        timeout_s = timeout_s or self.settings.eval_timeout_s
+        await slot.executor.connect()  # remote executors resolve their root folder here
+        self._stage_common(task)
+        req = json.loads(json.dumps(request))
+        mode = str(req.get("mode", "evaluate"))
+        req.setdefault("request_id", uuid.uuid4().hex[:12])
+        req.setdefault("case_timeout_s", self.settings.case_timeout_s)
+        req["reference"] = self.remote(slot, f"tasks/{task.name}/reference.py")
+        req["harness_sha256"] = {n: runner_digest(n) for n in RUNNER_FILES}
+        req["sandbox_required"] = not self.settings.allow_unsandboxed
+        for key in ("candidate_dir", "baseline_dir"):
+            if isinstance(req.get(key), str) and req[key].startswith("@stage/"):
+                req[key] = self.remote(slot, req[key][len("@stage/") :])
+        env = {
+            "CUDA_VISIBLE_DEVICES": str(slot.gpu_index),
+            "HARNESSLAB_RUNNER_INTERPRET": {"auto": "auto", "always": "1", "never": "never"}[
+                self.settings.interpret
+            ],
+            "HARNESSLAB_WORKER_IDLE_S": str(self.settings.worker_idle_s),
+            "PYTHONUNBUFFERED": "1",
+            # The trusted side's Triton cache, apart from every candidate's: nothing a
+            # candidate compiles can land where the verifier's own kernels are looked up.
+            "TRITON_CACHE_DIR": slot.executor.path("stage", "tcache", "_trusted"),
+        }
+        events: list[dict[str, Any]] = []
+        sandbox: dict[str, Any] = {}
+
+        async def line_in(line: str) -> None:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                return
+            if isinstance(ev, dict):
+                if ev.get("event") == "sandbox":
+                    sandbox.update({k: v for k, v in ev.items() if k != "event"})
+                    return
+                events.append(ev)
+                if on_event is not None and ev.get("event") not in ("result", "ready"):
+                    maybe = on_event(ev)
+                    if maybe is not None:
+                        await maybe
+
+        async def waiting(message: str) -> None:  # another process times on this GPU
+            await line_in(json.dumps({"event": "waiting", "message": message}))
+
+        # Compiles (not exclusive), profiles (argv_prefix) and guarded runs (fresh) never use the
+        # warm worker.
+        warm = (  # a health check rides on a warm worker that exists, and never starts one
+            self.settings.warm_workers
+            and exclusive
+            and not fresh
+            and not argv_prefix
+            and slot.warm_supported
+            and (mode in SANDBOXED_MODES or (mode == "health" and slot.worker is not None))
+        )
+        exit_code: int | None = 0
+        timed_out = False
+        stderr_tail = ""
+        started = time.perf_counter()
+        async with self.hold(slot, on_wait=waiting) if exclusive else _nullcontext():
+            slot.calls += 1
+            async with self._sync_locks[id(slot.executor)]:
+                await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
+            started = time.perf_counter()
+            outcome = None
+            if warm:
+                outcome = await self._call_worker(slot, req, env, timeout_s, line_in, task)
+                if slot.worker is not None:
+                    sandbox.update(slot.worker.sandbox)
+            if outcome is not None:
+                timed_out, stderr_tail = outcome
+                got_result = any(e.get("event") == "result" for e in events)
+                exit_code = 0 if got_result and not timed_out else None
+            else:  # fresh process (or a backend without interactive processes)
+                res = await slot.executor.run(
+                    [*(argv_prefix or []), *self.runner_argv(slot, mode, task, worker=False)],
+                    cwd=slot.executor.path("stage"),
+                    env=env,
+                    timeout_s=timeout_s,
+                    stdin=json.dumps(req).encode(),
+                    on_line=line_in,
+                )
+                exit_code, timed_out = res.exit_code, res.timed_out
+                stderr_tail = res.stderr_tail()
+        result = next((ev for ev in reversed(events) if ev.get("event") == "result"), None)
+        if result is not None and isinstance(result.get("env"), dict):
+            self.last_env = result["env"]
+            # What the sandbox's outer (trusted) process reported, never the runner's own claim.
+            result["env"]["sandbox"] = sandbox_level(sandbox)
+        return RunnerCall(
+            result=result,
+            events=events,
+            exit_code=exit_code,
+            timed_out=timed_out,
+            stderr_tail=stderr_tail,
+            host=slot.executor.host,
+            gpu_index=slot.gpu_index,
+            wall_s=time.perf_counter() - started,
+            sandbox=sandbox,
+        )
+
+    @asynccontextmanager
+    async def hold(self, slot: Slot, *, on_wait: OnWait | None = None) -> AsyncIterator[None]:
+        """Hold `slot`'s GPU for timing: the in-process slot lock, then the GPU's lock file on
+        its host (tools/execution/gpu_lock.py), so no other process times on it meanwhile."""
+        async with (
+            slot.lock,
+            hold_gpu(slot.executor, slot.gpu_index, self.settings, on_wait=on_wait),
+        ):
+            yield
+
+    def _python(self, slot: Slot) -> str:
+        return slot.executor.python(self.settings)
+
+    def python(self, slot: Slot) -> str:
+        """The interpreter the toolkit runs on `slot`'s host: what a command task's {python}
+        names."""
+        return self._python(slot)
+
+    async def _call_worker(
+        self,
+        slot: Slot,
+        req: dict[str, Any],
+        env: dict[str, str],
+        timeout_s: float,
+        line_in,
+        task: TaskSpec,
+    ) -> tuple[bool, str] | None:
+        """Serve one request on the slot's warm worker (a sandboxed runner). Returns (timed_out,
+        stderr_tail), or None when the backend cannot keep a worker. A crash, timeout or cancel
+        kills it; the next call starts a new one."""
+        worker = slot.worker
+        digest = runner_digest()
+        if worker is not None and (
+            worker.served >= self.settings.worker_max_calls
+            or worker.digest != digest
+            or worker.task != task.name
+            or time.monotonic() - worker.last_used > self.settings.worker_idle_s * 0.9
+        ):
+            await worker.proc.kill()
+            slot.worker = worker = None
+        if worker is None:
+            try:
+                proc = await slot.executor.start(
+                    self.runner_argv(slot, "evaluate", task, worker=True),
+                    cwd=slot.executor.path("stage"),
+                    env=env,
+                    stderr_path=slot.executor.path("stage", f"worker-gpu{slot.gpu_index}.log"),
+                )
+            except NotImplementedError:
+                slot.warm_supported = False
+                return None
+            worker = Worker(proc, digest, task.name)
+            with anyio.move_on_after(min(timeout_s, 180)):
+                while True:  # the sandbox's report comes first, then the runner's "ready"
+                    line = await proc.receive_line()
+                    if line is None:
+                        break
+                    if '"sandbox"' in line:
+                        try:
+                            worker.sandbox = json.loads(line)
+                        except json.JSONDecodeError:
+                            pass
+                        worker.sandbox.pop("event", None)
+                        continue
+                    if '"ready"' in line:
+                        slot.worker = worker
+                        break
+            if slot.worker is None:
+                await proc.kill()
+                return (False, "warm worker did not start (see worker log on the host)")
+        worker.served += 1
+        done = False
+        try:
+            await worker.proc.send_line(json.dumps(req))
+            with anyio.move_on_after(timeout_s) as scope:
+                while True:
+                    line = await worker.proc.receive_line()
+                    if line is None:
+                        break
+                    await line_in(line)
+                    if line.startswith('{"event": "result"'):
+                        done = True
+                        break
+            worker.last_used = time.monotonic()
+            if not done:
+                await worker.proc.kill()
+                slot.worker = None
+                why = "worker timed out and was killed" if scope.cancelled_caught else "worker died"
+                return (scope.cancelled_caught, why)
+            return (False, "")
+        except BaseException:
+            await worker.proc.kill()
+            slot.worker = None
+            raise
+
+    async def aclose(self) -> None:
+        for slot in self.slots:
+            if slot.worker is not None:
+                await slot.worker.proc.kill()
+                slot.worker = None
+        for ex in self.executors:
+            try:
+                await ex.aclose()
+            except ExecutorError:
+                pass
+
+
+def build_launcher(settings: Settings) -> Launcher:
+    """The launcher over the executors of the configured backend (tools/execution/backends.py):
+    local by default, SSH (one executor per host) when settings.gpu_host is set."""
+    return Launcher(settings, build_executors(settings))
+
+
+__all__ = ["Launcher", "RunnerCall", "Slot", "build_launcher", "runner_digest", "runner_source"]

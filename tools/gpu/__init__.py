@@ -1,0 +1,28 @@
+"""The files staged to the GPU host: standard library, torch and triton only, never harnesslab.
+
+The launcher copies STAGED into `<stage>/harness/` (hash-checked against this package on every
+call); they import each other by plain module name from that folder. The lab stages LAB beside
+the task folders. The host imports a few of them as modules too (wire for framing, ncu for the
+one ncu parser); tests/tools/gpu/test_staged.py checks that none imports harnesslab.
+
+Side of the trust boundary: runner.py (dev modes) runs inside sandbox.py with the candidate;
+guard.py, guard_gpu.py and replay.py are the guarded verify's trusted side; guard_child.py is the
+candidate's process.
+"""
+
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parent  # the host runs sandbox.py from here, wire.py by path
+STAGED = (
+    "runner.py",
+    "sandbox.py",
+    "wire.py",
+    "cudadrv.py",
+    "guard.py",
+    "guard_gpu.py",
+    "guard_child.py",
+    "replay.py",
+)
+LAB = ("runner.py", "lab.py", "ncu.py")
+
+__all__ = ["FOLDER", "LAB", "STAGED"]

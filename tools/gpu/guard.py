@@ -1,0 +1,606 @@
+"""Guarded verify, trusted parent side: the process that decides and never runs agent Python.
+
+Runs inside the GPU-side runner (`mode: "verify"`, a fresh process that never imported candidate
+code), staged and hash-checked like runner.py; standard library, torch and triton only. For
+every hidden case it
+1. draws fresh inputs (the host's seed mixed with os.urandom, so no file predicts them) for the
+   check calls and for edge cases whose rows, positions and sizes come from that same draw
+   (reference.edge_cases: zero rows, wide and tiny magnitudes, saturating gates, odd sizes, an
+   empty batch), keeps pristine copies and computes the expected values from them BEFORE any
+   candidate code runs; the expected values never leave this process;
+2. runs the candidate (and the incumbent, the best final checkpoint) in sandboxed processes
+   (sandbox.py; guard_child.py) that it cannot trust:
+   - on the Triton CPU interpreter the candidate's process computes each output into a slot of
+     a shared arena; this process compares;
+   - on a GPU the candidate's process only records its launches (replay.py's docstring); a
+     replay process with no agent Python launches them on inputs this process wrote, in memory
+     this process owns, and this process compares every output, the timed ones included, in
+     its own CUDA context; the replay process times its own replays;
+3. judges every call here and writes every reason's text itself (the candidate's process
+   reports reason codes; no string it produced is kept).
+It returns raw measurements; the host (tools/integrity/verify.py) computes the verdict from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from typing import Any
+
+import wire
+
+_perf = time.perf_counter
+HERE = os.path.dirname(os.path.abspath(__file__))
+PRECISION_PROBES = ("large_magnitude", "tiny_magnitude")
+# Reason codes a candidate's process may report (anything else it sends is dropped).
+CHILD_CODES = {
+    "torch_compute": "torch math ran outside Triton launches",
+    "foreign_kernel": "a kernel not defined in the candidate's files was launched",
+    "side_stream": "a kernel was launched on another stream than the caller's",
+    "host_compute": "tensor data was moved to the host",
+    "background_thread": "threads started by the candidate were alive after the call",
+    "introspection": "frame, gc or ctypes introspection",
+    "subprocess": "processes were started or signalled",
+    "monkey_patch": "attributes of library or harness objects were replaced",
+    "dynamic_code": "exec/eval/compile",
+    "exfiltration": "a network connection was attempted",
+    "harness_access": "the candidate imported the harness's own modules",
+}
+UNREPLAYABLE = {
+    "foreign_memory": "a launch used memory allocated before the call",
+    "copy": "the wrapper copied or cast tensors with torch between launches",
+    "fill": "a fill the replay cannot express (non-contiguous or 8-byte elements)",
+    "unknown_kernel": "a kernel was launched outside Triton's launcher",
+    "no_binary": "a launched kernel has no CUDA binary",
+    "pointer_object": "a pointer argument is not a tensor",
+    "scalar": "a scalar argument is not a number",
+}
+
+
+class KidFailed(Exception):
+    def __init__(self, code: str, detail: str, role: str) -> None:
+        super().__init__(detail)
+        self.code, self.role = code, role
+
+
+def stage_root() -> str:
+    """The stage folder (this file lives in <stage>/harness)."""
+    return os.path.dirname(HERE)
+
+
+class Kid:
+    """A sandboxed child: the candidate's process (guard_child.py) or a replayer (replay.py).
+    Requests are frames on its stdin; replies frames on its stdout. Its stderr is discarded:
+    a candidate writes there, and nothing it writes may reach a verdict."""
+
+    def __init__(self, role: str, script: str, policy: dict[str, Any], timeout_s: float,
+                 pass_fds: tuple[int, ...] = ()) -> None:  # fmt: skip
+        self.role, self.timeout_s = role, timeout_s
+        py = sys.executable
+        argv = [py, "-I", "-B", os.path.join(HERE, "sandbox.py"), "--policy", json.dumps(policy),
+                "--", py, "-I", "-B", os.path.join(HERE, script)]  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            pass_fds=pass_fds, close_fds=True, start_new_session=False,
+        )  # fmt: skip
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.fd_in, self.fd_out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        self.sandbox: dict[str, Any] = {}
+
+    def started(self) -> dict[str, Any]:
+        """The sandbox's own report (first line, written before the target runs)."""
+        try:
+            line = wire.read_line(self.fd_out, 30)
+            report = json.loads(line)
+        except (wire.WireError, ValueError):
+            code = self.proc.poll()
+            if code == 3:
+                raise KidFailed(
+                    "sandbox_unavailable", "no sandbox can be applied here", self.role
+                ) from None
+            raise KidFailed("candidate_crashed", "the sandbox did not start", self.role) from None
+        self.sandbox = {k: v for k, v in report.items() if k != "event"}
+        return self.sandbox
+
+    def send(self, msg: dict[str, Any]) -> None:
+        try:
+            wire.send(self.fd_in, msg)
+        except OSError as exc:
+            raise KidFailed("candidate_crashed", "the process is gone", self.role) from exc
+
+    def ask(self, msg: dict[str, Any], *, timeout_s: float | None = None,
+            spin: bool = False) -> tuple[dict[str, Any], float]:  # fmt: skip
+        """Send a request, wait for the reply: (reply, wall-clock microseconds here)."""
+        t0 = _perf()
+        self.send(msg)
+        try:
+            reply = wire.recv(self.fd_out, timeout_s or self.timeout_s, spin=spin)
+        except wire.WireError as exc:
+            if exc.kind == "timeout":
+                raise KidFailed("timeout", "no answer in time", self.role) from None
+            if exc.kind == "eof":
+                self.proc.poll()
+                raise KidFailed("candidate_crashed", "the process died", self.role) from None
+            raise KidFailed("harness_tampered", "the reply broke the protocol", self.role) from None
+        wall_us = (_perf() - t0) * 1e6
+        if not isinstance(reply, dict):
+            raise KidFailed("harness_tampered", "the reply is not an object", self.role)
+        if "fatal" in reply:
+            raise KidFailed("candidate_crashed", "the process failed", self.role)
+        return reply, wall_us
+
+    def close(self) -> None:
+        try:
+            wire.send(self.fd_in, {"op": "exit"})
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # the sandbox's outer process: its reaper and target follow it
+            self.proc.wait(timeout=5)
+        for fh in (self.proc.stdin, self.proc.stdout, getattr(self, "sock", None)):
+            try:
+                if fh is not None:
+                    fh.close()
+            except OSError:
+                pass
+
+
+# ----------------------------------------------------------------------------------------------
+# judging one call (the texts here are the harness's own)
+
+
+def child_codes(reply: dict[str, Any], where: str) -> list[list[str]]:
+    """Reason codes the candidate's process observed, with text composed here."""
+    codes = reply.get("codes")
+    if not isinstance(codes, list):
+        return []
+    out = []
+    for c in codes:
+        if isinstance(c, str) and c in CHILD_CODES:
+            out.append([c, f"{where}: {CHILD_CODES[c]} (seen in the candidate's process)"])
+    return out
+
+
+def error_text(reply: dict[str, Any]) -> str:
+    kind = reply.get("error")
+    if not isinstance(kind, str) or not kind:
+        return ""
+    ok = kind.replace(".", "").replace("_", "").isalnum() and len(kind) <= 80
+    return kind if ok else "CandidateDefinedError"
+
+
+def output_check(rt, torch, out, expected, tol: dict[str, float], spec) -> tuple[bool, str, Any]:
+    """rt.compare, with a reason that names no size, index or count (they would give the
+    hidden shape away)."""
+    out_shape, out_dtype = spec
+    ok, _, stats = rt.compare(torch, out, expected, tol, out_shape, out_dtype, [])
+    if ok:
+        return True, "", stats
+    if tuple(out.shape) != tuple(out_shape) or out.dtype != out_dtype:
+        return False, "output shape or dtype differs from the reference's", stats
+    if stats.get("nan") or stats.get("inf"):
+        return False, "output has NaN or Inf values (unwritten or overflowed)", stats
+    err = stats.get("max_abs_err")
+    detail = f"max abs err {err:.3g}" if isinstance(err, float) else "not comparable"
+    return (
+        False,
+        f"output out of tolerance ({detail}; atol {tol['atol']}, rtol {tol['rtol']})",
+        stats,
+    )
+
+
+def null_control(torch, args, expected, tol, spec) -> dict[str, bool]:
+    """Outputs that compute nothing must fail the checker, or this case proves nothing."""
+    out_shape, out_dtype = spec
+    if expected.numel() == 0:
+        return {"zeros_rejected": True, "input_copy_rejected": True}
+    zeros = torch.zeros(out_shape, dtype=out_dtype, device=expected.device)
+    copy = args[0].clone() if tuple(args[0].shape) == tuple(out_shape) else zeros
+    out = {}
+    for name, t in (("zeros_rejected", zeros), ("input_copy_rejected", copy.to(out_dtype))):
+        diff = (t.float() - expected).abs()
+        accepted = bool((diff <= tol["atol"] + tol["rtol"] * expected.abs()).all())
+        out[name] = not accepted
+    return out
+
+
+def _precision_kind(kind: str) -> bool:
+    """Wide and tiny magnitudes test the arithmetic's precision; other edges (zero rows,
+    saturation, odd sizes) test plain correctness."""
+    name = kind.split(":", 1)[-1]
+    return kind.startswith("precision") or any(w in name for w in ("range", "tiny", "magnitude"))
+
+
+class Variant:
+    """One set of inputs a case is checked on: args, kwargs, pristine copies, expected."""
+
+    def __init__(self, kind: str, args: list[Any], kwargs: dict[str, Any], torch, ref) -> None:
+        self.kind = kind
+        self.args, self.kwargs = list(args), dict(kwargs)
+        self.pristine = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.args]
+        self.expected = ref.reference(*self.pristine, **self.kwargs)  # computed before any call
+        self.spec = ref.output_spec(*self.pristine, **self.kwargs)
+
+    def signature(self) -> str:
+        """Shapes, dtypes and scalar values: what a recording depends on."""
+        parts = []
+        for a in self.args:
+            if hasattr(a, "shape"):
+                parts.append(f"T{list(a.shape)}:{str(a.dtype).removeprefix('torch.')}")
+            else:
+                parts.append(repr(a))
+        return "|".join(parts) + "|" + json.dumps(self.kwargs, sort_keys=True, default=str)
+
+
+def arg_specs(torch, variant: Variant) -> list[dict[str, Any]]:
+    specs: list[dict[str, Any]] = []
+    for a in variant.args:
+        if isinstance(a, torch.Tensor):
+            specs.append({"tensor": {"shape": list(a.shape), "dtype": str(a.dtype)[6:]}})
+        elif isinstance(a, bool | int | float) or a is None:
+            specs.append({"value": a})
+        else:
+            raise TypeError(f"unsupported input argument type {type(a).__name__}")
+    return specs
+
+
+# ----------------------------------------------------------------------------------------------
+# the mode
+
+
+class Verify:
+    def __init__(self, env, req: dict[str, Any], rt: types.ModuleType) -> None:
+        self.env, self.req, self.rt, self.torch = env, req, rt, env.torch
+        self.started = _perf()
+        digest = hashlib.sha256(f"{req.get('seed', 0)}:{os.urandom(16).hex()}".encode())
+        self.req = {**req, "seed": int(digest.hexdigest()[:15], 16)}
+        self.rng = random.Random(digest.hexdigest())
+        self.ev = rt.Evaluator(env, self.req)
+        self.timeout_s = float(req.get("case_timeout_s", 120))
+        self.kids: list[Any] = []
+        self.scratch_root = os.path.join(stage_root(), "scratch")
+        os.makedirs(self.scratch_root, mode=0o700, exist_ok=True)
+
+    def policy(self, read: list[str], *, env: dict[str, str] | None = None,
+               write: list[str] | None = None, cache: str | None = None) -> dict[str, Any]:  # fmt: skip
+        p: dict[str, Any] = {
+            "read": [HERE, *read],
+            "write": write or [],
+            "scratch_root": self.scratch_root,
+            "require": bool(self.req.get("sandbox_required", True)),
+            "env": env or {},
+            "env_allow": ["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"],
+        }
+        if cache:
+            p["triton_cache"] = cache
+        return p
+
+    def candidate_kid(self, role: str, cand_dir: str, memfd: int | None) -> Any:
+        env = {"TRITON_INTERPRET": "1"} if self.env.interpret else {}
+        cache = None
+        write: list[str] = []
+        if not self.env.interpret:  # per-candidate Triton cache: only this candidate writes it
+            cache = os.path.join(stage_root(), "tcache", os.path.basename(cand_dir.rstrip("/")))
+            os.makedirs(cache, mode=0o700, exist_ok=True)
+            write = [cache]
+        policy = self.policy([cand_dir, os.path.dirname(self.req["reference"])], env=env,
+                             write=write, cache=cache)  # fmt: skip
+        kid = Kid(role, "guard_child.py", policy, self.timeout_s, (memfd,) if memfd else ())
+        kid.cand_dir = cand_dir  # type: ignore[attr-defined]
+        kid.cfg = {  # type: ignore[attr-defined]
+            "device": self.env.device,
+            "candidate_dir": cand_dir,
+            "entry": self.req["entry"],
+            "memfd": memfd,
+        }
+        return kid
+
+    def run(self) -> dict[str, Any]:
+        req, env = self.req, self.env
+        cases = req["cases"]
+        self.variants_per_case: list[list[Variant]] = []
+        # Inputs and expected values first: no candidate process exists yet.
+        for idx, case in enumerate(cases):
+            self.variants_per_case.append(self.variants(case, idx))
+        memfd = self.arena_fd() if env.interpret else None
+        roles = [("candidate", req["candidate_dir"])]
+        if req.get("baseline_dir"):
+            roles.append(("incumbent", req["baseline_dir"]))
+        result: dict[str, Any] = {
+            "status": "measured",
+            "input_seed": req["seed"],
+            "cases": [],
+            "copy_gbps": env.copy_gbps(),
+            "nonce": req.get("nonce"),
+            "load": {},
+            "sandbox": {},
+            "certifies": "correctness" if env.interpret else "correctness_and_speed",
+            "clocks": {} if env.interpret else _gpu().clocks(),
+        }
+        try:
+            for role, folder in roles:
+                self.kids.append(self.candidate_kid(role, folder, memfd))
+            for kid in self.kids:
+                result["sandbox"][kid.role] = kid.started()
+                kid.send({**kid.cfg})
+            live = []
+            for kid in self.kids:
+                reply, _ = kid.ask({"op": "load"})
+                err = error_text(reply)
+                result["load"][kid.role] = {
+                    "ok": bool(reply.get("ok")) and not err,
+                    "error": f"import failed: {err}" if err else "",
+                    "codes": child_codes(reply, "at import"),
+                }
+                if result["load"][kid.role]["ok"] or kid.role == "candidate":
+                    live.append(kid)
+            if not result["load"]["candidate"]["ok"]:
+                result["error"] = result["load"]["candidate"]["error"] or "import failed"
+                result["error_code"] = "import_failed"
+                return result
+            self.kids = live
+            self.run_cases(result, memfd)
+        except KidFailed as exc:
+            result["error"], result["error_code"] = f"{exc.role}: {exc}", exc.code
+        finally:
+            for kid in self.kids:
+                kid.close()
+            for kid in getattr(self, "replayers", {}).values():
+                kid.close()
+            if memfd is not None:
+                os.close(memfd)
+            result["wall_s"] = _perf() - self.started
+        return result
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def variants(self, case: dict[str, Any], idx: int) -> list[Variant]:
+        """Check calls on fresh inputs, then the task's edge cases drawn from this verify's
+        seed (or, for a task without edge_cases, its precision probes)."""
+        torch, ev = self.torch, self.ev
+        shape = ev.case_shape(case)
+        dtype = self.rt.dtype_of(torch, case["dtype"])
+        n_check = max(2, int(self.req.get("checks", 3)))
+        out = []
+        for j in range(n_check):
+            args, kwargs = ev.make(shape, dtype, idx * 1009 + j)
+            out.append(Variant("check", list(args), kwargs, torch, ev.ref))
+        gen = torch.Generator(device=self.env.device)
+        gen.manual_seed((ev.seed + idx * 7919) % (2**63))
+        edges = getattr(ev.ref, "edge_cases", None)
+        if edges is not None:
+            for name, (args, kwargs) in edges(shape, dtype, self.env.device, gen):
+                out.append(Variant(f"edge:{name}", list(args), kwargs, torch, ev.ref))
+        elif idx < 2:
+            cpu = torch.Generator().manual_seed(ev.seed + idx)
+            for name in PRECISION_PROBES:
+                if name in getattr(ev.ref, "PROBES", {}):
+                    args, kwargs = ev.ref.PROBES[name](dtype, self.env.device, cpu)
+                    out.append(Variant(f"precision:{name}", list(args), kwargs, torch, ev.ref))
+        return out
+
+    def arena_fd(self) -> int:
+        """CPU: one shared memory arena for every case (sized for the largest), sealed against
+        resizing so a hostile child cannot truncate it under this process."""
+        size = max(self.cpu_layout(vs)[1] for vs in self.variants_per_case) + 4096
+        try:
+            fd = os.memfd_create("hl-arena", os.MFD_ALLOW_SEALING)  # type: ignore[attr-defined]
+            os.ftruncate(fd, size)
+            import fcntl
+
+            fcntl.fcntl(fd, 1033, 0x0002 | 0x0004 | 0x0001)  # F_ADD_SEALS: SHRINK|GROW|SEAL
+        except (AttributeError, OSError):
+            tmp = tempfile.TemporaryFile(dir=self.scratch_root)
+            os.ftruncate(tmp.fileno(), size)
+            fd = os.dup(tmp.fileno())
+            tmp.close()
+        self.arena_size = size
+        return fd
+
+    def cpu_layout(self, variants: list[Variant]) -> tuple[list[dict[str, Any]], int]:
+        """Offsets in the arena: each variant's tensor inputs, then one output slot per role."""
+        off = 0
+        layout = []
+
+        def take(nbytes: int) -> int:
+            nonlocal off
+            start = off
+            off += (nbytes + 255) // 256 * 256 + 256
+            return start
+
+        for v in variants:
+            ins: list[dict[str, Any] | None] = []
+            for a in v.args:
+                if isinstance(a, self.torch.Tensor):
+                    ins.append({"offset": take(a.numel() * a.element_size()), "shape": list(a.shape),
+                                "dtype": str(a.dtype)[6:]})  # fmt: skip
+                else:
+                    ins.append(None)
+            shape, dtype = v.spec
+            numel = 1
+            for s in shape:
+                numel *= int(s)
+            nbytes = numel * self.torch.finfo(dtype).bits // 8
+            slots = {r: {"offset": take(nbytes), "shape": list(shape), "dtype": str(dtype)[6:]}
+                     for r in ("candidate", "incumbent")}  # fmt: skip
+            layout.append({"inputs": ins, "slots": slots})
+        return layout, off
+
+    # -- cases -----------------------------------------------------------------------------------
+    def run_cases(self, result: dict[str, Any], memfd: int | None) -> None:
+        for idx, case in enumerate(self.req["cases"]):
+            variants = self.variants_per_case[idx]
+            try:
+                if self.env.interpret:
+                    res = self.cpu_case(case, idx, variants, memfd)
+                else:
+                    res = _gpu().gpu_case(self, case, idx, variants)
+            except KidFailed as exc:
+                if exc.role != "incumbent":
+                    partial = getattr(self, "partial", None) or {"calls": []}
+                    partial.update(error=str(exc), error_code=exc.code)
+                    result["cases"].append(partial)
+                    raise
+                result["incumbent_error"] = f"{exc.code}: {exc}"  # the comparison is lost, not
+                self.kids = [k for k in self.kids if k.role == "candidate"]  # the verdict
+                res = (self.cpu_case(case, idx, variants, memfd) if self.env.interpret
+                       else _gpu().gpu_case(self, case, idx, variants))  # fmt: skip
+            self.rt.emit({"event": "case", "index": idx, "status": "measured"})
+            result["cases"].append(res)
+            if not all(c["passed"] for c in res["calls"] if c["role"] == "candidate"):
+                break  # rejected: the remaining cases would cost time and change nothing
+
+    def case_record(self, case: dict[str, Any], variants: list[Variant]) -> dict[str, Any]:
+        torch = self.torch
+        v0 = variants[0]
+        tol = self.ev.tolerances[case["dtype"]]
+        shape = self.ev.case_shape(case)
+        nbytes = int(self.ev.ref.bytes_moved(shape, torch.finfo(v0.args[0].dtype).bits // 8))
+        rec = {
+            "name": case["name"],
+            "dtype": case["dtype"],
+            "shape": shape,
+            "bytes": nbytes,
+            "calls": [],
+            "error": "",
+            "null_control": null_control(torch, v0.pristine, v0.expected, tol, v0.spec),
+        }
+        self.partial = rec
+        return rec
+
+    def judge_call(self, reply, out, variant: Variant, tol, where: str,
+                   inputs_now: list[Any]) -> dict[str, Any]:  # fmt: skip
+        """One call's record from the child's reply (codes only) and this process's checks."""
+        torch = self.torch
+        codes = child_codes(reply, where)
+        err = error_text(reply)
+        if err:
+            codes.append(["candidate_error", f"{where}: the entry function raised {err}"])
+        if reply.get("plain") is False and not err:
+            codes.append(["not_plain_tensor", f"{where}: the output is not a plain torch.Tensor"])
+        if reply.get("aliases_input"):
+            codes.append(["output_aliases_input", f"{where}: the output shares an input's storage"])
+        if reply.get("reused_output"):
+            codes.append(["output_reused", f"{where}: the output is an earlier call's storage"])
+        if reply.get("plain") and not err and not int(reply.get("own_launches") or 0):
+            if variant.expected.numel():
+                codes.append(
+                    ["no_triton_launch", f"{where}: no Triton kernel of the candidate ran"]
+                )
+        stats: dict[str, Any] = {}
+        if out is not None:
+            ok, why, stats = output_check(self.rt, torch, out, variant.expected, tol, variant.spec)
+            if not ok:
+                code = "precision" if _precision_kind(variant.kind) else "wrong_output"
+                codes.append([code, f"{where}: {why}"])
+        elif reply.get("plain") and not err:
+            codes.append(["wrong_output", f"{where}: the output never reached the checker"])
+        changed = [
+            i for i, (now, p) in enumerate(zip(inputs_now, variant.pristine, strict=True))
+            if isinstance(p, torch.Tensor) and not torch.equal(now, p)
+        ]  # fmt: skip
+        if changed:
+            codes.append(["inputs_modified", f"{where}: input(s) {changed} changed by the call"])
+        return {"passed": not codes, "codes": codes, "max_abs_err": stats.get("max_abs_err")}
+
+    def cpu_case(self, case: dict[str, Any], idx: int, variants: list[Variant],
+                 memfd: int | None) -> dict[str, Any]:  # fmt: skip
+        """The interpreter: the candidate's process computes into the shared arena."""
+        import mmap
+
+        torch = self.torch
+        rec = self.case_record(case, variants)
+        tol = self.ev.tolerances[case["dtype"]]
+        layout, _ = self.cpu_layout(variants)
+        assert memfd is not None
+        if getattr(self, "arena", None) is None:  # kept for the whole verify: views pin it
+            self.arena = mmap.mmap(memfd, self.arena_size)
+        arena = self.arena
+        if not getattr(self, "arena_sent", False):
+            for kid in self.kids:
+                kid.ask({"op": "arena", "size": self.arena_size})
+            self.arena_sent = True
+
+        def view(spec):
+            numel = 1
+            for s in spec["shape"]:
+                numel *= int(s)
+            if not numel:
+                return torch.empty(spec["shape"], dtype=getattr(torch, spec["dtype"]))
+            t = torch.frombuffer(arena, dtype=getattr(torch, spec["dtype"]), count=numel,
+                                 offset=int(spec["offset"]))  # fmt: skip
+            return t.view(*spec["shape"]) if spec["shape"] else t.view(())
+
+        plan = list(range(len(variants)))
+        plan.append(0)  # check 0's buffers again with new contents: a cache by address is stale
+        for n, vi in enumerate(plan):
+            v = variants[vi]
+            lay = layout[vi]
+            if n == len(plan) - 1:
+                fresh = self.ev.make(self.ev.case_shape(case), v.args[0].dtype, idx * 1009 + 991)
+                v = Variant("recheck", list(fresh[0]), fresh[1], torch, self.ev.ref)
+            for a, spec in zip(v.args, lay["inputs"], strict=True):
+                if spec is not None and a.numel():
+                    view(spec).copy_(a)
+            msg_args = [{"tensor": spec} if spec is not None else {"value": a}
+                        for a, spec in zip(v.args, lay["inputs"], strict=True)]  # fmt: skip
+            for kid in self.kids[:: 1 if n % 2 == 0 else -1]:  # A B, B A, ...
+                slot = lay["slots"][kid.role]
+                if v.expected.numel():
+                    view(slot).fill_(float("nan"))
+                reply, wall_us = kid.ask({"op": "call", "args": msg_args,
+                                          "kwargs": v.kwargs, "slot": slot})  # fmt: skip
+                out = view(slot) if reply.get("copied") else None
+                inputs_now = [view(s) if s is not None else a
+                              for a, s in zip(v.args, lay["inputs"], strict=True)]  # fmt: skip
+                where = f"{v.kind} call {n}"
+                call = self.judge_call(reply, out, v, tol, where, inputs_now)
+                call.update(role=kid.role, kind=v.kind, set=n, wall_us=wall_us)
+                rec["calls"].append(call)
+                for a, s in zip(v.pristine, lay["inputs"], strict=True):
+                    if s is not None and a.numel():
+                        view(s).copy_(a)  # restore for the other role
+        for kid in self.kids:
+            kid.ask({"op": "end_case"})
+        return rec
+
+
+_GPU_MODULE: list[Any] = []
+
+
+def _gpu():
+    if not _GPU_MODULE:
+        import guard_gpu
+
+        _GPU_MODULE.append(guard_gpu)
+    return _GPU_MODULE[0]
+
+
+def _harden() -> None:
+    """Make this process non-dumpable: same-user processes cannot read its memory through
+    /proc/<pid>/mem or open its file descriptors (the sandbox already forbids it to children)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        except (OSError, AttributeError):
+            pass
+
+
+def verify(env, req: dict[str, Any], rt: types.ModuleType) -> dict[str, Any]:
+    """The guarded verify of req['candidate_dir'] (and req['baseline_dir'], the incumbent)."""
+    if any(name.startswith("_hl_candidate") for name in sys.modules):
+        raise RuntimeError(
+            "the guarded verify needs a fresh runner process (this one has run candidate code)"
+        )
+    _harden()
+    return Verify(env, req, rt).run()

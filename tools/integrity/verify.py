@@ -1,0 +1,475 @@
+"""Guarded final verification, host side: the verdict an agent cannot game.
+
+Order of work: hidden cases from the per-workspace secret (never written into the workspace;
+the ledger gets anonymised case names, the verdict's evidence the real ones after the fact) ->
+static scan (hard rejects stop here) -> the runner's guarded "verify" mode in a fresh process
+(guard.py: the candidate runs in a child process, the incumbent - the best final checkpoint - in
+another, timed interleaved) -> the verdict computed HERE from raw measurements (per-call checks,
+samples, wall clocks, bytes, copy bandwidth); nothing the candidate prints is read as a verdict.
+
+Every reason is {code, detail}; the codes are listed in REASONS.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..evaluation.objective import (
+    Progress,
+    case_events_progress,
+    kernel_request,
+    record,
+    require_kernel_task,
+)
+from ..evaluation.results import CaseResult, EnvInfo, EvalResult
+from ..execution.launcher import RUNNER_FILES, Launcher, RunnerCall, runner_digest
+from ..gpu.runner import geomean, order_stats, score_of
+from ..settings import Settings
+from ..state.checkpoints import Checkpoints
+from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
+from ..state.workspace import Workspace
+from ..task.spec import Case
+from .scan import scan_workspace
+
+# A new best must beat the incumbent by 1% (geomean over cases, A B B A in one verify): the
+# same kernel under a new hash measured 0.998x of itself on an H100 (2026-11-23), so a smaller
+# edge is noise and would hand the best pointer back and forth between equal kernels.
+MIN_SPEEDUP = 1.01
+PLAUSIBLE_PCT_OF_COPY = 125.0  # minimal bytes faster than this share of copy bandwidth: a lie
+# The parent's wall clock around a sample, less the same request with an empty window, may
+# exceed the device time the child reports by 25% + 250 us on at least one sample (an H200
+# showed 440-580 us of request overhead per sample before that subtraction, windows of 1.0-1.1
+# ms, and up to ~530 us more, most likely a process waking from sleep: both now spin).
+WALL_SLACK = 1.25
+WALL_SLACK_US = 250.0
+
+REASONS: dict[str, str] = {
+    "runner_failed": "the guarded runner produced no result (crash, kill, timeout)",
+    "harness_tampered": "the candidate's process answered something that is not the protocol",
+    "forged_result": "the result does not echo this verification's nonce",
+    "import_failed": "kernel.py could not be imported in the candidate process",
+    "candidate_crashed": "the candidate process died or raised during a call",
+    "timeout": "the candidate process did not answer in time",
+    "candidate_error": "the entry function raised",
+    "wrong_output": "an output is outside tolerance, NaN/Inf, or not fully written",
+    "wrong_output_timed": "a call inside a timed sample produced a wrong output",
+    "wrong_shape": "output shape, dtype or device differs from the reference's",
+    "precision": "wide-range inputs fail: math not in fp32 (e.g. fp16 accumulation)",
+    "not_plain_tensor": "the output is not a plain torch.Tensor (a subclass, or not a tensor)",
+    "output_aliases_input": "the output shares storage with an input",
+    "output_reused": "the output is an earlier call's storage (stale-buffer reuse)",
+    "inputs_modified": "the call changed its inputs",
+    "no_triton_launch": "no @triton.jit function of kernel.py ran during the call",
+    "foreign_kernel": "kernels not defined in kernel.py ran (aten/cuBLAS/other Triton code)",
+    "torch_compute": "aten compute ops ran outside the Triton kernels",
+    "host_compute": "tensor data went to the host (numpy, tolist, HtoD/DtoH copies)",
+    "side_stream": "kernels ran on more than one stream",
+    "background_thread": "threads started by the candidate were alive after a call",
+    "monkey_patch": "timers, synchronize, launch hooks or library classes were replaced",
+    "introspection": "frame, gc or ctypes tricks, or dunder access",
+    "dynamic_code": "exec/eval/compile/__import__ or computed attribute names",
+    "subprocess": "the candidate started or signalled processes",
+    "reads_verifier_files": "the candidate opened the verifier's files or state",
+    "exfiltration": "the candidate wrote files outside its folder or opened a connection",
+    "reads_outside_workspace": "static: a file read outside the candidate's own folder",
+    "env_probe": "static: reads HARNESSLAB/VERIFY/BENCH-like environment variables",
+    "mode_sniffing": "static: branches on verify/benchmark/final-like strings",
+    "forbidden_call": "static: calls the reference's math in torch (task.toml [integrity])",
+    "private_api": "static: private torch/triton internals (torch._C, triton.runtime.jit, ...)",
+    "stream_creation": "static: creates or switches CUDA streams / graphs",
+    "concurrency": "static: threading, multiprocessing, asyncio, fork",
+    "harness_access": "static: imports the runner, guard or harnesslab",
+    "implausible_speed": "faster than its minimal bytes over the measured copy bandwidth",
+    "timing_mismatch": "the parent's wall clock disagrees with the child's device time",
+    "null_control": "a null output (zeros / input copy) passed the checker: case is void",
+    "unreplayable": "the wrapper does work the replay cannot reproduce (torch copies or casts, "
+    "memory from before the call, launches outside Triton)",
+    "forged_recording": "the candidate's process sent a recording that breaks the schema",
+    "sandbox_unavailable": "no sandbox can be applied on the GPU host (no Landlock): refused",
+}
+
+
+class Verdict(BaseModel):
+    verdict: Literal["passed", "rejected", "error"]
+    reasons: list[dict[str, str]] = Field(
+        default_factory=list, description="[{code, detail}] why the verdict is what it is"
+    )
+    warnings: list[dict[str, str]] = Field(
+        default_factory=list, description="[{code, detail}] soft findings; they do not reject"
+    )
+    score_us: float | None = None
+    geomean_pct_of_copy_bw: float | None = Field(
+        default=None, description="shape-independent figure, comparable across case sets"
+    )
+    case_set: str = Field(description="public id of the hidden case set (changes on rotate)")
+    best_final_score_us: float | None = None
+    is_new_best: bool = False
+    meaningful: bool = False
+    incumbent: dict[str, Any] | None = Field(
+        default=None, description="ABBA comparison with the best final checkpoint"
+    )
+    certifies: Literal["correctness", "correctness_and_speed", "nothing"] = Field(
+        default="nothing",
+        description="what this verdict certifies: on the Triton CPU interpreter a kernel body "
+        "is Python, so only correctness; on a GPU the trusted replay also certifies the timing",
+    )
+    sandbox: str = Field(
+        default="none",
+        description="sandbox the candidate ran in (full: Landlock + PID/network namespaces + "
+        "seccomp; partial; none), as reported by the sandbox itself",
+    )
+    result: EvalResult
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+def _median(xs: list[float]) -> float | None:
+    return order_stats(xs)["median_us"]
+
+
+def _timing(case: dict[str, Any], role: str, meaningful: bool) -> dict[str, Any] | None:
+    """Samples of one child for one case: GPU timing records, or the interpreter's checked
+    calls (wall clock, meaningless but honest)."""
+    if meaningful:
+        rec = (case.get("timing") or {}).get(role)
+        if not rec or not rec.get("samples_us"):
+            return None
+        return rec
+    # The interpreter: the parent's wall clock around each checked call (its own measure).
+    calls = [c for c in case.get("calls", []) if c.get("role") == role and c.get("kind") == "check"]
+    walls = [c.get("wall_us") for c in calls]
+    return {
+        "samples_us": [w for w in walls if isinstance(w, int | float)],
+        "method": "wall_clock_interpreter",
+        "parent_wall_us": [],
+        "calls_per_sample": 1,
+    }
+
+
+def judge_case(
+    case: dict[str, Any], copy_gbps: float | None, meaningful: bool, index: int
+) -> tuple[CaseResult, list[dict[str, str]], dict[str, Any]]:
+    """One case's CaseResult (anonymised name), reject reasons, and evidence numbers."""
+    label = f"case {index} ({case.get('dtype')})"
+    reasons: list[dict[str, str]] = []
+
+    def add(code: str, detail: str) -> None:
+        if not any(r["code"] == code for r in reasons):
+            reasons.append({"code": code, "detail": f"{label}: {detail}"[:400]})
+
+    if case.get("error"):
+        add(case.get("error_code") or "candidate_crashed", str(case["error"]))
+    calls = [c for c in case.get("calls", []) if c.get("role") == "candidate"]
+    for c in calls:
+        for code, detail in c.get("codes", []):
+            add(str(code), str(detail))
+    nc = case.get("null_control") or {}
+    if nc and not all(nc.values()):
+        add("null_control", f"the checker accepts a null output: {nc}")
+    stats: dict[str, Any] = {
+        "calls_checked": len(calls),
+        "calls_passed": sum(1 for c in calls if c.get("passed")),
+    }
+    row: dict[str, Any] = {
+        "name": f"final{index}_{case.get('dtype')}",
+        "dtype": str(case.get("dtype")),
+        "passed": False,
+    }
+    errs = [c.get("max_abs_err") for c in calls if c.get("max_abs_err") is not None]
+    row["max_abs_err"] = max(errs) if errs else None
+    timing = _timing(case, "candidate", meaningful) if not reasons else None
+    if timing is None and meaningful and not reasons:
+        add("runner_failed", "the case passed its checks but has no timing samples")
+    if timing is not None:
+        for code, detail in timing.get("codes", []):
+            add(str(code), detail)
+        if timing.get("inputs_modified"):
+            add("inputs_modified", f"{timing['inputs_modified']} timed calls changed their inputs")
+        if timing.get("bad_calls"):
+            add(
+                "wrong_output_timed",
+                f"{timing['bad_calls']} of {timing['checked_calls']} timed calls were wrong",
+            )
+        stats.update(
+            timed_calls_checked=timing.get("checked_calls", 0),
+            timed_calls_bad=timing.get("bad_calls", 0),
+            method=timing.get("method"),
+        )
+        stats = order_stats(timing["samples_us"])
+        med = stats["median_us"]
+        if med:
+            nbytes = int(case.get("bytes") or 0)
+            gbps = nbytes / (med * 1e3)
+            row.update(stats, gbps=gbps, timing_method=timing.get("method"))
+            if copy_gbps:
+                row["pct_of_copy_bw"] = 100.0 * gbps / copy_gbps
+            if meaningful and row.get("pct_of_copy_bw", 0) > PLAUSIBLE_PCT_OF_COPY:
+                add("implausible_speed", f"{row['pct_of_copy_bw']:.0f}% of copy bandwidth")
+            mismatch = wall_mismatch(timing)
+            if mismatch:
+                add("timing_mismatch", mismatch)
+    row["passed"] = not reasons
+    row["status"] = "passed" if not reasons else "failed"
+    row["reason"] = reasons[0]["detail"] if reasons else ""
+    return CaseResult.model_validate(row), reasons, stats
+
+
+def wall_mismatch(timing: dict[str, Any]) -> str:
+    """The parent's wall clock around each sample bounds what the child may claim. A sample
+    passes when its wall clock is within the slack of its claim; the case fails only when no
+    sample does, so an occasional host hiccup is no false rejection while a child that
+    under-reports (every sample) is caught."""
+    calls = int(timing.get("calls_per_sample") or 1)
+    walls = timing.get("parent_wall_us") or []
+    claimed = [s * calls for s in timing.get("samples_us", [])]
+    if not walls or len(walls) != len(claimed):
+        return ""
+    excess = [w - (WALL_SLACK * c + WALL_SLACK_US) for w, c in zip(walls, claimed, strict=True)]
+    if min(excess) > 0:
+        wall, dev = _median(walls), _median(claimed)
+        return (
+            f"parent wall clock {wall:.0f} us per sample, child claims {dev:.0f} us "
+            f"(no sample within {WALL_SLACK:g}x + {WALL_SLACK_US:.0f} us)"
+        )
+    return ""
+
+
+def compare_incumbent(raw: dict[str, Any], meaningful: bool, digest: str) -> dict[str, Any]:
+    """ABBA: per case median of the candidate vs the incumbent, timed in the same layout."""
+    rows, ratios = [], []
+    for case in raw.get("cases", []):
+        inc_calls = [c for c in case.get("calls", []) if c.get("role") == "incumbent"]
+        ok = bool(inc_calls) and all(c.get("passed") for c in inc_calls)
+        a = _timing(case, "candidate", meaningful)
+        b = _timing(case, "incumbent", meaningful) if ok else None
+        ma = _median(a["samples_us"]) if a else None
+        mb = _median(b["samples_us"]) if b else None
+        rows.append({"candidate_us": ma, "incumbent_us": mb, "incumbent_passed": ok})
+        if ma and mb:
+            ratios.append(mb / ma)
+    speedup = geomean(ratios)
+    return {
+        "hash": digest,
+        "cases": rows,
+        "speedup": speedup,
+        "meaningful": meaningful,
+        "faster": bool(speedup and speedup >= MIN_SPEEDUP and len(ratios) == len(rows)),
+        "error": raw.get("incumbent_error"),
+    }
+
+
+def incumbent_score(comparison: dict[str, Any]) -> float | None:
+    """The incumbent's score on this case set from the ABBA rows (None unless every case has
+    a time)."""
+    rows = comparison.get("cases") or []
+    return score_of([r.get("incumbent_us") for r in rows], passed=True)
+
+
+def judge(
+    call: RunnerCall, cases: list[Case], nonce: str
+) -> tuple[str, list[dict[str, str]], list[CaseResult], dict[str, Any]]:
+    """(verdict, reasons, case rows, stats) from the runner's raw measurements."""
+    raw = call.result
+    reasons: list[dict[str, str]] = []
+    if raw is None or raw.get("status") == "error":
+        # Not the stderr tail: the candidate writes there, and could spell out hidden shapes.
+        why = (
+            f"runner exited with {call.exit_code}{' (timeout)' if call.timed_out else ''}"
+            if raw is None
+            else str(raw.get("reason", "runner error"))
+        )
+        return "error", [*reasons, {"code": "runner_failed", "detail": why}], [], {}
+    if raw.get("error_code") == "sandbox_unavailable":
+        return "error", [{"code": "sandbox_unavailable", "detail": (
+            "no sandbox (Landlock) can be applied on the GPU host, so agent-written code would "
+            "run unconfined: refused. Run on a Linux kernel with Landlock, or set "
+            "HARNESSLAB_ALLOW_UNSANDBOXED=1 to verify anyway")}], [], {}  # fmt: skip
+    if raw.get("nonce") != nonce:
+        return "error", [*reasons, {"code": "forged_result", "detail": "nonce mismatch"}], [], {}
+    for code, detail in (raw.get("load", {}).get("candidate") or {}).get("codes", []):
+        reasons.append({"code": str(code), "detail": f"at import: {detail}"})
+    if raw.get("error"):
+        reasons.append(
+            {
+                "code": raw.get("error_code") or "candidate_crashed",
+                "detail": str(raw["error"])[:400],
+            }
+        )
+    meaningful = bool((raw.get("env") or {}).get("meaningful"))
+    rows: list[CaseResult] = []
+    stats = {"calls_checked": 0, "calls_passed": 0, "timed_calls_checked": 0}
+    for i, case in enumerate(raw.get("cases", [])):
+        row, case_reasons, st = judge_case(case, raw.get("copy_gbps"), meaningful, i)
+        rows.append(row)
+        reasons += case_reasons
+        for k in ("calls_checked", "calls_passed", "timed_calls_checked"):
+            stats[k] += int(st.get(k) or 0)
+    if len(rows) < len(cases) and not reasons:
+        reasons.append({"code": "runner_failed", "detail": f"{len(rows)} of {len(cases)} cases"})
+    for i, c in enumerate(cases[len(rows) :], start=len(rows)):  # not run after a rejection
+        rows.append(
+            CaseResult(
+                name=f"final{i}_{c.dtype}",
+                dtype=c.dtype,
+                passed=False,
+                reason="not run: an earlier case was rejected",
+            )
+        )
+    if any(r["code"] in ("null_control", "runner_failed") for r in reasons):
+        return "error", reasons, rows, stats
+    return ("rejected" if reasons else "passed"), reasons, rows, stats
+
+
+async def guarded_verify(
+    ws: Workspace,
+    launcher: Launcher,
+    settings: Settings,
+    *,
+    rotate: bool = False,
+    checks: int = 3,
+    progress: Progress | None = None,
+    save: bool = True,
+    enforce_scan: bool = True,
+) -> Verdict:
+    """Verify the workspace on its hidden cases. `enforce_scan=False` (tests) lets a candidate
+    that the static scan rejects run anyway, to prove the runtime defenses catch it too."""
+    require_kernel_task(ws, "guarded_final_verify")
+    assert ws.task.final is not None
+    ensure_outside_workspace(settings, ws.root)
+    secret = workspace_secret(settings, ws.root, rotate=rotate)
+    cases = ws.task.final.draw(secret["seed"])
+    cs = case_set_id(secret["seed"])
+    files = ws.editable_files()
+    config = ws.read_config()
+    digest = ws.candidate_hash(files)
+    seed, nonce = secrets.randbelow(2**31), secrets.token_hex(12)
+    scan = scan_workspace(ws, files)
+    evidence: dict[str, Any] = {
+        "candidate": digest,
+        "seed": seed,
+        "case_set_generation": secret["generation"],
+        "cases": [c.model_dump() for c in cases],
+        "checks_per_case": checks,
+        "harness_sha256": {n: runner_digest(n)[:16] for n in RUNNER_FILES},
+        "scan": {"files": scan.files, "rejects": len(scan.rejects), "warnings": len(scan.warnings)},
+    }
+    warnings = [{"code": f.code, "detail": f"{f.where()}: {f.detail}"} for f in scan.warnings]
+    if not enforce_scan:
+        warnings += [
+            {"code": f.code, "detail": f"not enforced: {f.where()}: {f.detail}"}
+            for f in scan.rejects
+        ]
+    ckpt = Checkpoints(ws)
+    # A score compares only within its case set; the incumbent timed beside the candidate
+    # (ABBA) may come from an earlier case set: both are timed here on this one.
+    best = ckpt.best("final", case_set=cs)
+    prior = best or ckpt.latest_best("final")
+    incumbent = prior["hash"] if prior and prior.get("hash") not in (None, digest) else None
+    raw: dict[str, Any] = {}
+    wall_s = 0.0
+    if scan.rejects and enforce_scan:  # hard rejects stop here: the candidate never runs
+        verdict, rows = "rejected", list[CaseResult]()
+        reasons = [{"code": f.code, "detail": f"{f.where()}: {f.detail}"} for f in scan.rejects]
+        stats: dict[str, Any] = {"not_run": "static scan rejected the candidate"}
+    else:
+        request = kernel_request(
+            ws,
+            launcher,
+            files,
+            digest,
+            "verify",
+            cases=cases,
+            seed=seed,
+            checks=checks,
+            nonce=nonce,
+        )
+        if incumbent and ckpt.exists(incumbent):
+            inc_files = ckpt.files(incumbent)
+            request["baseline_dir"] = f"@stage/{launcher.stage_candidate(inc_files, incumbent)}"
+        call = await launcher.call(
+            request, task=ws.task, on_event=case_events_progress(len(cases), progress), fresh=True
+        )
+        verdict, reasons, rows, stats = judge(call, cases, nonce)
+        raw, wall_s = call.result or {}, call.wall_s
+    cand_level = ((raw.get("sandbox") or {}).get("candidate") or {}).get("level")
+    env = EnvInfo.model_validate({**(raw.get("env") or {}), "sandbox": cand_level or "none"})
+    passed = verdict == "passed" and bool(rows)
+    score = score_of([r.median_us for r in rows], passed)
+    geo = geomean([r.pct_of_copy_bw for r in rows]) if passed else None
+    result = EvalResult(
+        status="passed" if passed else ("error" if verdict == "error" else "failed"),
+        score_us=score,
+        meaningful=env.meaningful and passed,
+        reason=reasons[0]["detail"] if reasons else "",
+        cases=rows,
+        candidate=digest,
+        config=config,
+        mode="final",
+        geomean_pct_of_copy_bw=geo,
+        copy_gbps=raw.get("copy_gbps"),
+        env=env,
+        seed=seed,
+        wall_s=wall_s,
+    )
+    comparison = None
+    if "cases" in raw and incumbent:
+        comparison = compare_incumbent(raw, env.meaningful, incumbent)
+    if save:
+        # Per-case results with the hidden shapes stay in the trusted store; the ledger's view
+        # in the workspace shows the aggregate score only.
+        hidden = [
+            {**c.model_dump(), **row.model_dump(exclude_none=True, exclude={"name"})}
+            for c, row in zip(cases, rows, strict=False)
+        ]
+        record(ws, result, files, case_set=cs, hidden=hidden)
+        if comparison and comparison["meaningful"] and prior and passed:
+            # "Better" means better on the same machine state: the ABBA comparison decides.
+            result.is_new_best = comparison["faster"]
+            if comparison["faster"]:
+                winner = (digest, score)
+            else:  # the incumbent's score on this case set: its own, or what ABBA measured
+                winner = (prior["hash"], best["score"] if best else incumbent_score(comparison))
+            if winner[1] is not None:
+                ckpt.set_best(
+                    "final", winner[0], float(winner[1]), result.record_id or "", case_set=cs
+                )
+    evidence.update(
+        input_seed=raw.get("input_seed"),
+        device=env.device,
+        driver=env.driver,
+        clocks=raw.get("clocks"),
+        copy_gbps=raw.get("copy_gbps"),
+        versions={"torch": env.torch, "triton": env.triton, "cuda": env.cuda},
+        checks=stats,
+        runner_wall_s=raw.get("wall_s"),
+        sandbox=raw.get("sandbox"),
+    )
+    cand_sandbox = (raw.get("sandbox") or {}).get("candidate") or {}
+    certifies = raw.get("certifies") if verdict == "passed" else "nothing"
+    return Verdict(
+        verdict=verdict,  # type: ignore[arg-type]
+        reasons=reasons,
+        warnings=warnings,
+        score_us=score,
+        geomean_pct_of_copy_bw=geo,
+        case_set=cs,
+        best_final_score_us=result.best_score_us,
+        is_new_best=result.is_new_best,
+        meaningful=result.meaningful,
+        incumbent=comparison,
+        result=result,
+        evidence=evidence,
+        certifies=(
+            "correctness"
+            if certifies == "correctness"
+            else "correctness_and_speed"
+            if certifies == "correctness_and_speed"
+            else "nothing"
+        ),
+        sandbox=str(cand_sandbox.get("level") or "none"),
+    )
+
+
+__all__ = ["REASONS", "Verdict", "guarded_verify", "judge", "judge_case", "wall_mismatch"]

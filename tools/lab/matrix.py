@@ -1,0 +1,192 @@
+"""The kernel lab, host side: run the benchmark matrix where the GPU is, fetch results.json, and
+build the report from it (tools/lab/report.py; claims in tools/lab/claims.py).
+
+The GPU side is tools/gpu/lab.py, self-contained like runner.py: it is staged with runner.py
+and the task folders (tools/ and tasks/ side by side, the layout it expects) onto the executor
+of one launcher slot (this machine, or the GPU host over SSH), run there under that GPU's lock
+so no timing run overlaps it, and its results.json is read back. Without a GPU the same script
+runs on the Triton interpreter and every timing is marked not meaningful.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import EnvironmentProblem, ExecutorError, UsageError
+from ..execution.launcher import Launcher
+from ..gpu import LAB
+from ..state.storage import atomic_write_text
+from ..task.kinds import kind_of
+from ..task.spec import load_task, tasks_root
+
+LAB_FILES = LAB
+SCHEMA = "harnesslab.lab/1"
+# Startup, the copy-bandwidth measurement and a profiler run that overruns its share.
+MARGIN_S = 180.0
+ProgressSink = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+
+class LabOptions(BaseModel):
+    """What to run. Budgets are wall-clock seconds on the GPU host."""
+
+    tasks: list[str] = Field(
+        default_factory=list, description="task names; empty: every kernel task"
+    )
+    quick: bool = Field(default=False, description="the smallest case and 4 claim cases per task")
+    max_cases: int = Field(default=0, ge=0, description="first N matrix cases per task (0: all)")
+    repeats: int = Field(default=3, ge=1, le=10, description="measurements of each claim row")
+    ncu: bool = Field(default=True, description="Nsight Compute on the best strategy per task")
+    compile: bool = Field(default=True, description="include the torch.compile strategy")
+    tune: bool = Field(default=False, description="also time each solution's TUNE_SPACE")
+    budget_s: float = Field(default=330.0, gt=0, description="stop starting new work after this")
+
+
+def kernel_task_names(names: list[str]) -> list[str]:
+    """Validated task names; every shipped kernel task when `names` is empty."""
+    if not names:
+        root = tasks_root()
+        names = sorted(p.name for p in root.iterdir() if (p / "task.toml").is_file())
+        return [n for n in names if kind_of(load_task(n)).runs_kernel]
+    for name in names:
+        if not kind_of(load_task(name)).runs_kernel:
+            raise UsageError(
+                f"task {name!r} is a command task; the lab runs kernel tasks.",
+                next_step="pass kernel task names to --tasks",
+            )
+    return list(names)
+
+
+def stage_lab(folder: Path, tasks: list[str]) -> Path:
+    """A fresh copy of the GPU side: folder/tools/{runner,lab,ncu}.py, folder/tasks/<name>/."""
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "tools").mkdir(parents=True)
+    for name in LAB_FILES:
+        (folder / "tools" / name).write_bytes(
+            (resources.files("harnesslab.tools.gpu") / name).read_bytes()
+        )
+    for name in tasks:
+        shutil.copytree(
+            load_task(name).root,
+            folder / "tasks" / name,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "__init__.py"),
+        )
+    return folder
+
+
+def lab_argv(
+    python: str, root: str, out: str, opts: LabOptions, interpret: str, tasks: list[str]
+) -> list[str]:
+    argv = [python, f"{root}/tools/lab.py", "--out", out, "--tasks", ",".join(tasks),
+            "--repeats", str(opts.repeats), "--budget-s", str(opts.budget_s),
+            "--interpret", interpret]  # fmt: skip
+    argv += ["--quick"] * opts.quick + ["--no-ncu"] * (not opts.ncu) + ["--tune"] * opts.tune
+    argv += ["--no-compile"] * (not opts.compile)
+    if opts.max_cases:
+        argv += ["--max-cases", str(opts.max_cases)]
+    return argv
+
+
+async def run_lab(
+    launcher: Launcher,
+    opts: LabOptions,
+    out_dir: Path,
+    *,
+    on_progress: ProgressSink | None = None,
+) -> dict[str, Any]:
+    """Run tools/gpu/lab.py on one slot of the launcher and return its results (also written to
+    out_dir/results.json). Holds the slot's GPU lock for the whole run (minutes of GPU time:
+    about 5 on an H100 for every task; seconds to a minute per task on the interpreter)."""
+    tasks = kernel_task_names(opts.tasks)
+    slot = launcher.pick()
+    executor = slot.executor
+    await executor.connect()
+    local = launcher.stage.parent / "lab" / "tree"
+    remote = executor.path("lab", "tree")
+    run_id = uuid.uuid4().hex[:12]
+    remote_out = executor.path("lab", "out", run_id)
+    python = executor.python(launcher.settings)
+    argv = lab_argv(python, remote, remote_out, opts, launcher.settings.interpret, tasks)
+    env = {"CUDA_VISIBLE_DEVICES": str(slot.gpu_index), "PYTHONUNBUFFERED": "1"}
+
+    async def line_in(line: str) -> None:
+        if on_progress is not None and line.startswith("{"):
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                return
+            maybe = on_progress(event)
+            if maybe is not None:
+                await maybe
+
+    started = time.perf_counter()
+    async with launcher.hold(slot):
+        stage_lab(local, tasks)
+        await executor.sync_tree(local, remote)
+        res = await executor.run(argv, cwd=remote, env=env, timeout_s=opts.budget_s + MARGIN_S,
+                                 on_line=line_in)  # fmt: skip
+        fetched = await executor.run(
+            [
+                "sh",
+                "-c",
+                'cat -- "$1/results.json"; rc=$?; rm -rf -- "$1"; exit $rc',
+                "sh",
+                remote_out,
+            ],
+            timeout_s=120,
+            max_output_bytes=64 << 20,
+        )
+    if fetched.exit_code != 0:
+        why = "timed out" if res.timed_out else f"exited with {res.exit_code}"
+        raise ExecutorError(
+            f"the lab run on {executor.host} {why} and left no results.json: "
+            f"{res.stderr_tail(5)[-600:]}",
+            kind="crashed",
+            next_step="check torch/triton on the GPU host (harnesslab serve --self-test) and retry",
+        )
+    try:
+        results = json.loads(fetched.stdout)
+    except json.JSONDecodeError as exc:
+        raise EnvironmentProblem(
+            f"results.json from {executor.host} is not valid JSON ({exc}).",
+            next_step="retry; if it persists, run tools/gpu/lab.py on the host by hand",
+        ) from exc
+    results.setdefault("info", {})["host"] = executor.host
+    results["info"]["host_wall_s"] = time.perf_counter() - started
+    if res.timed_out or res.exit_code != 0:
+        results["info"]["incomplete"] = (
+            f"the run {'timed out' if res.timed_out else f'exited with {res.exit_code}'}: "
+            f"{res.stderr_tail(3)[-400:]}"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(
+        out_dir / "results.json", json.dumps(results, indent=1)
+    )  # reports rebuild from it
+    return results
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """A results.json written by tools/gpu/lab.py (checked for the fields the report needs)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(
+            f"cannot read {path}: {exc}", next_step="pass a results.json from a lab run"
+        ) from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or "rows" not in data:
+        raise UsageError(
+            f"{path} is not a lab results file (schema {SCHEMA}).",
+            next_step="pass the results.json that `harnesslab lab` or gpu/lab.py wrote",
+        )
+    return data
+
+
+__all__ = ["LabOptions", "kernel_task_names", "lab_argv", "load_results", "run_lab", "stage_lab"]

@@ -1,0 +1,283 @@
+"""The kernel lab's report from one results.json: report.md, results.csv, two PNG plots per task
+(bandwidth or TFLOP/s per case and strategy; speedup over torch eager) and the claims ledger.
+
+Everything here reads the results dict only, so a report can be rebuilt from an old run
+(`harnesslab lab --from-results FILE`). Plots use matplotlib's Agg canvas (no display, no
+pyplot state).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from . import claims as lab_claims
+from .claims import Claim, claims_ledger, counts, ncu_case
+
+EAGER = "torch_eager"
+CSV_COLUMNS = (
+    "task", "strategy", "case", "dtype", "shape", "passed", "status", "median_us", "p10_us",
+    "p90_us", "spread", "repeats", "repeat_spread", "host_us", "launch_overhead_us", "gbps",
+    "pct_of_copy_bw", "tflops", "speedup_vs_torch_eager", "timing_method", "reason",
+)  # fmt: skip
+
+
+class ReportSummary(BaseModel):
+    out_dir: Path
+    meaningful: bool
+    files: list[str] = Field(description="files written, relative to out_dir")
+    claims: dict[str, int] = Field(description="claims per status")
+    misses: list[str] = Field(description="targets missed or not shown, one line each")
+    plot_error: str = ""
+
+
+def _f(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
+
+
+def _shape(shape: dict[str, int]) -> str:
+    return "x".join(f"{k}{v}" if len(shape) > 2 else str(v) for k, v in shape.items())
+
+
+def speedup(rows: list[dict[str, Any]], row: dict[str, Any]) -> float | None:
+    eager = next((r for r in rows if (r["task"], r["case"], r["strategy"]) ==
+                  (row["task"], row["case"], EAGER)), None)  # fmt: skip
+    if not eager or not eager.get("passed") or not row.get("passed"):
+        return None
+    if eager.get("median_us") and row.get("median_us"):
+        return eager["median_us"] / row["median_us"]
+    return None
+
+
+def write_csv(results: dict[str, Any], path: Path) -> None:
+    rows = results["rows"]
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "shape": _shape(r["shape"]),
+                        "repeats": len(r.get("repeat_medians_us") or []),
+                        "speedup_vs_torch_eager": speedup(rows, r)})  # fmt: skip
+
+
+def _metric(task: dict[str, Any], row: dict[str, Any]) -> float | None:
+    if not row.get("passed"):
+        return None
+    return row.get("tflops") if task["metric"] == "tflops" else row.get("gbps")
+
+
+def write_plots(results: dict[str, Any], out: Path) -> list[str]:
+    """<task>_perf.png and <task>_speedup.png per task; returns the file names."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    files = []
+    copy_gbps = results["info"].get("copy_gbps")
+    for name, task in results["tasks"].items():
+        rows = [r for r in results["rows"] if r["task"] == name]
+        cases = task["cases"]
+        x = list(range(len(cases)))
+        for kind in ("perf", "speedup"):
+            fig = Figure(figsize=(max(6.0, 1.1 * len(cases) + 2), 4.2))
+            FigureCanvasAgg(fig)
+            ax = fig.add_subplot(1, 1, 1)
+            strategies = [s for s in task["strategies"] if kind == "perf" or s != EAGER]
+            width = 0.8 / max(1, len(strategies))
+            for i, s in enumerate(strategies):
+                by_case = {r["case"]: r for r in rows if r["strategy"] == s}
+                if kind == "perf":
+                    ys = [_metric(task, by_case[c]) if c in by_case else None for c in cases]
+                    ax.plot(x, [math.nan if y is None else y for y in ys], marker="o", label=s)
+                else:
+                    ys = [speedup(rows, by_case[c]) if c in by_case else None for c in cases]
+                    ax.bar([xi + (i - (len(strategies) - 1) / 2) * width for xi in x],
+                           [0.0 if y is None else y for y in ys], width, label=s)  # fmt: skip
+            if kind == "perf":
+                unit = "TFLOP/s" if task["metric"] == "tflops" else "GB/s"
+                if task["metric"] != "tflops" and copy_gbps:
+                    ax.axhline(copy_gbps, color="gray", linestyle="--", label="1 GiB copy")
+                ax.set_ylabel(unit)
+                ax.set_title(f"{name}: {unit} per case (higher is better)")
+            else:
+                ax.axhline(1.0, color="gray", linestyle="--")
+                ax.set_ylabel(f"speedup over {EAGER}")
+                ax.set_title(f"{name}: speedup over PyTorch eager (time ratio)")
+            ax.set_xticks(x)
+            ax.set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
+            ax.legend(fontsize=8)
+            ax.grid(alpha=0.3)
+            if not results["info"].get("meaningful"):
+                ax.set_title(
+                    ax.get_title() + "\nNOT MEANINGFUL: Triton CPU interpreter", fontsize=9
+                )
+            fig.tight_layout()
+            fname = f"{name}_{kind}.png"
+            fig.savefig(out / fname, dpi=110)
+            files.append(fname)
+    return files
+
+
+def _cell(task: dict[str, Any], row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "-"
+    if not row.get("passed"):
+        reason = (row.get("reason") or "").removeprefix(f"{row.get('status')}: ")
+        return f"{row.get('status')}: {reason[:40]}"
+    value = row.get("tflops") if task["metric"] == "tflops" else row.get("pct_of_copy_bw")
+    unit = " TFLOP/s" if task["metric"] == "tflops" else "%"
+    return f"{_f(row.get('median_us'))} us ({_f(value, '{:.0f}')}{unit})"
+
+
+def task_section(
+    results: dict[str, Any], name: str, task: dict[str, Any], plots: list[str]
+) -> list[str]:
+    rows = [r for r in results["rows"] if r["task"] == name]
+    by = {(r["case"], r["strategy"]): r for r in rows}
+    metric = "TFLOP/s" if task["metric"] == "tflops" else "% of copy bandwidth"
+    lines = [f"## {name}", "", f"Best harnesslab strategy: `{task.get('best_strategy')}`. Cells: "
+             f"median device time ({metric}); speedup = torch eager time / strategy time.", ""]  # fmt: skip
+    strategies = task["strategies"]
+    lines += ["| case | " + " | ".join(strategies) + " | best speedup |",
+              "|---" * (len(strategies) + 2) + "|"]  # fmt: skip
+    for case in task["cases"]:
+        cells = [_cell(task, by.get((case, s))) for s in strategies]
+        ups = [u for s in strategies if s.startswith(("baseline", "sol:")) and (case, s) in by
+               and (u := speedup(rows, by[(case, s)])) is not None]  # fmt: skip
+        lines.append(
+            f"| {case} | " + " | ".join(cells) + f" | {_f(max(ups) if ups else None, '{:.2f}x')} |"
+        )
+    errors = task.get("strategy_errors") or {}
+    lines += [""] + [f"- `{s}`: {e}" for s, e in errors.items()] + [""] * bool(errors)
+    lines += [f"![{p}]({p})" for p in plots if p.startswith(f"{name}_")] + [""]
+    nc = results.get("ncu", {}).get(name)
+    if nc:
+        lines += [f"### Nsight Compute: `{nc.get('strategy')}`", ""]
+        if nc.get("error"):
+            lines += [f"Not available: {nc['error']}", ""]
+        lines += ["| case | ncu us | runner us | DRAM busy % | DRAM GB/s | runner GB/s | "
+                  "warps active % | tensor pipe % |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for case in nc.get("by_case") or {}:
+            m = ncu_case(results, name, nc["strategy"], case)
+            r = by.get((case, nc["strategy"])) or {}
+            lines.append(f"| {case} | {_f(m.get('time_us'))} | {_f(r.get('median_us'))} | "
+                         f"{_f(m.get('dram_pct'), '{:.0f}')} | {_f(m.get('dram_gbps'), '{:.0f}')} | "
+                         f"{_f(r.get('gbps'), '{:.0f}')} | {_f(m.get('warps_active_pct'), '{:.0f}')} | "
+                         f"{_f(m.get('tensor_pct'), '{:.0f}')} |")  # fmt: skip
+        lines.append("")
+    return lines
+
+
+def launch_section(results: dict[str, Any]) -> list[str]:
+    rows = [
+        r for r in results["rows"] if r.get("timing_method") == "cuda_graph" and r.get("passed")
+    ]
+    lines = ["## Launch-bound cases: device time apart from host launch overhead", "",
+             "Cases too short to time one call at a time are timed as CUDA-graph replays of "
+             "back-to-back calls (device time); one eager call from Python, with the GPU idle, "
+             "is timed apart (host us). Launch overhead = host - device.", ""]  # fmt: skip
+    if not rows:
+        return [*lines, "No launch-bound cases in this run.", ""]
+    lines += ["| task | case | strategy | device us | host us per call | launch overhead us |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['task']} | {r['case']} | {r['strategy']} | {_f(r['median_us'], '{:.2f}')} | "
+                     f"{_f(r.get('host_us'))} | {_f(r.get('launch_overhead_us'))} |")  # fmt: skip
+    return [*lines, ""]
+
+
+def tuning_section(results: dict[str, Any]) -> list[str]:
+    tuning = [t for t in results.get("tuning") or [] if t.get("passed") and t.get("median_us")]
+    if not tuning:
+        return []
+    lines = ["## Tuning (solutions' TUNE_SPACE variants)", "",
+             "| task | strategy | case | config | median us | % copy | TFLOP/s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for t in sorted(tuning, key=lambda t: (t["task"], t["strategy"], t["case"], t["median_us"])):
+        lines.append(f"| {t['task']} | {t['strategy']} | {t['case']} | `{t['config']}` | "
+                     f"{_f(t['median_us'])} | {_f(t.get('pct_of_copy_bw'), '{:.0f}')} | "
+                     f"{_f(t.get('tflops'), '{:.0f}')} |")  # fmt: skip
+    return [*lines, ""]
+
+
+def claims_section(claims: list[Claim]) -> list[str]:
+    lines = ["## Claims ledger", "",
+             f"A claim is **supported** only with correctness passed, >= {lab_claims.MIN_REPEATS} "
+             f"measurements with spread < {100 * lab_claims.MAX_SPREAD:.0f}%, and a matching ncu "
+             f"counter (kernel time within {100 * lab_claims.NCU_TIME_TOL:.0f}% of the runner's "
+             f"median; for bandwidth claims DRAM busy >= {lab_claims.NCU_DRAM_MIN_PCT:.0f}%). "
+             "Otherwise it is caveated, rejected or pending, with the reason.", "",
+             "| # | status | claim | target | reason |", "|---|---|---|---|---|"]  # fmt: skip
+    for i, c in enumerate(claims, 1):
+        lines.append(f"| {i} | **{c.status}** | {c.statement} | {c.target} | {c.reason or '-'} |")
+    return [*lines, ""]
+
+
+def misses(claims: list[Claim]) -> list[str]:
+    return [f"{c.task}: {c.strategy} on {c.case} ({c.target}): {c.status}, {c.reason}"
+            for c in claims if c.status in ("rejected", "pending")]  # fmt: skip
+
+
+def build_report(results: dict[str, Any], out: Path, *, command: str = "") -> ReportSummary:
+    """Write report.md, results.csv and the plots into `out`; return what was written."""
+    out.mkdir(parents=True, exist_ok=True)
+    info = results.get("info", {})
+    meaningful = bool(info.get("meaningful"))
+    write_csv(results, out / "results.csv")
+    files = ["report.md", "results.csv"]
+    plot_error = ""
+    try:
+        plots = write_plots(results, out)
+    except ImportError as exc:  # matplotlib is the optional "plots" extra
+        plots, plot_error = [], f"plots not drawn: {exc} (pip install 'harnesslab[plots]')"
+    files += plots
+    claims = claims_ledger(results)
+    missed = misses(claims)
+    lines = [f"# Kernel lab report, {info.get('date', '?')}", ""]
+    if not meaningful:
+        lines += ["> **NOT MEANINGFUL: this run used the Triton CPU interpreter (no GPU).** "
+                  "Correctness counts; every timing, bandwidth, speedup and claim below says "
+                  "nothing about GPU speed. Run `harnesslab lab` with a GPU (or --gpu-host).", ""]  # fmt: skip
+    if info.get("incomplete"):
+        lines += [f"> Incomplete run: {info['incomplete']}", ""]
+    lines += [f"Device: {info.get('device')} (driver {info.get('driver')}), torch {info.get('torch')}, "
+              f"triton {info.get('triton')}, CUDA {info.get('cuda')}, host {info.get('host')}. "
+              f"Copy bandwidth (1 GiB device copy, same timing): {_f(info.get('copy_gbps'), '{:.0f}')} GB/s. "
+              f"Lab wall time {_f(results.get('wall_s'), '{:.0f}')} s.", ""]  # fmt: skip
+    if command:
+        lines += [f"Command: `{command}`", ""]
+    c = counts(claims)
+    lines += ["## Summary", "", "| task | best strategy | claims (supported / caveated / rejected / pending) |",
+              "|---|---|---|"]  # fmt: skip
+    for name, task in results.get("tasks", {}).items():
+        k = counts([x for x in claims if x.task == name])
+        lines.append(f"| {name} | `{task.get('best_strategy')}` | {k['supported']} / {k['caveated']} / "
+                     f"{k['rejected']} / {k['pending']} |")  # fmt: skip
+    lines += ["", f"All claims: {c['supported']} supported, {c['caveated']} caveated, "
+              f"{c['rejected']} rejected, {c['pending']} pending.", ""]  # fmt: skip
+    lines += claims_section(claims)
+    lines += (
+        ["## Misses against the targets", ""] + ([f"- {m}" for m in missed] or ["None."]) + [""]
+    )
+    for name, task in results.get("tasks", {}).items():
+        lines += task_section(results, name, task, plots)
+    lines += launch_section(results) + tuning_section(results)
+    if plot_error:
+        lines += [plot_error, ""]
+    lines += ["## Method", "",
+              "Every row: fresh random inputs, correctness against the fp32 reference with the "
+              "task's per-dtype tolerance (NaN/Inf fail), then the runner's one timing protocol: "
+              "cases that take >= 15 us at copy speed are timed one call per sample from a clean "
+              "L2 (30 samples); shorter ones as CUDA-graph replays of back-to-back calls over "
+              "inputs rotated past 2.5x L2. Median over samples; claim rows are measured "
+              f"{lab_claims.MIN_REPEATS}+ times (separate timings, new inputs). Nsight Compute "
+              "profiles the best harnesslab strategy per task with --clock-control none. "
+              "Raw numbers: results.csv and results.json.", ""]  # fmt: skip
+    (out / "report.md").write_text("\n".join(lines))
+    return ReportSummary(out_dir=out, meaningful=meaningful, files=files, claims=c, misses=missed,
+                         plot_error=plot_error)  # fmt: skip
+
+
+__all__ = ["ReportSummary", "build_report", "speedup", "write_csv", "write_plots"]

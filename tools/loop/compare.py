@@ -1,0 +1,410 @@
+"""`harnesslab compare`: does a harness help? An A/B of two configurations of the loop (plain vs
+harnessed: the generated servers of a finished run; or any two runner setups) over N trials each.
+
+Every trial starts from a fresh workspace made from the task template, gets its arm's runner and
+servers, runs attempt-only iterations (no build), and is scored by the loop's guarded path
+(kernel tasks: the guarded verify; command tasks: the final objective) on ONE hidden case set
+shared by every trial, so scores compare across trials. A trial without a verified passing score
+is invalid and counted apart, never dropped; with `require_harness_tool_use`, so is a trial of an
+arm with generated servers whose agent never called one (telemetry). The report (report.json,
+report.md, scores.png) holds every trial, per-arm medians and spread, and a bootstrap confidence
+interval for the difference of the medians (B - A), with the direction of better.
+
+Side of the trust boundary: trusted. A harnessed arm's servers come from the source workspace's
+trusted store (the bundle its qualification passed, re-hashed), never from workspace files.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import UsageError
+from ..meta import registry
+from ..meta.qualification import bundle_roots
+from ..settings import Settings
+from ..state import workspace_files as wf
+from ..state.secrets_store import adopt_secret, workspace_secret
+from ..state.trusted_store import private_dir
+from ..state.workspace import Workspace, init_workspace, open_workspace
+from ..task.kinds import kind_of
+from ..task.spec import load_task
+from .compare_report import markdown, plot
+from .driver import start_run
+from .runners import RunnerName
+from .servers import META_SERVER, TASK_SERVER
+from .state import RunConfig, RunStore
+
+EventSink = Callable[[dict[str, Any]], None]
+BOOTSTRAP_RESAMPLES = 4000
+MIN_TRIALS_FOR_CI = 3
+
+
+class Arm(BaseModel):
+    """One side of the comparison."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    runner: RunnerName = "autopilot"
+    agent_cmd: str = ""
+    agent_args: list[str] = Field(default_factory=list)
+    servers_from: Path | None = Field(
+        default=None,
+        description="a workspace whose registered generated servers (and skills) this arm's "
+        "trials get: the harness of a finished run",
+    )
+
+
+class CompareConfig(BaseModel):
+    task: str = Field(description="task name or task folder (the template of every trial)")
+    out: Path = Field(description="folder for the trial workspaces and the report")
+    arms: list[Arm] = Field(min_length=2, max_length=2)
+    trials: int = Field(default=3, ge=1, le=100)
+    iterations: int = Field(default=1, ge=1, le=20)
+    attempt_timeout_s: float = Field(default=300.0, gt=0)
+    attempt_timeouts_s: list[float] = Field(default_factory=list)
+    require_harness_tool_use: bool = False
+    seed: int = Field(default=0, description="bootstrap resampling seed (the report is stable)")
+
+
+class Trial(BaseModel):
+    arm: str
+    index: int
+    workspace: str
+    run_id: str = ""
+    valid: bool = False
+    invalid_reason: str = ""
+    score: float | None = None
+    verdict: str = ""
+    attempts: list[str] = Field(default_factory=list, description="attempt statuses")
+    tool_calls: dict[str, int] = Field(default_factory=dict)
+    harness_calls: int = Field(
+        default=0, description="calls of generated servers' tools (not the task/meta servers)"
+    )
+    meaningful: bool = False
+    wall_s: float = 0.0
+
+
+class ArmSummary(BaseModel):
+    arm: str
+    runner: str
+    harnessed: bool
+    servers: list[str] = Field(default_factory=list)
+    trials: int
+    valid: int
+    invalid: int
+    median: float | None = None
+    p10: float | None = None
+    p90: float | None = None
+    best: float | None = None
+    worst: float | None = None
+    tool_calls_median: float | None = None
+    harness_calls_median: float | None = None
+
+
+class CompareReport(BaseModel):
+    task: str
+    case_set: str
+    score_key: str
+    unit: str
+    higher_is_better: bool
+    meaningful: bool | None = None
+    config: dict[str, Any]
+    arms: list[ArmSummary]
+    difference: dict[str, Any] = Field(
+        default_factory=dict,
+        description="median(B) - median(A) with a bootstrap 95% interval, and which is better",
+    )
+    trials: list[Trial]
+    wall_s: float = 0.0
+    files: dict[str, str] = Field(default_factory=dict)
+
+
+# -- trials -----------------------------------------------------------------------------------
+
+
+def registered_servers(ws: Workspace) -> list[str]:
+    return [r.name for r in registry.list_servers(ws) if r.status == "registered"]
+
+
+def adopt_servers(source: Workspace, dest: Workspace, settings: Settings) -> list[str]:
+    """Give `dest` the registered generated servers of `source` (same task): each qualified
+    bundle from source's trusted store, re-hashed, goes into dest's workspace and trusted store
+    with its qualification report, then is registered there (projected like any other)."""
+    if source.task.name != dest.task.name:
+        raise UsageError(
+            f"{source.root} holds servers for task {source.task.name}, not {dest.task.name}.",
+            next_step="name a workspace of the same task with --harness-from",
+        )
+    adopted = []
+    for name in registered_servers(source):
+        report = registry.trusted_report(source, name)
+        if report is None or not report.passed:
+            continue
+        kept = registry.qualified_bundle(source, name, report.bundle_hash)
+        for rel in bundle_roots(name):
+            for path, data in wf.walk_files(kept, rel):
+                wf.write_bytes(dest.root, path, data)
+        staging = private_dir(dest.store.root / "adopting") / name
+        if staging.exists():
+            shutil.rmtree(staging)
+        shutil.copytree(kept, staging)
+        registry.record_qualification(dest, report, snapshot=staging)
+        registry.register(dest, name, env=settings.to_env())
+        adopted.append(name)
+    return adopted
+
+
+def _harness_calls(calls: dict[str, int]) -> int:
+    return sum(
+        n for key, n in calls.items() if key.split(".", 1)[0] not in (TASK_SERVER, META_SERVER)
+    )
+
+
+async def run_trial(
+    config: CompareConfig, arm: Arm, index: int, secret: dict[str, Any], settings: Settings
+) -> Trial:
+    root = config.out / "trials" / f"{arm.name}-{index + 1}"
+    if root.exists():
+        raise UsageError(f"{root} exists.", next_step="use a new --out folder")
+    ws = init_workspace(config.task, root, settings)
+    adopt_secret(settings, ws.root, secret)  # every trial on the same hidden case set
+    servers: list[str] = []
+    if arm.servers_from is not None:
+        servers = adopt_servers(open_workspace(arm.servers_from, settings), ws, settings)
+    started = time.perf_counter()
+    trial = Trial(arm=arm.name, index=index + 1, workspace=str(ws.root))
+    run = RunConfig(
+        task=config.task,
+        workspace=ws.root,
+        iterations=config.iterations,
+        runner=arm.runner,
+        agent_cmd=arm.agent_cmd,
+        agent_args=arm.agent_args,
+        attempt_timeout_s=config.attempt_timeout_s,
+        attempt_timeouts_s=config.attempt_timeouts_s,
+        build="never",
+        score_baseline=False,
+        final_verify=False,
+        restore_best=False,
+    )
+    summary = await start_run(run, settings)
+    trial.run_id = summary["run_id"]
+    trial.wall_s = round(time.perf_counter() - started, 1)
+    trial.tool_calls = dict(summary.get("tool_calls") or {})
+    trial.harness_calls = _harness_calls(trial.tool_calls)
+    trial.attempts = [str((it.get("attempt") or {}).get("status")) for it in summary["iterations"]]
+    scores = [it.get("score") or {} for it in summary["iterations"]]
+    trial.verdict = str((scores[-1] if scores else {}).get("verdict", ""))
+    trial.meaningful = any(bool(sc.get("meaningful")) for sc in scores)
+    best = summary.get("best")
+    trial.score = best["score_us"] if best else None
+    if summary.get("status") == "agent_failed":
+        trial.invalid_reason = f"the agent never worked: {summary.get('stop_reason', '')}"[:500]
+    elif trial.score is None:
+        why = "; ".join((scores[-1] if scores else {}).get("reasons") or [])
+        trial.invalid_reason = (
+            f"no passing verified score ({trial.verdict}{': ' + why if why else ''})"[:500]
+        )
+    elif config.require_harness_tool_use and servers and trial.harness_calls == 0:
+        trial.invalid_reason = "--require-harness-tool-use: no generated tool was called"
+    trial.valid = not trial.invalid_reason
+    return trial
+
+
+# -- statistics -------------------------------------------------------------------------------
+
+
+def quantile(xs: list[float], q: float) -> float | None:
+    """Linear-interpolated quantile (numpy's default)."""
+    xs = sorted(xs)
+    if not xs:
+        return None
+    pos = q * (len(xs) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def bootstrap_difference(
+    a: list[float], b: list[float], *, seed: int, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float] | None:
+    """95% percentile interval of median(B*) - median(A*) over resamples of each arm's valid
+    scores with replacement; None when an arm has no valid trial."""
+    if not a or not b:
+        return None
+    rng = random.Random(seed)
+    diffs = sorted(
+        statistics.median(rng.choices(b, k=len(b))) - statistics.median(rng.choices(a, k=len(a)))
+        for _ in range(resamples)
+    )
+    return quantile(diffs, 0.025) or 0.0, quantile(diffs, 0.975) or 0.0
+
+
+def summarize_arm(arm: Arm, trials: list[Trial], servers: list[str], higher: bool) -> ArmSummary:
+    valid = [t.score for t in trials if t.valid and t.score is not None]
+    calls = [float(sum(t.tool_calls.values())) for t in trials]
+    harness = [float(t.harness_calls) for t in trials]
+    return ArmSummary(
+        arm=arm.name,
+        runner=arm.runner,
+        harnessed=bool(servers),
+        servers=servers,
+        trials=len(trials),
+        valid=len(valid),
+        invalid=len(trials) - len(valid),
+        median=statistics.median(valid) if valid else None,
+        p10=quantile(valid, 0.1),
+        p90=quantile(valid, 0.9),
+        best=(max(valid) if higher else min(valid)) if valid else None,
+        worst=(min(valid) if higher else max(valid)) if valid else None,
+        tool_calls_median=statistics.median(calls) if calls else None,
+        harness_calls_median=statistics.median(harness) if harness else None,
+    )
+
+
+def difference(a: ArmSummary, b: ArmSummary, trials: list[Trial], higher: bool, seed: int) -> dict:
+    sa = [t.score for t in trials if t.arm == a.arm and t.valid and t.score is not None]
+    sb = [t.score for t in trials if t.arm == b.arm and t.valid and t.score is not None]
+    out: dict[str, Any] = {"of": f"median({b.arm}) - median({a.arm})", "value": None}
+    if a.median is None or b.median is None:
+        out["verdict"] = "no comparison: an arm has no valid trial"
+        return out
+    diff = b.median - a.median
+    ci = bootstrap_difference(sa, sb, seed=seed)
+    gain = diff if higher else -diff
+    out.update(
+        value=diff,
+        ci95=list(ci) if ci else None,
+        pct_of_a=100.0 * diff / a.median if a.median else None,
+        better=b.arm if gain > 0 else a.arm if gain < 0 else "neither",
+    )
+    if min(len(sa), len(sb)) < MIN_TRIALS_FOR_CI:
+        out["verdict"] = (
+            f"too few valid trials for an interval to mean much (fewer than "
+            f"{MIN_TRIALS_FOR_CI} in an arm): raise --trials"
+        )
+    elif ci is not None:
+        excludes_zero = ci[0] > 0 or ci[1] < 0
+        out["verdict"] = (
+            f"{out['better']} is better (the 95% interval excludes 0)"
+            if excludes_zero and gain != 0
+            else "no clear difference (the 95% interval includes 0)"
+        )
+    return out
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+async def compare(
+    config: CompareConfig, settings: Settings, *, on_event: EventSink | None = None
+) -> CompareReport:
+    """Run every trial (A and B alternating, so drift hits both) and write the report."""
+    if config.out.exists() and any(config.out.iterdir()):
+        raise UsageError(f"{config.out} is not empty.", next_step="use a new --out folder")
+    names = [a.name for a in config.arms]
+    if len(set(names)) != 2:
+        raise UsageError(f"the two arms need two names (got {names}).")
+    task = load_task(config.task)
+    for arm in config.arms:
+        if arm.servers_from is not None:
+            src = open_workspace(arm.servers_from, settings)
+            if not registered_servers(src):
+                raise UsageError(
+                    f"{arm.servers_from} has no registered generated server for arm {arm.name}.",
+                    next_step="run `harnesslab run` with a build turn there first (or name "
+                    "another workspace with --harness-from)",
+                )
+    config.out.mkdir(parents=True, exist_ok=True)
+    # One hidden case set for every trial: a secret of the compare's own, adopted by each.
+    anchor = config.out / ".secret-anchor"
+    anchor.mkdir(exist_ok=True)
+    secret = workspace_secret(settings, anchor)
+    started = time.perf_counter()
+    trials: list[Trial] = []
+    for i in range(config.trials):
+        for arm in config.arms:
+            if on_event:
+                on_event({"kind": "trial", "message": f"{arm.name} trial {i + 1}/{config.trials}"})
+            trial = await run_trial(config, arm, i, secret, settings)
+            trials.append(trial)
+            if on_event:
+                on_event({"kind": "trial_done", "message": _trial_line(trial), "trial": trial})
+    higher = kind_of(task).higher_is_better(task)
+    adopted: dict[str, list[str]] = {}
+    for t in trials:
+        if t.index == 1:
+            adopted[t.arm] = registered_servers(open_workspace(Path(t.workspace), settings))
+    arms = [
+        summarize_arm(
+            arm, [t for t in trials if t.arm == arm.name], adopted.get(arm.name, []), higher
+        )
+        for arm in config.arms
+    ]
+    obj = None if kind_of(task).runs_kernel else task.objective_for("final")
+    report = CompareReport(
+        task=task.name,
+        case_set=_case_set(trials, settings),
+        score_key=obj.score_key or "score" if obj else "score_us",
+        unit=(obj.unit or "") if obj else "us",
+        higher_is_better=higher,
+        meaningful=any(t.meaningful for t in trials if t.valid),
+        config=config.model_dump(mode="json"),
+        arms=arms,
+        difference=difference(arms[0], arms[1], trials, higher, config.seed),
+        trials=trials,
+        wall_s=round(time.perf_counter() - started, 1),
+    )
+    write_report(report, config.out)
+    return report
+
+
+def _case_set(trials: list[Trial], settings: Settings) -> str:
+    for t in trials:
+        try:
+            ws = open_workspace(Path(t.workspace), settings)
+            state = RunStore(ws, t.run_id).load()
+        except UsageError:
+            continue
+        for it in state.iterations:
+            if it.score is not None and it.score.case_set:
+                return it.score.case_set
+    return ""
+
+
+def _trial_line(t: Trial) -> str:
+    score = "-" if t.score is None else f"{t.score:.6g}"
+    return f"{t.arm} {t.index}: {'valid' if t.valid else 'INVALID'} score {score}" + (
+        f" ({t.invalid_reason})" if t.invalid_reason else ""
+    )
+
+
+def write_report(report: CompareReport, out: Path) -> None:
+    """report.json, report.md and scores.png (when matplotlib is there) in `out`."""
+    report.files = {"json": str(out / "report.json"), "markdown": str(out / "report.md")}
+    png = plot(report, out / "scores.png")
+    if png is not None:
+        report.files["plot"] = str(png)
+    (out / "report.md").write_text(markdown(report))
+    (out / "report.json").write_text(report.model_dump_json(indent=1))
+
+
+__all__ = [
+    "Arm",
+    "ArmSummary",
+    "CompareConfig",
+    "CompareReport",
+    "Trial",
+    "adopt_servers",
+    "bootstrap_difference",
+    "compare",
+    "quantile",
+    "run_trial",
+]

@@ -1,0 +1,13 @@
+"""Workspace state: the trusted store under the state dir (task binding, ledger, checkpoints,
+hidden-case secrets, telemetry), the workspace the agent writes, and the one gate its files are
+read through (workspace_files). Writes are atomic or fsynced appends (storage).
+
+Side of the trust boundary: the store is trusted; the workspace is untrusted input.
+"""
+
+from .checkpoints import Checkpoints
+from .ledger import Ledger
+from .trusted_store import TrustedStore
+from .workspace import Workspace, init_workspace, open_workspace
+
+__all__ = ["Checkpoints", "Ledger", "TrustedStore", "Workspace", "init_workspace", "open_workspace"]

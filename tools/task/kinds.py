@@ -1,0 +1,134 @@
+"""Task kinds: what differs between a kernel task and a command task, in one object per kind.
+
+Callers ask a task's kind (`kind_of(task)`) instead of testing `task.kind == ...`: which tools
+apply, which case set a full run is, the score's unit and direction, what a new workspace gets
+from the template, whether the task's folder must stay outside the workspace, whether the final
+score is the guarded verify's on hidden cases. A new kind (a "bring your own kernel" task) is
+one subclass registered in KINDS, and tests/tasks/test_task_contract.py runs over every task.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from .spec import TaskSpec
+
+# The tools that work on every kind of task (the rest need a kernel the runner can import).
+GENERIC_TOOLS = frozenset(
+    {"inspect_context", "run_objective", "rank_history", "restore_best_checkpoint",
+     "remote_health_check"}
+)  # fmt: skip
+
+
+class TaskKind:
+    """The behaviour of one kind of task (a stateless singleton in KINDS)."""
+
+    name: ClassVar[str]
+    # The candidate is a kernel the runner imports: every tool applies, dev cases are named
+    # shapes, a launch config is read, and the final score is the guarded verify's on cases
+    # drawn from a secret (rotated for the loop's final verify).
+    runs_kernel: ClassVar[bool]
+    # The case set of a full run: scores compare only within one.
+    full_case_set: ClassVar[str]
+
+    def applies(self, tool: str) -> bool:
+        """Whether the MCP tool `tool` works on this kind of task."""
+        return self.runs_kernel or tool in GENERIC_TOOLS
+
+    # init copies the task folder's own files (task_files) when template() names no folder.
+    copies_task_files: ClassVar[bool] = False
+
+    def unit(self, task: TaskSpec, mode: str = "final") -> str:
+        """What a score of `mode` ("dev" or "final") counts."""
+        return "us"
+
+    def higher_is_better(self, task: TaskSpec, mode: str = "final") -> bool:
+        return False
+
+    def score_label(self, task: TaskSpec, mode: str = "final") -> str:
+        """'best_us (us), lower is better': what a score of `mode` is, for people and agents."""
+        return "us (sum of per-case median device time), lower is better"
+
+    def template(self, task: TaskSpec) -> Path | None:
+        """The folder a new workspace is copied from (None: only task.md)."""
+        raise NotImplementedError
+
+    def problems(self, task: TaskSpec) -> list[str]:
+        """What task.toml lacks for this kind (empty: a valid task)."""
+        raise NotImplementedError
+
+
+class KernelKind(TaskKind):
+    name = "kernel"
+    runs_kernel = True
+    full_case_set = "all"  # run_objective with every dev case
+
+    def template(self, task: TaskSpec) -> Path | None:
+        return task.workspace_template
+
+    def problems(self, task: TaskSpec) -> list[str]:
+        out = []
+        if ":" not in task.entry:
+            out.append("kernel tasks need entry = 'file.py:function'")
+        if not task.dev_cases or task.final is None:
+            out.append("kernel tasks need dev_cases and a [final] domain")
+        out += [f"no tolerance for dtype {d}" for d in task.dtypes if d not in task.tolerances]
+        return out
+
+
+class CommandKind(TaskKind):
+    """Any folder with a task.md and an objective command printing JSON with a score key."""
+
+    name = "command"
+    runs_kernel = False
+    full_case_set = "command"  # a command task's objective is one fixed case set
+
+    copies_task_files = True
+
+    def unit(self, task: TaskSpec, mode: str = "final") -> str:
+        obj = task.objective_for("final" if mode == "final" else "dev")
+        return obj.unit or obj.score_key or task.score_key
+
+    def higher_is_better(self, task: TaskSpec, mode: str = "final") -> bool:
+        return bool(task.objective_for("final" if mode == "final" else "dev").higher_is_better)
+
+    def score_label(self, task: TaskSpec, mode: str = "final") -> str:
+        obj = task.objective_for("final" if mode == "final" else "dev")
+        unit = f" ({obj.unit})" if obj.unit else ""
+        better = "higher" if obj.higher_is_better else "lower"
+        return f"{obj.score_key}{unit}, {better} is better"
+
+    def template(self, task: TaskSpec) -> Path | None:
+        return None  # state/task_files.py reads its folder, whatever the layout
+
+    def problems(self, task: TaskSpec) -> list[str]:
+        if not task.objective and not task.objectives:
+            return [
+                "command tasks need objective = 'command printing JSON', or [objectives.dev] "
+                "and [objectives.final] tables with a command each"
+            ]
+        if not task.objective and set(task.objectives) != {"dev", "final"}:
+            missing = sorted({"dev", "final"} - set(task.objectives))
+            return [f"[objectives.{missing[0]}] is missing (or set objective = ...)"]
+        out = []
+        if "{cases_file}" in task.objective_for("final").command and task.final is None:
+            out.append("the final objective uses {cases_file}: add a [final] domain")
+        for mode, obj in task.objectives.items():
+            for knob in ("warmup", "repeats", "cases"):
+                if f"{{{knob}}}" in obj.command and getattr(obj, knob) is None:
+                    out.append(
+                        f"[objectives.{mode}] uses {{{knob}}}: give it a default ({knob} = ...)"
+                    )
+        return out
+
+
+KINDS: dict[str, TaskKind] = {k.name: k for k in (KernelKind(), CommandKind())}
+
+
+def kind_of(task: TaskSpec) -> TaskKind:
+    return KINDS[task.kind]
+
+
+__all__ = ["GENERIC_TOOLS", "KINDS", "CommandKind", "KernelKind", "TaskKind", "kind_of"]

@@ -1,0 +1,319 @@
+"""Task templates: `tasks/<name>/task.toml` parsed into a typed `TaskSpec`.
+
+A kernel task folder holds task.toml, task.md, workspace/ (copied into a new workspace),
+reference.py (trusted reference + input generator, never copied) and solutions/.
+A command task is any folder with a task.md and an objective command printing JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..errors import UsageError
+from .kinds import KINDS
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+OBJECTIVE_PLACEHOLDERS = ("python", "warmup", "repeats", "cases", "cases_file", "task_dir")
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+class Case(BaseModel):
+    """One input shape + dtype. `shape` holds the task's named sizes (rows/dim, m/n/k, ...)."""
+
+    name: str
+    dtype: str
+    shape: dict[str, int]
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        if v not in DTYPES:
+            raise ValueError(f"dtype {v!r} is not one of {', '.join(DTYPES)}")
+        return v
+
+    def label(self) -> str:
+        return self.name
+
+
+class Tolerance(BaseModel):
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+
+
+class SizeRange(BaseModel):
+    min: int = Field(ge=1)
+    max: int = Field(ge=1)
+    multiple_of: int = Field(default=1, ge=1)
+
+
+class FinalDomain(BaseModel):
+    """Where hidden final cases are drawn from. Sizes are either a range or a list of choices;
+    `require` lists partial shapes at least one drawn case must have (e.g. dim=8192)."""
+
+    count: int = Field(ge=1, le=64)
+    dtypes: list[str]
+    ranges: dict[str, SizeRange] = Field(default_factory=dict)
+    choices: dict[str, list[int]] = Field(default_factory=dict)
+    require: list[dict[str, int]] = Field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        """The domain without any drawn values: safe to show the agent."""
+        return {
+            "count": self.count,
+            "dtypes": self.dtypes,
+            "ranges": {k: v.model_dump() for k, v in self.ranges.items()},
+            "choices": self.choices,
+            "always_includes": self.require,
+        }
+
+    def draw(self, seed: bytes | str | int, *, prefix: str = "final") -> list[Case]:
+        """Deterministic draw from a secret seed: same seed, same cases."""
+        digest = hashlib.sha256(str(seed).encode() if not isinstance(seed, bytes) else seed)
+        rng = random.Random(digest.hexdigest())
+        cases: list[Case] = []
+        for i in range(self.count):
+            shape: dict[str, int] = {}
+            for key, r in self.ranges.items():
+                lo, hi = -(-r.min // r.multiple_of), r.max // r.multiple_of
+                shape[key] = rng.randint(lo, hi) * r.multiple_of
+            for key, opts in self.choices.items():
+                shape[key] = rng.choice(opts)
+            if i < len(self.require):
+                shape.update(self.require[i])
+            dtype = (
+                self.dtypes[i % len(self.dtypes)]
+                if i < len(self.dtypes)
+                else rng.choice(self.dtypes)
+            )
+            dims = "x".join(str(shape[k]) for k in shape)
+            cases.append(Case(name=f"{prefix}{i}_{dims}_{_short(dtype)}", dtype=dtype, shape=shape))
+        return cases
+
+
+def _short(dtype: str) -> str:
+    return {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(dtype, dtype)
+
+
+class Objective(BaseModel):
+    """One objective of a command task: a command printing JSON with a score key.
+
+    `dev` is what run_objective runs for the agent, in its workspace; `final` is what the loop
+    and guarded_final_verify run, in a fresh copy of the task's files as bound (never the
+    agent's) with the candidate's editable files, sandboxed, fed the hidden cases. Fields left
+    out take the task's top-level score_key, unit and higher_is_better."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(
+        min_length=1,
+        description="shell command; placeholders {python} (the toolkit's interpreter), "
+        "{warmup} {repeats} {cases} (dev: run_objective's arguments), {cases_file} (final: the "
+        "hidden cases as JSON, also in $HARNESSLAB_FINAL_CASES), {task_dir}",
+    )
+    timeout_s: float | None = Field(default=None, gt=0, le=86400)
+    score_key: str | None = None
+    unit: str | None = None
+    higher_is_better: bool | None = None
+    warmup: int | None = Field(default=None, ge=0, le=100, description="default for {warmup}")
+    repeats: int | None = Field(default=None, ge=1, le=200, description="default for {repeats}")
+    cases: str | None = Field(default=None, description="default for {cases}")
+
+    @field_validator("command")
+    @classmethod
+    def _placeholders(cls, v: str) -> str:
+        for name in PLACEHOLDER_RE.findall(v):
+            if name not in OBJECTIVE_PLACEHOLDERS:
+                raise ValueError(
+                    f"unknown placeholder {{{name}}} in {v!r}; known: "
+                    + ", ".join("{" + p + "}" for p in OBJECTIVE_PLACEHOLDERS)
+                )
+        return v
+
+
+class TaskSpec(BaseModel):
+    """Parsed task.toml. `root` is the task folder (inside the installed package)."""
+
+    name: str
+    summary: str
+    kind: Literal["kernel", "command"]
+    editable: list[str]
+    root: Path
+    # kernel tasks
+    entry: str = Field(default="", description="'file.py:function' in the workspace")
+    config_file: str = ""
+    dtypes: list[str] = Field(default_factory=list)
+    tolerances: dict[str, Tolerance] = Field(default_factory=dict)
+    space: dict[str, list[Any]] = Field(default_factory=dict)
+    config_rules: list[str] = Field(
+        default_factory=list, description="Constraints between knobs, shown to the agent."
+    )
+    dev_cases: list[Case] = Field(default_factory=list)
+    final: FinalDomain | None = None
+    # command tasks
+    objective: str = Field(default="", description="one command for dev and final (older form)")
+    objectives: dict[Literal["dev", "final"], Objective] = Field(default_factory=dict)
+    score_key: str = "score"
+    unit: str = Field(default="", description="unit of the score, for labels (e.g. us)")
+    higher_is_better: bool = False
+    private: list[str] = Field(
+        default_factory=list,
+        description="command tasks: files of the task folder never copied into a workspace "
+        "(the final objective still gets them)",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> TaskSpec:
+        if not NAME_RE.match(self.name):
+            raise ValueError(f"task name {self.name!r} must match {NAME_RE.pattern}")
+        problems = KINDS[self.kind].problems(self)
+        if problems:
+            raise ValueError(problems[0])
+        return self
+
+    def objective_for(self, mode: Literal["dev", "final"]) -> Objective:
+        """A command task's objective for `mode`, with the task's defaults filled in."""
+        obj = self.objectives.get(mode) or Objective(command=self.objective or "true")
+        return obj.model_copy(
+            update={
+                "score_key": obj.score_key or self.score_key,
+                "unit": obj.unit if obj.unit is not None else self.unit,
+                "higher_is_better": (
+                    self.higher_is_better if obj.higher_is_better is None else obj.higher_is_better
+                ),
+            }
+        )
+
+    @property
+    def entry_file(self) -> str:
+        return self.entry.split(":", 1)[0]
+
+    @property
+    def entry_function(self) -> str:
+        return self.entry.split(":", 1)[1]
+
+    @property
+    def reference_path(self) -> Path:
+        return self.root / "reference.py"
+
+    @property
+    def workspace_template(self) -> Path:
+        return self.root / "workspace"
+
+    def brief_path(self) -> Path:
+        return self.root / "task.md"
+
+    def solutions(self) -> dict[str, Path]:
+        sol = self.root / "solutions"
+        if not sol.is_dir():
+            return {}
+        return {p.stem: p for p in sorted(sol.glob("*.py")) if not p.name.startswith("_")}
+
+    def dev_case(self, name: str) -> Case:
+        for c in self.dev_cases:
+            if c.name == name:
+                return c
+        raise UsageError(
+            f"unknown case {name!r}.",
+            next_step=f"use one of: {', '.join(c.name for c in self.dev_cases)}",
+        )
+
+    def validate_config(self, config: dict[str, Any], *, source: str = "") -> None:
+        """Every knob in the declared space must hold an allowed value."""
+        where = f"{source}: " if source else ""
+        for key, value in config.items():
+            if key.startswith("_"):
+                continue
+            if key not in self.space:
+                continue  # the candidate's own knobs are its business; declared ones are checked
+            allowed = self.space[key]
+            # Strict: True == 1 and 1.0 == 1 in Python, so `in` alone would let num_warps=true
+            # or 4.0 through; a value must be one of the allowed values with the same type.
+            if not any(type(value) is type(a) and value == a for a in allowed):
+                raise UsageError(
+                    f"{where}{key}={value!r} is not one of {','.join(map(str, allowed))}.",
+                    next_step=f"set {key} to one of the allowed values",
+                )
+
+
+def tasks_root() -> Path:
+    return Path(str(resources.files("harnesslab.tasks")))
+
+
+def list_tasks() -> list[str]:
+    root = tasks_root()
+    return sorted(p.name for p in root.iterdir() if (p / "task.toml").is_file())
+
+
+def load_task(name_or_dir: str | Path) -> TaskSpec:
+    """Load a shipped task by name, or a task folder by path."""
+    candidate = Path(name_or_dir)
+    if candidate.is_dir():
+        root = candidate.resolve()
+    else:
+        name = str(name_or_dir)
+        if not NAME_RE.match(name) or not (tasks_root() / name / "task.toml").is_file():
+            raise UsageError(
+                f"unknown task {name!r}.",
+                next_step=f"use one of: {', '.join(list_tasks())}, or a task folder path",
+            )
+        root = tasks_root() / name
+    toml_path = root / "task.toml"
+    if not toml_path.is_file():
+        raise UsageError(
+            f"{root} has no task.toml.",
+            next_step="a task folder needs task.toml and task.md (see tasks/rmsnorm_gate)",
+        )
+    return parse_task(toml_path.read_text(), root)
+
+
+def parse_task(text: str, root: Path) -> TaskSpec:
+    """A TaskSpec from task.toml text whose folder is `root` (the trusted store keeps the text
+    of a folder task as it was bound, and parses that, not the folder's file of today)."""
+    where = root / "task.toml"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{where}: not valid TOML ({exc}).", next_step="fix the file") from exc
+    try:
+        dev = data.pop("dev_cases", [])
+        data["dev_cases"] = [_case_from_toml(c) for c in dev]
+        return TaskSpec(root=root, **data)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise UsageError(f"{where}: {exc}", next_step="fix task.toml") from exc
+
+
+def is_shipped(task: TaskSpec) -> bool:
+    """Whether `task` is one of the toolkit's own tasks (its folder in the installed package)."""
+    return task.root.resolve() == (tasks_root() / task.name).resolve()
+
+
+def _case_from_toml(raw: dict[str, Any]) -> dict[str, Any]:
+    raw = dict(raw)
+    name, dtype = raw.pop("name", None), raw.pop("dtype")
+    shape = {k: int(v) for k, v in raw.pop("shape", raw).items()}
+    if name is None:
+        name = "x".join(str(v) for v in shape.values()) + "_" + _short(dtype)
+    return {"name": name, "dtype": dtype, "shape": shape}
+
+
+__all__ = [
+    "Case",
+    "FinalDomain",
+    "Objective",
+    "TaskSpec",
+    "Tolerance",
+    "is_shipped",
+    "list_tasks",
+    "load_task",
+    "parse_task",
+    "tasks_root",
+]
