@@ -295,8 +295,10 @@ async def test_a_command_task_serves_generic_tools_verifies_and_refuses_kernel_o
         for tool in ("sweep_kernel_config", "numerical_probe"):
             res = await call(client, tool)
             assert res.is_error and "kernel tasks" in text_of(res), text_of(res)
-        # guarded_final_verify runs the task's final objective (tests/tools/evaluation/test_command_tasks.py)
+        # guarded_final_verify runs the task's final objective
+        # (tests/tools/evaluation/test_command_tasks.py)
         verified = await call(client, "guarded_final_verify")
+        assert not verified.is_error, text_of(verified)
         assert verified.structured_content["verdict"] == "passed"
         assert verified.structured_content["score"] == 20.0
     await state.aclose()

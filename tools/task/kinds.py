@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 # The tools that work on every kind of task (the rest need a kernel the runner can import).
 GENERIC_TOOLS = frozenset(
-    {"inspect_context", "run_objective", "rank_history", "restore_best_checkpoint",
-     "remote_health_check"}
+    {"inspect_context", "run_objective", "guarded_final_verify", "rank_history",
+     "restore_best_checkpoint", "remote_health_check"}
 )  # fmt: skip
 
 
