@@ -3,6 +3,8 @@ to every test that uses one, so `-m "not ssh"` deselects them."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from harnesslab.tests.sshd_fixtures import SSH_FIXTURES, openssh_server, ssh_host
@@ -14,3 +16,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if SSH_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.ssh)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_garbage_per_module():
+    """Collect at the end of each test file, so an object a test leaked (an asyncio subprocess
+    transport whose loop is closed) fails in the file that leaked it, not whenever the
+    collector happens to run (inside ast.parse it turned into 'AST constructor recursion depth
+    mismatch' in an unrelated test)."""
+    yield
+    gc.collect()
