@@ -23,8 +23,8 @@ import anyio
 import pytest
 
 from harnesslab.tests.conftest_shared import make_settings
-from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools import gpu
+from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.integrity import scan
 from harnesslab.tools.integrity.scan import scan_workspace
 from harnesslab.tools.integrity.verify import REASONS, Verdict, guarded_verify, judge_case
@@ -286,8 +286,7 @@ def test_every_code_the_guard_can_give_is_documented() -> None:
     static = {*scan.FORBIDDEN_MODULES.values(), *scan.FORBIDDEN_PREFIXES.values()}
     static |= {"reads_outside_workspace", "env_probe", "mode_sniffing", "forbidden_call"}
     guard_sources = "".join(
-        (gpu.FOLDER / n).read_text()
-        for n in ("guard.py", "guard_gpu.py", "guard_child.py")
+        (gpu.FOLDER / n).read_text() for n in ("guard.py", "guard_gpu.py", "guard_child.py")
     )
     runtime = set(re.findall(r'\[\s*"([a-z_]+)",', guard_sources))
     runtime |= set(re.findall(r'KidFailed\(\s*"([a-z_]+)"', guard_sources))
@@ -304,3 +303,23 @@ def test_no_text_from_the_candidate_reaches_the_verdict(tmp_path: Path) -> None:
     )
     assert "HIDDEN-SHAPE" not in text and "Shape_" not in text
     assert "CandidateDefinedError" in text  # what the harness says instead
+
+
+@pytest.mark.parametrize("path", sorted((CORPUS / "gpu").glob("*.py")), ids=lambda p: p.stem)
+def test_a_gpu_cheats_honest_twin_imports_what_it_uses(path: Path) -> None:
+    """The GPU tests and benchmarks/integrity2_gpu.py verify each GPU cheat after its honest twin
+    (the file without its exploit block); a twin missing an import would be rejected itself
+    (NameError), and the cheat then compared with no incumbent."""
+    twin = ast.parse(re.sub(r"# -- exploit.*?# -- end exploit\n", "", path.read_text(), flags=re.S))
+    bound = {
+        a.asname or a.name.split(".")[0]
+        for n in ast.walk(twin)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    }
+    used = {
+        n.id
+        for n in ast.walk(twin)
+        if isinstance(n, ast.Name) and n.id in {"torch", "triton", "tl", "Path", "time", "os"}
+    }
+    assert used <= bound, f"{path.name}: the twin uses {sorted(used - bound)} without importing it"

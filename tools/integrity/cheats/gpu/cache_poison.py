@@ -7,12 +7,13 @@ scratch and its own cache: the verify of the identical honest twin is unaffected
 gpu: harmless
 """
 
-# -- exploit
-from pathlib import Path
-
 import torch
 import triton
 import triton.language as tl
+
+# isort: split
+# -- exploit
+from pathlib import Path
 
 _stage = Path(__file__).resolve().parents[2]
 for _root in [_stage / "tcache", Path.home() / ".triton", Path("/tmp")]:

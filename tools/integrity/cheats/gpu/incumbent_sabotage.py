@@ -7,15 +7,16 @@ identical honest kernel (its twin) must come out even, and no daemon outlives th
 gpu: harmless
 """
 
+import torch
+import triton
+import triton.language as tl
+
+# isort: split
 # -- exploit
 import _thread
 import os
 import signal
 import time
-
-import torch
-import triton
-import triton.language as tl
 
 
 def _stall_everyone() -> None:

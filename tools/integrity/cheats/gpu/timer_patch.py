@@ -6,12 +6,13 @@ honest kernel (its twin: this file without the exploit block).
 gpu: harmless
 """
 
-# -- exploit
-import time
-
 import torch
 import triton
 import triton.language as tl
+
+# isort: split
+# -- exploit
+import time
 
 _real = time.perf_counter
 _t0 = _real()
