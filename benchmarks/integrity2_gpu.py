@@ -418,7 +418,7 @@ def gpu_cheats(state: Path) -> dict[str, Any]:
 
 
 @part("overhead")
-def overhead(n: int = 5) -> dict[str, Any]:
+def overhead(n: int = 10) -> dict[str, Any]:
     """Warm run_objective (9 dev cases) through a sandboxed worker vs the same runner started
     without sandbox.py, alternating, each on its own launcher and warm worker. (A first version
     cleared SANDBOXED_MODES instead, which also turned the warm worker off: not comparable.)"""
@@ -464,6 +464,38 @@ def overhead(n: int = 5) -> dict[str, Any]:
         "min_max_s": spread,
         "ratio": med["sandboxed"] / med["unsandboxed"],
         "n": n,
+    }
+
+
+@part("profile")
+def profile() -> dict[str, Any]:
+    """profile_kernel (Nsight Compute) on the rmsnorm_gate baseline: its target runs inside the
+    sandbox with Landlock's file rules (no network namespace, no socket filter: ncu talks to
+    it through sockets and /dev/shm)."""
+    import anyio
+
+    from harnesslab.tools.evaluation.profiling import profile_kernel
+    from harnesslab.tools.execution.launcher import Launcher
+    from harnesslab.tools.state.workspace import init_workspace
+
+    tmp = Path(tempfile.mkdtemp(prefix="ws-profile-"))
+    settings = Settings(state_dir=tmp / "state")
+    ws = init_workspace("rmsnorm_gate", tmp / "ws", settings)
+    case = ws.task.dev_cases[-1].name
+
+    async def go():
+        launcher = Launcher(settings)
+        try:
+            return await profile_kernel(ws, launcher, case=case, repeats=1)
+        finally:
+            await launcher.aclose()
+
+    rep = anyio.run(go)
+    return {
+        "case": case,
+        "bottleneck": rep.bottleneck,
+        "main": rep.main.model_dump(),
+        "kernels": 1 + len(rep.others),
     }
 
 
@@ -588,6 +620,8 @@ def main() -> int:
         overhead()
     if "gpu_cheats" in parts:
         gpu_cheats(state)
+    if "profile" in parts:
+        profile()
     if "cost" in parts:
         cost(state)
     if "repeat" in parts:
