@@ -143,6 +143,11 @@ class ObjectiveOut(BaseModel):
     )
     device: str = ""
     wall_s: float = Field(description="wall time of the runner (or command) process")
+    phases_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="kernel: where this call's seconds went (host: snapshot, stage, gpu_lock, "
+        "sync, transport, result; runner_*: load, inputs, correctness, timing, ...)",
+    )
     next_step: str
 
 

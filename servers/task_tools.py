@@ -122,6 +122,7 @@ async def _run_objective(
         cases=res.cases[:MAX_CASES_SHOWN],
         device=res.env.device,
         wall_s=res.wall_s,
+        phases_s={k: round(v, 4) for k, v in res.phases_s.items()},
         next_step=_objective_next(res.status, res.is_new_best, kernel=True),
     )
 
