@@ -23,6 +23,10 @@ from ..task.spec import TaskSpec
 if TYPE_CHECKING:
     from .launcher import Launcher, Slot, Worker
 
+# Folders of the stage that only the GPU host writes (sandbox scratch, Triton caches): the
+# stage's sync (here and in the launcher) neither sends nor lists them.
+HOST_WRITTEN = ("scratch", "tcache")
+
 MAX_WORKERS = 16
 LOG = "compile-{i}.log"  # the workers' stderr, under the stage folder on the host
 
@@ -131,7 +135,7 @@ class CompilePool:
             await self.workers.pop(i).proc.kill()
         async with launcher._sync_locks[id(launcher.slots[0].executor)]:
             for ex in launcher.executors:
-                await ex.sync_tree(launcher.stage, ex.path("stage"))
+                await ex.sync_tree(launcher.stage, ex.path("stage"), skip=HOST_WRITTEN)
         entries: list[dict[str, Any] | None] = [None] * len(configs)
         queue = list(range(len(configs)))
 

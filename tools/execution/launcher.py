@@ -27,7 +27,7 @@ from ..gpu import STAGED
 from ..settings import Settings
 from ..task.spec import TaskSpec
 from .backends import build_executors
-from .compile_pool import CompilePool
+from .compile_pool import HOST_WRITTEN, CompilePool
 from .executor import Executor, InteractiveProcess, LocalExecutor
 from .gpu_lock import OnWait, held_channels, hold_gpu
 
@@ -195,10 +195,6 @@ class Launcher:
                     f"staged {name} does not match the installed package.",
                     next_step=f"delete {self.stage} and retry",
                 )
-        keep = self.stage / DEV_TRITON_CACHE / "README"  # the folder must exist on the host
-        if not keep.is_file():  # before a sandbox grants it (sync_tree carries files only)
-            keep.parent.mkdir(parents=True, exist_ok=True)
-            keep.write_text("Triton cache of dev runs, one folder per candidate hash.\n")
         tdir = self.stage / "tasks" / task.name
         tdir.mkdir(parents=True, exist_ok=True)
         for p in task.root.glob("*.py"):
@@ -245,6 +241,7 @@ class Launcher:
         if mode not in SANDBOXED_MODES:
             return [py, "-I", "-B", *tail]
         profile = mode == "profile_target"
+        dev_cache = slot.executor.path("stage", *DEV_TRITON_CACHE.split("/"))
         policy: dict[str, Any] = {
             "read": [
                 slot.executor.path("stage", HARNESS),
@@ -254,7 +251,8 @@ class Launcher:
             "scratch_root": slot.executor.path("stage", "scratch"),
             "require": False,  # dev runs go on unsandboxed where nothing can be applied; say so
             "env_allow": list(RUNNER_ENV),
-            "write": [slot.executor.path("stage", *DEV_TRITON_CACHE.split("/"))],
+            "write": [dev_cache],
+            "mkdir": [dev_cache],  # made by the sandbox's outer process before it grants it
             # Nsight Compute talks to its target through sockets and /dev/shm: a profiled run
             # keeps Landlock's file rules but no network namespace and no socket filter.
             **({"namespaces": False, "seccomp": False} if profile else {}),
@@ -351,7 +349,9 @@ class Launcher:
             phases["gpu_lock"] = time.perf_counter() - started
             slot.calls += 1
             async with self._sync_locks[id(slot.executor)]:
-                await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
+                await slot.executor.sync_tree(
+                    self.stage, slot.executor.path("stage"), skip=HOST_WRITTEN
+                )
             started = time.perf_counter()
             phases["sync"] = started - t_begin - phases["stage"] - phases["gpu_lock"]
             outcome = None
