@@ -53,6 +53,7 @@ if __name__ == "__main__":  # the staged runner (not a module the lab loads by p
     # the hash-checked source): the harness imports its siblings from source, -B writes none.
     shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
 SWEEP_WARMUP, SWEEP_REPEATS = 3, 10  # per case in sweeps (a score takes 10 and 30: time_case)
+SWEEP_MIN_SAMPLES = 5  # a sweep ranks configs: 5 samples suffice where the median is stable
 # Adaptive sampling (time_case): at least MIN_SAMPLES, at most `repeats`, stopping once the
 # median's ~95% confidence interval is within RELATIVE_CI of it. The guarded verify's replay
 # samples keep their fixed count (guard_gpu.time_samples): a candidate must not be able to
@@ -748,9 +749,11 @@ class Evaluator:
     def sweep(self) -> dict[str, Any]:
         """Evaluate every config in req['configs']; one bad config never fails the sweep.
         Ranking needs fewer samples than a score: unless the request says otherwise, each
-        case takes SWEEP_REPEATS samples after SWEEP_WARMUP calls."""
+        case takes SWEEP_MIN_SAMPLES to SWEEP_REPEATS samples (adaptive) after SWEEP_WARMUP
+        calls."""
         self.req.setdefault("warmup", SWEEP_WARMUP)
         self.req.setdefault("repeats", SWEEP_REPEATS)
+        self.req.setdefault("min_samples", SWEEP_MIN_SAMPLES)
         out = []
         compile_only = bool(self.req.get("compile_only"))
         for i, config in enumerate(self.req["configs"]):
