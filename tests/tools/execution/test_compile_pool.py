@@ -93,3 +93,35 @@ async def test_a_config_that_fails_to_compile_is_reported_on_its_own(tmp_path):
     assert by_warps[8].status == "compile_error"
     assert "num_warps=8 does not compile" in by_warps[8].reason
     assert res.compile_s > 0 and res.tried == 2 and res.ok == 1
+
+
+@pytest.mark.ssh
+@pytest.mark.anyio
+async def test_a_sweep_over_ssh_compiles_on_the_pool_and_times_only_what_compiled(tmp_path):
+    import sys
+
+    from harnesslab.tests.ssh_testserver import serve_loopback
+    from harnesslab.tools.execution.launcher import Launcher
+    from harnesslab.tools.execution.ssh import SSHExecutor
+    from harnesslab.tools.settings import Settings
+
+    settings = Settings(state_dir=tmp_path / "state", interpret="always",
+                        remote_python=sys.executable)  # fmt: skip
+    ws = make_workspace(tmp_path)
+    kernel = ws.root / "kernel.py"
+    kernel.write_text(
+        kernel.read_text() + '\nif CONFIG["num_warps"] == 2:\n    raise ValueError("no 2")\n'
+    )
+    async with await serve_loopback(tmp_path / "remote") as remote:
+        launcher = Launcher(settings, [SSHExecutor(remote.target(remote_root=str(tmp_path / "r")))])
+        try:
+            res = await sweep(
+                ws, launcher, space={"num_warps": [1, 2, 4]}, cases=[SMALL], compile_workers=2
+            )
+            pool = launcher.compile_pool
+            assert pool.started == 2 and len(pool.workers) == 2
+        finally:
+            await launcher.aclose()
+    status = {r.config["num_warps"]: r.status for r in res.results}
+    assert status == {1: "ok", 2: "compile_error", 4: "ok"}, res.results
+    assert (tmp_path / "r" / "stage" / "tcache" / "dev").is_dir()  # made by the sandbox
