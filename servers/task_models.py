@@ -169,6 +169,7 @@ class SweepOut(BaseModel):
     cases: list[str]
     compile_s: float
     timing_s: float
+    compile_workers: int = Field(default=0, description="warm compile workers the sweep used")
     next_step: str
 
 

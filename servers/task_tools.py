@@ -179,6 +179,7 @@ async def _sweep(state: ServerState, args: SweepIn, ctx: Context | None) -> Swee
         cases=res.cases,
         compile_s=res.compile_s,
         timing_s=res.timing_s,
+        compile_workers=res.compile_workers,
         next_step=nxt + ("" if res.meaningful else " (CPU interpreter: timings not meaningful)"),
     )
 

@@ -61,6 +61,7 @@ class SweepResult(BaseModel):
     cases: list[str]
     compile_s: float = 0.0
     timing_s: float = 0.0
+    compile_workers: int = Field(default=0, description="warm compile workers used (0: none)")
 
 
 def expand_space(
@@ -229,6 +230,7 @@ async def sweep(
         cases=[c.name for c in selected],
         compile_s=compile_s,
         timing_s=timing_s,
+        compile_workers=len(launcher.compile_pool.workers) if compiled else 0,
     )
     ws.ensure_exists()  # a workspace deleted mid-sweep is not recreated by the writes below
     ws.ledger().append(

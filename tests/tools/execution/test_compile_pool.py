@@ -92,7 +92,7 @@ async def test_a_config_that_fails_to_compile_is_reported_on_its_own(tmp_path):
     assert by_warps[4].status == "ok" and by_warps[4].score_us is not None
     assert by_warps[8].status == "compile_error"
     assert "num_warps=8 does not compile" in by_warps[8].reason
-    assert res.compile_s > 0 and res.tried == 2 and res.ok == 1
+    assert res.compile_s > 0 and res.tried == 2 and res.ok == 1 and res.compile_workers == 2
 
 
 @pytest.mark.ssh
