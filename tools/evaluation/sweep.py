@@ -197,6 +197,8 @@ async def sweep(
         meaningful = not interpreted
     timing_s = anyio.current_time() - t1
     by_key = {_key(e["config"]): e for e in timed}
+    missing = [c for c in configs if _key(c) not in by_key and _key(c) not in compiled]
+    by_key.update({_key(e["config"]): e for e in salvage(call, missing)} if missing else {})
     entries = [by_key.get(_key(c)) or compiled[_key(c)] for c in configs]
     results = []
     for e in entries:
