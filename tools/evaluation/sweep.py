@@ -14,6 +14,7 @@ import itertools
 import json
 import random
 import secrets
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 import anyio
@@ -114,6 +115,19 @@ def classify(entry: dict[str, Any]) -> ConfigStatus:
     return "wrong_result"
 
 
+def phase(progress: Progress | None, offset: int, scale: int) -> Progress | None:
+    """`progress` for one phase of a sweep: done shifted by `offset`; the total is
+    `scale` x the phase's own (phase 1 announces both phases' configs)."""
+    if progress is None:
+        return None
+
+    def report(done: float, total: float, message: str) -> Awaitable[None] | None:
+        assert progress is not None
+        return progress(offset + done, offset + scale * total, message)
+
+    return report
+
+
 def _key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True)
 
@@ -175,7 +189,7 @@ async def sweep(
         # without the GPU lock; Triton's on-disk cache carries the binaries to phase 2.
         t0 = anyio.current_time()
         pooled = await launcher.compile_pool.compile(
-            request, configs, task=ws.task, workers=compile_workers
+            request, configs, task=ws.task, workers=compile_workers, progress=phase(progress, 0, 2)
         )
         compile_s = anyio.current_time() - t0
         compiled = {_key(e["config"]): e for e in pooled or []}
@@ -188,7 +202,10 @@ async def sweep(
         call = await launcher.call(
             {**request, "configs": to_time},
             task=ws.task,
-            on_event=case_events_progress(len(to_time), progress),
+            # progress values only grow (MCP): phase 2 counts on after phase 1's configs
+            on_event=case_events_progress(
+                len(to_time), phase(progress, len(configs) if compiled else 0, 1)
+            ),
             timeout_s=launcher.settings.eval_timeout_s * 4,
         )
         timed = (call.result or {}).get("configs") or salvage(call, to_time)

@@ -13,6 +13,7 @@ slot's warm worker, under the GPU lock (evaluation/sweep.py, phase 2).
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -122,9 +123,11 @@ class CompilePool:
         task: TaskSpec,
         workers: int | None = None,
         timeout_s: float | None = None,
+        progress: Callable[[float, float, str], Awaitable[None] | None] | None = None,
     ) -> list[dict[str, Any]] | None:
         """Compile (and check) every config on the pool; one runner sweep entry per config, in
-        order. None when the backend cannot keep workers (the caller compiles another way)."""
+        order. None when the backend cannot keep workers (the caller compiles another way).
+        `progress(done, total, message)` after each config."""
         launcher = self.launcher
         timeout_s = timeout_s or launcher.settings.eval_timeout_s
         for slot in {id(s.executor): s for s in launcher.slots}.values():
@@ -151,6 +154,11 @@ class CompilePool:
                 entries[k] = entry
                 if self.unsupported:
                     return
+                if progress is not None and entry is not None:
+                    done = sum(e is not None for e in entries)
+                    maybe = progress(done, len(configs), f"compiled config {k}: {entry['status']}")
+                    if maybe is not None:
+                        await maybe
 
         async with anyio.create_task_group() as tg:
             for i in range(size):

@@ -82,12 +82,22 @@ async def test_a_config_that_fails_to_compile_is_reported_on_its_own(tmp_path):
         + '\nif CONFIG["num_warps"] == 8:\n    raise ValueError("num_warps=8 does not compile")\n'
     )
     launcher = make_launcher(tmp_path, interpret="always")
+    seen: list[tuple[float, float, str]] = []
     try:
         res = await sweep(
-            ws, launcher, space={"num_warps": [4, 8]}, cases=[SMALL], compile_workers=2
+            ws,
+            launcher,
+            space={"num_warps": [4, 8]},
+            cases=[SMALL],
+            compile_workers=2,
+            progress=lambda done, total, msg: seen.append((done, total, msg)),
         )
     finally:
         await launcher.aclose()
+    done = [d for d, _, _ in seen]
+    assert done == sorted(set(done))  # MCP progress only grows: phase 2 counts on from 2
+    assert all("compiled config" in m for _, _, m in seen[:2])
+    assert all(d > 2 for d in done[2:]) and len(done) > 2
     by_warps = {r.config["num_warps"]: r for r in res.results}
     assert by_warps[4].status == "ok" and by_warps[4].score_us is not None
     assert by_warps[8].status == "compile_error"
