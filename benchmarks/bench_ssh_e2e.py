@@ -107,6 +107,8 @@ async def mcp_calls(
             )
             if res.is_error:
                 print("sweep error:", res.content, file=sys.stderr)
+            # raw, as soon as measured: a run cut by its time limit still shows what it had
+            print("measured sweep:", json.dumps(out["sweeps"][-1]), flush=True)
     return out
 
 
@@ -221,6 +223,8 @@ def main() -> int:
         serial_s, serial_each = serial_sweep(
             tmp / "ws_serial", serial_configs, tmp / "tc_serial", tmp / "state_serial"
         )
+        print(f"measured serial: {len(serial_configs)} configs in {serial_s:.1f} s, per config "
+              f"{[round(x, 2) for x in serial_each]}", flush=True)  # fmt: skip
     # 2. over SSH: fresh-process calls, then warm calls + the pooled sweeps (cold caches)
     proc, info = start_ssh_server(tmp / "remote", tmp / "tc_parallel")
     fresh: dict = {"times": []}
