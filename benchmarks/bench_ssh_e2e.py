@@ -2,11 +2,16 @@
 server in SSH mode (`harnesslab serve --gpu-host ...` over stdio), an MCP client calling
 run_objective and sweep_kernel_config. Prints one table.
 
-- warm run_objective round trip (MCP call to result) vs a fresh runner process per call;
-- a 32-config sweep over the dev cases: configs/minute, against compiling and timing the same
-  configs serially in one runner process (cold Triton caches for both).
+- objective: warm run_objective round trip (MCP call to result); with --breakdown, where its
+  seconds go (the host's and the runner's own per-phase timestamps, EvalResult.phases_s) and
+  how far two back-to-back evals agree per case;
+- fresh: a fresh runner process per call, for comparison;
+- sweep: a 32-config sweep over the dev cases on the warm compile pool (twice: a cold pool,
+  then the warm pool on a changed candidate, so its Triton cache is cold again), against
+  compiling and timing the same configs serially in one runner process (cold cache too).
 
-    python benchmarks/bench_ssh_e2e.py [--calls 6] [--configs 32]
+    python benchmarks/bench_ssh_e2e.py [--parts objective,fresh,sweep] [--calls 6]
+        [--configs 32] [--breakdown] [--json FILE]
 """
 
 from __future__ import annotations
@@ -43,8 +48,8 @@ def start_ssh_server(work: Path, triton_cache: Path) -> tuple[subprocess.Popen, 
 
 
 async def mcp_calls(
-    ws: Path, info: dict, state: Path, *, warm: bool, calls: int, sweep_configs: int
-):
+    ws: Path, info: dict, state: Path, *, warm: bool, calls: int, sweeps: int, sweep_configs: int
+) -> dict:
     env = {
         **os.environ,
         "HARNESSLAB_STATE_DIR": str(state),
@@ -67,32 +72,44 @@ async def mcp_calls(
         ],
         env=env,
     )
-    times, scores = [], []
-    sweep = None
+    out: dict = {"times": [], "scores": [], "results": [], "sweeps": []}
     async with Client(params, mode="legacy") as client:
         for _ in range(calls):
             t0 = time.perf_counter()
             res = await client.call_tool("run_objective", {})
-            times.append(time.perf_counter() - t0)
+            out["times"].append(time.perf_counter() - t0)
             sc = res.structured_content or {}
-            scores.append(sc.get("score"))
+            out["scores"].append(sc.get("score"))
+            out["results"].append(sc)
             if res.is_error:
                 print("run_objective error:", res.content, file=sys.stderr)
-        if sweep_configs:
+        for k in range(sweeps):
+            if k:  # a changed candidate: new hash, so a cold Triton cache on the warm pool
+                kernel = ws / "kernel.py"
+                kernel.write_text(kernel.read_text() + f"\n# sweep {k}\n")
             t0 = time.perf_counter()
             res = await client.call_tool("sweep_kernel_config", {"max_configs": sweep_configs})
             sweep_s = time.perf_counter() - t0
             sc = res.structured_content or {}
-            sweep = {
-                "wall_s": sweep_s,
-                "tried": sc.get("tried"),
-                "ok": sc.get("ok"),
-                "compile_s": sc.get("compile_s"),
-                "timing_s": sc.get("timing_s"),
-                "best": (sc.get("best") or {}).get("config"),
-                "error": res.is_error,
-            }
-    return times, scores, sweep
+            out["sweeps"].append(
+                {
+                    "wall_s": sweep_s,
+                    "tried": sc.get("tried"),
+                    "ok": sc.get("ok"),
+                    "by_status": sc.get("by_status"),
+                    "compile_s": sc.get("compile_s"),
+                    "timing_s": sc.get("timing_s"),
+                    "compile_workers": sc.get("compile_workers"),
+                    "best": (sc.get("best") or {}).get("config"),
+                    "error": res.is_error,
+                    "pool": "cold" if k == 0 else "warm",
+                }
+            )
+            if res.is_error:
+                print("sweep error:", res.content, file=sys.stderr)
+            # raw, as soon as measured: a run cut by its time limit still shows what it had
+            print("measured sweep:", json.dumps(out["sweeps"][-1]), flush=True)
+    return out
 
 
 def serial_sweep(
@@ -124,7 +141,7 @@ def serial_sweep(
     path.write_text(json.dumps(req))
     t0 = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, str(launcher.stage / "runner.py"), str(path)],
+        [sys.executable, str(launcher.stage / "harness" / "runner.py"), str(path)],
         capture_output=True,
         text=True,
         env={**os.environ, "TRITON_CACHE_DIR": str(triton_cache)},
@@ -143,17 +160,54 @@ def serial_sweep(
     return wall, per_config
 
 
+HOST_PHASES = ("snapshot", "stage", "gpu_lock", "sync", "transport", "result")
+
+
+def breakdown_table(results: list[dict], times: list[float]) -> list[tuple[str, float]]:
+    """Median seconds per phase over the warm calls, plus what the client saw beyond them
+    (MCP framing, the server's own work, stdio)."""
+    phases: dict[str, list[float]] = {}
+    for r in results:
+        for k, v in (r.get("phases_s") or {}).items():
+            phases.setdefault(k, []).append(float(v))
+    order = [k for k in HOST_PHASES if k in phases]
+    order[-1:-1] = sorted(k for k in phases if k.startswith("runner_"))
+    rows = [(k, statistics.median(phases[k])) for k in order]
+    inside = [sum((r.get("phases_s") or {}).values()) for r in results]
+    rows.append(("mcp + server (round trip - phases)",
+                 statistics.median(t - i for t, i in zip(times, inside, strict=True))))  # fmt: skip
+    return rows
+
+
+def agreement(a: dict, b: dict) -> list[tuple[str, str, float | None]]:
+    """Per case of two back-to-back evals: (case, timing method, |a - b| / mean of the two)."""
+    rows = []
+    by_b = {c["name"]: c for c in b.get("cases") or []}
+    for c in a.get("cases") or []:
+        other = by_b.get(c["name"]) or {}
+        x, y = c.get("median_us"), other.get("median_us")
+        rel = abs(x - y) / ((x + y) / 2) if x and y else None
+        rows.append((c["name"], str(c.get("timing_method")), rel))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="objective,fresh,sweep")
     ap.add_argument("--calls", type=int, default=6)
     ap.add_argument("--configs", type=int, default=32)
+    ap.add_argument("--sweeps", type=int, default=2, help="1: cold pool only; 2: then warm pool")
     ap.add_argument(
         "--serial-configs",
         type=int,
         default=8,
         help="configs for the serial baseline (its rate in configs/min is what is compared)",
     )
+    ap.add_argument("--breakdown", action="store_true", help="per-phase seconds of a warm call")
+    ap.add_argument("--json", type=Path, help="write every number measured here to this file")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    report: dict = {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     tmp = Path(tempfile.mkdtemp(prefix="hl-ssh-e2e-"))
     ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=tmp / "state")).root
     configs = expand_space(
@@ -164,50 +218,93 @@ def main() -> int:
     )
     # 1. serial baseline first, cold Triton cache of its own
     serial_configs = configs[: args.serial_configs]
-    serial_s, serial_each = serial_sweep(
-        tmp / "ws_serial", serial_configs, tmp / "tc_serial", tmp / "state_serial"
-    )
-    # 2. over SSH: fresh-process calls, then warm calls + the parallel sweep (cold cache B)
-    proc, info = start_ssh_server(tmp / "remote", tmp / "tc_parallel")
-    try:
-        fresh, _, _ = anyio.run(
-            lambda: mcp_calls(ws, info, tmp / "state_fresh", warm=False, calls=3, sweep_configs=0)
+    serial_s, serial_each = 0.0, []
+    if "sweep" in parts:
+        serial_s, serial_each = serial_sweep(
+            tmp / "ws_serial", serial_configs, tmp / "tc_serial", tmp / "state_serial"
         )
-        warm, scores, sweep = anyio.run(
+        print(f"measured serial: {len(serial_configs)} configs in {serial_s:.1f} s, per config "
+              f"{[round(x, 2) for x in serial_each]}", flush=True)  # fmt: skip
+    # 2. over SSH: fresh-process calls, then warm calls + the pooled sweeps (cold caches)
+    proc, info = start_ssh_server(tmp / "remote", tmp / "tc_parallel")
+    fresh: dict = {"times": []}
+    try:
+        if "fresh" in parts:
+            fresh = anyio.run(
+                lambda: mcp_calls(
+                    ws, info, tmp / "state_fresh", warm=False, calls=3, sweeps=0, sweep_configs=0
+                )
+            )
+        warm = anyio.run(
             lambda: mcp_calls(
                 ws,
                 info,
                 tmp / "state_warm",
                 warm=True,
-                calls=args.calls,
+                calls=args.calls if "objective" in parts else 0,
+                sweeps=args.sweeps if "sweep" in parts else 0,
                 sweep_configs=args.configs,
             )
         )
     finally:
         proc.terminate()
-    warm_med = statistics.median(warm[1:])  # the first call starts the worker
-    fresh_med = statistics.median(fresh)
     print("metric | value")
-    print(
-        f"warm run_objective round trip (median of {len(warm) - 1}, first {warm[0]:.2f} s) | {warm_med:.3f} s  (p10-p90 {min(warm[1:]):.3f}-{max(warm[1:]):.3f})"
-    )
-    print(f"fresh process per call (median of {len(fresh)}) | {fresh_med:.3f} s")
-    print(f"warm vs fresh | {fresh_med / warm_med:.1f}x faster")
-    if sweep:
+    times = warm["times"]
+    if len(times) >= 2:
+        warm_med = statistics.median(times[1:])  # the first call starts the worker
+        report["objective"] = {"first_s": times[0], "warm_s": times[1:], "median_s": warm_med,
+                               "scores": warm["scores"]}  # fmt: skip
+        print(
+            f"warm run_objective round trip (median of {len(times) - 1}, first {times[0]:.2f} s) | {warm_med:.3f} s  (p10-p90 {min(times[1:]):.3f}-{max(times[1:]):.3f})"
+        )
+        if fresh["times"]:
+            fresh_med = statistics.median(fresh["times"])
+            report["fresh"] = {"times_s": fresh["times"], "median_s": fresh_med}
+            print(f"fresh process per call (median of {len(fresh['times'])}) | {fresh_med:.3f} s")
+            print(f"warm vs fresh | {fresh_med / warm_med:.1f}x faster")
+        if args.breakdown:
+            rows = breakdown_table(warm["results"][1:], times[1:])
+            report["breakdown_s"] = dict(rows)
+            print("-- breakdown of a warm call (median s over the warm calls) --")
+            for name, secs in rows:
+                print(f"  {name} | {secs * 1e3:.1f} ms")
+            agree = agreement(warm["results"][-2], warm["results"][-1])
+            report["agreement"] = agree
+            print("-- two back-to-back evals, per case: |a-b|/mean (timing method) --")
+            for name, method, rel in agree:
+                print(f"  {name} ({method}) | {'-' if rel is None else f'{100 * rel:.2f}%'}")
+            bw = [rel for _, method, rel in agree if method == "isolated" and rel is not None]
+            if bw:
+                print(f"  worst bandwidth-bound case | {100 * max(bw):.2f}% (target <= 1%)")
+    for sweep in warm["sweeps"]:
         cpm = (sweep["tried"] or 0) / sweep["wall_s"] * 60
+        sweep["configs_per_min"] = cpm
+        print(
+            f"sweep over SSH ({sweep['pool']} pool): {sweep['tried']} configs ({sweep['ok']} ok) | {sweep['wall_s']:.1f} s = {cpm:.1f} configs/min (compile {sweep['compile_s'] or 0:.1f} s on {sweep['compile_workers']} workers, timing {sweep['timing_s'] or 0:.1f} s) {sweep['by_status']}"
+        )
+    if warm["sweeps"]:
         # The serial path pays one process start (torch import, CUDA init); spread over the
         # same number of configs as the sweep, not over the fewer it actually ran.
+        tried = warm["sweeps"][0]["tried"] or 0
         startup = serial_s - sum(serial_each) if len(serial_each) == len(serial_configs) else 0.0
         per = (serial_s - startup) / max(len(serial_configs), 1)
-        serial_cpm = (sweep["tried"] or 0) / (startup + per * (sweep["tried"] or 0)) * 60
+        serial_cpm = tried / (startup + per * tried) * 60 if tried else 0.0
+        report["serial"] = {"configs": len(serial_configs), "wall_s": serial_s,
+                            "startup_s": startup, "per_config_s": per,
+                            "configs_per_min_at_sweep_size": serial_cpm}  # fmt: skip
         print(
-            f"sweep over SSH: {sweep['tried']} configs ({sweep['ok']} ok) | {sweep['wall_s']:.1f} s = {cpm:.1f} configs/min (compile {sweep['compile_s']:.1f} s, timing {sweep['timing_s']:.1f} s)"
+            f"serial compile+time in one process: {len(serial_configs)} configs | {serial_s:.1f} s (start {startup:.1f} s + {per:.2f} s/config) = {serial_cpm:.1f} configs/min at {tried} configs"
         )
-        print(
-            f"serial compile+time in one process: {len(serial_configs)} configs | {serial_s:.1f} s (start {startup:.1f} s + {per:.2f} s/config) = {serial_cpm:.1f} configs/min at {sweep['tried']} configs"
-        )
-        print(f"sweep speedup | {cpm / serial_cpm:.1f}x  best {json.dumps(sweep['best'])}")
-    print("scores:", [round(s, 1) if s else s for s in scores])
+        for sweep in warm["sweeps"]:
+            if serial_cpm:
+                sweep["speedup_vs_serial"] = sweep["configs_per_min"] / serial_cpm
+                print(
+                    f"sweep speedup ({sweep['pool']} pool) | {sweep['speedup_vs_serial']:.1f}x (target >= 6x)  best {json.dumps(sweep['best'])}"
+                )
+        report["sweeps"] = warm["sweeps"]
+    print("scores:", [round(s, 1) if s else s for s in warm["scores"]])
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str))
     return 0
 
 

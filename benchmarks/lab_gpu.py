@@ -22,4 +22,9 @@ sys.modules["_hl_lab_gpu"] = lab_gpu
 _spec.loader.exec_module(lab_gpu)  # type: ignore[union-attr]
 
 if __name__ == "__main__":
-    sys.exit(lab_gpu.main())
+    argv = sys.argv[1:]
+    if "--tasks-root" not in argv and "--ncu-target" not in argv:
+        # lab.py's default (beside its own folder) fits the staged layout (tools/, tasks/);
+        # in the repository it sits in tools/gpu/, and the tasks are at the root.
+        argv += ["--tasks-root", str(ROOT / "tasks")]
+    sys.exit(lab_gpu.main(argv))

@@ -146,6 +146,11 @@ class ObjectiveOut(BaseModel):
     )
     device: str = ""
     wall_s: float = Field(description="wall time of the runner (or command) process")
+    phases_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="kernel: where this call's seconds went (host: snapshot, stage, gpu_lock, "
+        "sync, transport, result; runner_*: load, inputs, correctness, timing, ...)",
+    )
     next_step: str
 
 
@@ -167,6 +172,7 @@ class SweepOut(BaseModel):
     cases: list[str]
     compile_s: float
     timing_s: float
+    compile_workers: int = Field(default=0, description="warm compile workers the sweep used")
     next_step: str
 
 

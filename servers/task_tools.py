@@ -130,6 +130,7 @@ async def _run_objective(
         cases=res.cases[:MAX_CASES_SHOWN],
         device=res.env.device,
         wall_s=res.wall_s,
+        phases_s={k: round(v, 4) for k, v in res.phases_s.items()},
         next_step=_objective_next(res.status, res.is_new_best, kernel=True),
     )
 
@@ -186,6 +187,7 @@ async def _sweep(state: ServerState, args: SweepIn, ctx: Context | None) -> Swee
         cases=res.cases,
         compile_s=res.compile_s,
         timing_s=res.timing_s,
+        compile_workers=res.compile_workers,
         next_step=nxt + ("" if res.meaningful else " (CPU interpreter: timings not meaningful)"),
     )
 

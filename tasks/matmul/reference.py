@@ -141,7 +141,22 @@ PROBE_NOTES: dict[str, str] = {
     "k_1": "k=1: an outer product; fails when the K loop assumes at least one full tile.",
 }
 
+
+# Production kernels a user would pick instead (the lab times them beside ours, same protocol,
+# correctness per row): name -> (pip package, factory returning a callable with the task's
+# signature). cuBLAS comes with torch: it is also the torch_eager strategy, named here so the
+# report's peer columns read the same for every task.
+def _cublas():
+    def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(a, b)
+
+    return run
+
+
+PEERS = {"cublas": ("torch", _cublas)}
+
 __all__ = [
+    "PEERS",
     "PROBES",
     "PROBE_NOTES",
     "bytes_moved",

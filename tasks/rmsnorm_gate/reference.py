@@ -207,7 +207,26 @@ PROBE_NOTES: dict[str, str] = {
     "register-limited path drops or double-counts part of the row.",
 }
 
+
+# Production kernels a user would pick instead (the lab times them beside ours, same protocol,
+# correctness per row): name -> (pip package, factory returning a callable with the task's
+# signature). A factory that cannot import its package makes the lab report the peer missing.
+def _fla_rms_norm_gated():
+    """flash-linear-attention's fused RMSNorm with a SiLU ("swish") gate, autotuned."""
+    from fla.modules.fused_norm_gate import rms_norm_gated
+
+    def run(
+        x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5
+    ) -> torch.Tensor:
+        return rms_norm_gated(x, gate, weight, None, activation="swish", eps=eps)
+
+    return run
+
+
+PEERS = {"fla": ("fla-core", _fla_rms_norm_gated)}
+
 __all__ = [
+    "PEERS",
     "PROBES",
     "PROBE_NOTES",
     "bytes_moved",

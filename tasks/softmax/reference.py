@@ -133,7 +133,24 @@ PROBE_NOTES: dict[str, str] = {
     "kernel has no looped (online) path for rows it cannot hold at once.",
 }
 
+
+# Production kernels a user would pick instead (the lab times them beside ours, same protocol,
+# correctness per row): name -> (pip package, factory returning a callable with the task's
+# signature). A factory that cannot import its package makes the lab report the peer missing.
+def _liger_softmax():
+    """Liger-Kernel's softmax over the last dimension."""
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        return LigerSoftmaxFunction.apply(x)
+
+    return run
+
+
+PEERS = {"liger": ("liger-kernel", _liger_softmax)}
+
 __all__ = [
+    "PEERS",
     "PROBES",
     "PROBE_NOTES",
     "bytes_moved",

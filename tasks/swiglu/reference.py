@@ -129,7 +129,24 @@ PROBE_NOTES: dict[str, str] = {
     "or double-counts part of a wide row.",
 }
 
+
+# Production kernels a user would pick instead (the lab times them beside ours, same protocol,
+# correctness per row): name -> (pip package, factory returning a callable with the task's
+# signature). A factory that cannot import its package makes the lab report the peer missing.
+def _liger_swiglu():
+    """Liger-Kernel's fused SiLU-and-multiply (its SwiGLU MLP's elementwise part)."""
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return LigerSiLUMulFunction.apply(a, b)
+
+    return run
+
+
+PEERS = {"liger": ("liger-kernel", _liger_swiglu)}
+
 __all__ = [
+    "PEERS",
     "PROBES",
     "PROBE_NOTES",
     "bytes_moved",

@@ -7,11 +7,12 @@ snapshot editable files (content hash) -> stage -> runner on an executor slot ->
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, NamedTuple
 
 from ..errors import UsageError
-from ..execution.launcher import Launcher, RunnerCall
+from ..execution.launcher import DEV_TRITON_CACHE, Launcher, RunnerCall
 from ..gpu.runner import score_of
 from ..state.checkpoints import Checkpoints
 from ..state.storage import append_jsonl
@@ -262,6 +263,7 @@ def kernel_request(
         "entry": ws.task.entry,
         "config_file": ws.task.config_file,
         "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
+        "triton_cache": f"@stage/{DEV_TRITON_CACHE}/{digest}",
         **extra,
     }
     if cases is not None:
@@ -289,6 +291,7 @@ async def run_objective(
     """Evaluate the workspace on dev cases (all, or `cases` by name)."""
     require_kernel_task(ws, "run_objective on the runner")
     check_bounds(warmup, repeats)
+    t_begin = time.perf_counter()
     files = ws.editable_files()
     config = ws.read_config()
     selected = select_cases(ws, cases)
@@ -308,15 +311,35 @@ async def run_objective(
     call = await launcher.call(
         request, task=ws.task, on_event=case_events_progress(len(selected), progress)
     )
+    t_call = time.perf_counter()
     result = to_eval_result(call, selected, candidate=digest, config=config, mode="dev", seed=seed)
     if save:
         case_set = "all" if not cases else ",".join(sorted(cases))
         record(ws, result, files, case_set=case_set)
+    result.phases_s = breakdown(call, snapshot_s=t_call - t_begin - sum(call.phases_s.values()),
+                                result_s=time.perf_counter() - t_call)  # fmt: skip
     return result
+
+
+def breakdown(call: RunnerCall, *, snapshot_s: float, result_s: float) -> dict[str, float]:
+    """Where one evaluation's seconds went, host and runner side by side (exclusive phases):
+    snapshot (editable files, hash), stage, gpu_lock, sync, transport (the round trip to the
+    runner minus the runner's own time), the runner's phases (load, inputs, correctness,
+    timing_inputs, timing, copy_bandwidth, other) and result (assembly, ledger, checkpoint)."""
+    host = dict(call.phases_s)
+    runner = {k: float(v) for k, v in ((call.result or {}).get("phases_s") or {}).items()}
+    runner_wall = float((call.result or {}).get("runner_wall_s") or 0.0)
+    out = {"snapshot": snapshot_s, **{k: v for k, v in host.items() if k != "runner_round_trip"}}
+    out["transport"] = max(0.0, host.get("runner_round_trip", 0.0) - runner_wall)
+    out.update({f"runner_{k}": v for k, v in runner.items()})
+    out["runner_other"] = max(0.0, runner_wall - sum(runner.values()))
+    out["result"] = result_s
+    return out
 
 
 __all__ = [
     "Recorded",
+    "breakdown",
     "check_bounds",
     "kernel_request",
     "record",

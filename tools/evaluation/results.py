@@ -37,6 +37,12 @@ class CaseResult(BaseModel):
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     timing_method: str | None = None
+    samples: int | None = Field(
+        default=None, description="timing samples taken (adaptive: fewer when the median is stable)"
+    )
+    median_ci_rel: float | None = Field(
+        default=None, description="95% confidence half-width of the median, relative to it"
+    )
 
 
 class EnvInfo(BaseModel):
@@ -79,6 +85,12 @@ class EvalResult(BaseModel):
     env: EnvInfo = Field(default_factory=EnvInfo)
     seed: int | None = None
     wall_s: float = 0.0
+    phases_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="where the call's seconds went: host (snapshot, stage, gpu_lock, sync, "
+        "transport, result) and runner (runner_load, runner_inputs, runner_correctness, "
+        "runner_timing_inputs, runner_timing, ...)",
+    )
 
     def table(self) -> list[dict[str, Any]]:
         return [c.model_dump(exclude_none=True) for c in self.cases]

@@ -1,8 +1,9 @@
 """sweep_kernel_config's library half: many launch configs in one GPU session.
 
 Configs come from the task's declared space (or a sub-space), capped by max_configs. Compiles
-run first in parallel runner processes (no GPU lock: Triton writes its on-disk cache), then one
-runner times every config serially under the GPU lock, hitting that cache. Every config gets a
+run first on the launcher's warm compile workers (execution/compile_pool.py; no GPU lock:
+Triton writes its on-disk cache), then the slot's warm runner times every config that compiled
+serially under the GPU lock, hitting that cache. Every config gets a
 structured status; one bad config never fails the sweep. apply=True writes the best correct
 config into kernel_config.json after checkpointing the current files.
 """
@@ -13,13 +14,14 @@ import itertools
 import json
 import random
 import secrets
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..execution.launcher import Launcher
+from ..execution.launcher import Launcher, RunnerCall
 from ..state import workspace_files as wf
 from ..state.checkpoints import Checkpoints
 from ..state.workspace import Workspace
@@ -60,6 +62,7 @@ class SweepResult(BaseModel):
     cases: list[str]
     compile_s: float = 0.0
     timing_s: float = 0.0
+    compile_workers: int = Field(default=0, description="warm compile workers used (0: none)")
 
 
 def expand_space(
@@ -112,6 +115,39 @@ def classify(entry: dict[str, Any]) -> ConfigStatus:
     return "wrong_result"
 
 
+def phase(progress: Progress | None, offset: int, scale: int) -> Progress | None:
+    """`progress` for one phase of a sweep: done shifted by `offset`; the total is
+    `scale` x the phase's own (phase 1 announces both phases' configs)."""
+    if progress is None:
+        return None
+
+    def report(done: float, total: float, message: str) -> Awaitable[None] | None:
+        assert progress is not None
+        return progress(offset + done, offset + scale * total, message)
+
+    return report
+
+
+def _key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def salvage(call: RunnerCall, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A timing runner that was killed: the configs it reported, the rest as timeouts."""
+    done = {_key(ev["config"]): ev for ev in call.events if ev.get("event") == "config"}
+    return [
+        done.get(_key(c))
+        or {
+            "config": c,
+            "status": "failed",
+            "score_us": None,
+            "reason": f"timeout: {call.failure()}",
+            "cases": [{"status": "timeout"}],
+        }
+        for c in configs
+    ]
+
+
 async def sweep(
     ws: Workspace,
     launcher: Launcher,
@@ -146,52 +182,41 @@ async def sweep(
         repeats=repeats,
     )
     compile_s = 0.0
+    compiled: dict[str, dict[str, Any]] = {}  # config key -> the pool's entry for it
     interpreted = launcher.probably_interpreted()
-    if not interpreted and len(configs) > 1:
-        # Phase 1: compile in parallel, spread over the host's cores and every slot.
-        bound = min(len(configs), launcher.host_cpus(), 16, launcher.parallel_capacity() or 16)
-        workers = compile_workers or max(1, bound)
-        chunks = [configs[i::workers] for i in range(workers)]
+    if (not interpreted or compile_workers) and len(configs) > 1:
+        # Phase 1: compile (and check) on the launcher's warm compile workers, in parallel,
+        # without the GPU lock; Triton's on-disk cache carries the binaries to phase 2.
         t0 = anyio.current_time()
-
-        async def compile_chunk(i: int, chunk: list[dict[str, Any]]) -> None:
-            req = {**request, "configs": chunk, "compile_only": True}
-            await launcher.call(
-                req, task=ws.task, exclusive=False, slot=launcher.slots[i % len(launcher.slots)]
-            )
-
-        async with anyio.create_task_group() as tg:
-            for i, chunk in enumerate(chunks):
-                if chunk:
-                    tg.start_soon(compile_chunk, i, chunk)
+        pooled = await launcher.compile_pool.compile(
+            request, configs, task=ws.task, workers=compile_workers, progress=phase(progress, 0, 2)
+        )
         compile_s = anyio.current_time() - t0
-    # Phase 2: time serially under the GPU lock (one runner process, warm caches).
+        compiled = {_key(e["config"]): e for e in pooled or []}
+    # Phase 2: time serially under the GPU lock (the slot's warm runner, warm caches), only the
+    # configs that compiled and passed: a config that failed in phase 1 keeps that entry.
+    to_time = [c for c in configs if compiled.get(_key(c), {}).get("status", "passed") == "passed"]
     t1 = anyio.current_time()
-    call = await launcher.call(
-        {**request, "configs": configs},
-        task=ws.task,
-        on_event=case_events_progress(len(configs), progress),
-        timeout_s=launcher.settings.eval_timeout_s * 4,
-    )
+    timed: list[dict[str, Any]] = []
+    if to_time:
+        call = await launcher.call(
+            {**request, "configs": to_time},
+            task=ws.task,
+            # progress values only grow (MCP): phase 2 counts on after phase 1's configs
+            on_event=case_events_progress(
+                len(to_time), phase(progress, len(configs) if compiled else 0, 1)
+            ),
+            timeout_s=launcher.settings.eval_timeout_s * 4,
+        )
+        timed = (call.result or {}).get("configs") or salvage(call, to_time)
+        meaningful = bool(((call.result or {}).get("env") or {}).get("meaningful"))
+    else:
+        meaningful = not interpreted
     timing_s = anyio.current_time() - t1
-    entries = (call.result or {}).get("configs")
-    if entries is None:  # runner killed: salvage the configs it reported
-        done = {
-            json.dumps(ev["config"], sort_keys=True): ev
-            for ev in call.events
-            if ev.get("event") == "config"
-        }
-        entries = [
-            done.get(json.dumps(c, sort_keys=True))
-            or {
-                "config": c,
-                "status": "failed",
-                "score_us": None,
-                "reason": f"timeout: {call.failure()}",
-                "cases": [{"status": "timeout"}],
-            }
-            for c in configs
-        ]
+    by_key = {_key(e["config"]): e for e in timed}
+    missing = [c for c in configs if _key(c) not in by_key and _key(c) not in compiled]
+    by_key.update({_key(e["config"]): e for e in salvage(call, missing)} if missing else {})
+    entries = [by_key.get(_key(c)) or compiled[_key(c)] for c in configs]
     results = []
     for e in entries:
         status = classify(e)
@@ -212,7 +237,6 @@ async def sweep(
     failed = [r for r in results if r not in ok]
     best = ok[0] if ok else None
     current = next((r.score_us for r in ok if r.config == base), None)
-    meaningful = bool(((call.result or {}).get("env") or {}).get("meaningful"))
     out = SweepResult(
         status="passed" if ok else "failed",
         meaningful=meaningful,
@@ -225,6 +249,7 @@ async def sweep(
         cases=[c.name for c in selected],
         compile_s=compile_s,
         timing_s=timing_s,
+        compile_workers=len(launcher.compile_pool.workers) if compiled else 0,
     )
     ws.ensure_exists()  # a workspace deleted mid-sweep is not recreated by the writes below
     ws.ledger().append(

@@ -96,8 +96,12 @@ class Executor(ABC):
         (progress events); the whole stdout is still returned."""
 
     @abstractmethod
-    async def sync_tree(self, local_dir: Path, remote_dir: str) -> list[str]:
-        """Make remote_dir mirror local_dir's files; return the relative paths that travelled."""
+    async def sync_tree(
+        self, local_dir: Path, remote_dir: str, *, skip: Collection[str] = ()
+    ) -> list[str]:
+        """Make remote_dir mirror local_dir's files; return the relative paths that travelled.
+        `skip`: top-level folders the host writes itself (caches, scratch): never sent, and
+        never listed on the host (a listing of thousands of cache files costs every call)."""
 
     @abstractmethod
     def path(self, *parts: str) -> str:
@@ -329,13 +333,17 @@ class LocalExecutor(Executor):
                 err.close()
         return LocalInteractive(process)
 
-    async def sync_tree(self, local_dir: Path, remote_dir: str) -> list[str]:
+    async def sync_tree(
+        self, local_dir: Path, remote_dir: str, *, skip: Collection[str] = ()
+    ) -> list[str]:
         dest = Path(remote_dir)
         if dest.resolve() == local_dir.resolve():
             return []
         changed: list[str] = []
         for src in sorted(p for p in local_dir.rglob("*") if p.is_file()):
             rel = src.relative_to(local_dir)
+            if rel.parts[0] in skip:
+                continue
             target = dest / rel
             if target.is_file() and target.read_bytes() == src.read_bytes():
                 continue

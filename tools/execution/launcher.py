@@ -27,6 +27,7 @@ from ..gpu import STAGED
 from ..settings import Settings
 from ..task.spec import TaskSpec
 from .backends import build_executors
+from .compile_pool import HOST_WRITTEN, CompilePool
 from .executor import Executor, InteractiveProcess, LocalExecutor
 from .gpu_lock import OnWait, held_channels, hold_gpu
 
@@ -38,6 +39,11 @@ EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 # verify's trusted parent (guard*.py), candidate process (guard_child.py) and replayer.
 RUNNER_FILES = STAGED
 HARNESS = "harness"
+# Triton's cache for the sandboxed runners, one folder per candidate under it (the request's
+# `triton_cache`): the compile pool's workers and the timing worker share it, so a sweep's
+# timing run loads what phase 1 compiled. Dev runs only: the guarded verify keeps its own
+# per-candidate caches and the trusted side `tcache/_trusted`, both outside this folder.
+DEV_TRITON_CACHE = "tcache/dev"
 # Modes that import agent code run inside the sandbox; "verify" is the trusted parent, which
 # sandboxes its own children.
 SANDBOXED_MODES = ("evaluate", "sweep", "probe", "profile_target")
@@ -82,6 +88,7 @@ class RunnerCall(BaseModel):
     gpu_index: int
     wall_s: float
     sandbox: dict[str, Any] = {}
+    phases_s: dict[str, float] = {}  # host side of the call: stage, lock, sync, runner round trip
 
     def failure(self) -> str:
         if self.timed_out:
@@ -135,6 +142,7 @@ class Launcher:
         self.slots = [Slot(ex, g) for ex in executors for g in gpus]
         self._sync_locks: dict[int, anyio.Lock] = {id(ex): anyio.Lock() for ex in executors}
         self.last_env: dict[str, Any] | None = None
+        self.compile_pool = CompilePool(self)  # sweeps' warm compile workers
 
     def probably_interpreted(self) -> bool:
         """Whether runs land on the Triton CPU interpreter (no compile phase is worth having).
@@ -167,6 +175,8 @@ class Launcher:
             if ex.max_parallel is None:
                 return None
             held = sum(1 for s in self.slots if s.executor is ex and s.worker is not None)
+            held += sum(1 for i in self.compile_pool.workers
+                        if self.compile_pool.slot_of(i).executor is ex)  # fmt: skip
             held += held_channels(ex)  # GPU lock holders (tools/execution/gpu_lock.py)
             total += max(1, ex.max_parallel - held - 1)
         return total
@@ -231,6 +241,7 @@ class Launcher:
         if mode not in SANDBOXED_MODES:
             return [py, "-I", "-B", *tail]
         profile = mode == "profile_target"
+        dev_cache = slot.executor.path("stage", *DEV_TRITON_CACHE.split("/"))
         policy: dict[str, Any] = {
             "read": [
                 slot.executor.path("stage", HARNESS),
@@ -240,10 +251,14 @@ class Launcher:
             "scratch_root": slot.executor.path("stage", "scratch"),
             "require": False,  # dev runs go on unsandboxed where nothing can be applied; say so
             "env_allow": list(RUNNER_ENV),
+            "write": [dev_cache],
+            "mkdir": [dev_cache],  # made by the sandbox's outer process before it grants it
             # Nsight Compute talks to its target through sockets and /dev/shm: a profiled run
             # keeps Landlock's file rules but no network namespace and no socket filter.
-            **({"namespaces": False, "seccomp": False, "write": ["/dev/shm"]} if profile else {}),
+            **({"namespaces": False, "seccomp": False} if profile else {}),
         }
+        if profile:
+            policy["write"].append("/dev/shm")
         return [
             py, "-I", "-B", self.harness(slot, "sandbox.py"), "--policy", json.dumps(policy),
             "--", py, "-I", "-B", *tail,
@@ -304,29 +319,12 @@ class Launcher:
         does `fresh=True` (the guarded verify)."""
         slot = slot or self.pick()
         timeout_s = timeout_s or self.settings.eval_timeout_s
+        t_begin = time.perf_counter()
         await slot.executor.connect()  # remote executors resolve their root folder here
         self._stage_common(task)
-        req = json.loads(json.dumps(request))
+        phases = {"stage": time.perf_counter() - t_begin}
+        req, env = self.prepare(slot, request, task)
         mode = str(req.get("mode", "evaluate"))
-        req.setdefault("request_id", uuid.uuid4().hex[:12])
-        req.setdefault("case_timeout_s", self.settings.case_timeout_s)
-        req["reference"] = self.remote(slot, f"tasks/{task.name}/reference.py")
-        req["harness_sha256"] = {n: runner_digest(n) for n in RUNNER_FILES}
-        req["sandbox_required"] = not self.settings.allow_unsandboxed
-        for key in ("candidate_dir", "baseline_dir"):
-            if isinstance(req.get(key), str) and req[key].startswith("@stage/"):
-                req[key] = self.remote(slot, req[key][len("@stage/") :])
-        env = {
-            "CUDA_VISIBLE_DEVICES": str(slot.gpu_index),
-            "HARNESSLAB_RUNNER_INTERPRET": {"auto": "auto", "always": "1", "never": "never"}[
-                self.settings.interpret
-            ],
-            "HARNESSLAB_WORKER_IDLE_S": str(self.settings.worker_idle_s),
-            "PYTHONUNBUFFERED": "1",
-            # The trusted side's Triton cache, apart from every candidate's: nothing a
-            # candidate compiles can land where the verifier's own kernels are looked up.
-            "TRITON_CACHE_DIR": slot.executor.path("stage", "tcache", "_trusted"),
-        }
         events: list[dict[str, Any]] = []
         sandbox: dict[str, Any] = {}
 
@@ -363,10 +361,14 @@ class Launcher:
         stderr_tail = ""
         started = time.perf_counter()
         async with self.hold(slot, on_wait=waiting) if exclusive else _nullcontext():
+            phases["gpu_lock"] = time.perf_counter() - started
             slot.calls += 1
             async with self._sync_locks[id(slot.executor)]:
-                await slot.executor.sync_tree(self.stage, slot.executor.path("stage"))
+                await slot.executor.sync_tree(
+                    self.stage, slot.executor.path("stage"), skip=HOST_WRITTEN
+                )
             started = time.perf_counter()
+            phases["sync"] = started - t_begin - phases["stage"] - phases["gpu_lock"]
             outcome = None
             if warm:
                 outcome = await self._call_worker(slot, req, env, timeout_s, line_in, task)
@@ -387,6 +389,7 @@ class Launcher:
                 )
                 exit_code, timed_out = res.exit_code, res.timed_out
                 stderr_tail = res.stderr_tail()
+        phases["runner_round_trip"] = time.perf_counter() - started
         result = next((ev for ev in reversed(events) if ev.get("event") == "result"), None)
         if result is not None and isinstance(result.get("env"), dict):
             self.last_env = result["env"]
@@ -402,6 +405,7 @@ class Launcher:
             gpu_index=slot.gpu_index,
             wall_s=time.perf_counter() - started,
             sandbox=sandbox,
+            phases_s=phases,
         )
 
     @asynccontextmanager
@@ -413,6 +417,104 @@ class Launcher:
             hold_gpu(slot.executor, slot.gpu_index, self.settings, on_wait=on_wait),
         ):
             yield
+
+    def prepare(
+        self, slot: Slot, request: dict[str, Any], task: TaskSpec
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """The request as the runner on `slot` reads it (staged paths resolved, the harness
+        hashes it must check) and the environment it runs with."""
+        req = json.loads(json.dumps(request))
+        req.setdefault("request_id", uuid.uuid4().hex[:12])
+        req.setdefault("case_timeout_s", self.settings.case_timeout_s)
+        req["reference"] = self.remote(slot, f"tasks/{task.name}/reference.py")
+        req["harness_sha256"] = {n: runner_digest(n) for n in RUNNER_FILES}
+        req["sandbox_required"] = not self.settings.allow_unsandboxed
+        for key in ("candidate_dir", "baseline_dir", "triton_cache"):
+            if isinstance(req.get(key), str) and req[key].startswith("@stage/"):
+                req[key] = self.remote(slot, req[key][len("@stage/") :])
+        env = {
+            "CUDA_VISIBLE_DEVICES": str(slot.gpu_index),
+            "HARNESSLAB_RUNNER_INTERPRET": {"auto": "auto", "always": "1", "never": "never"}[
+                self.settings.interpret
+            ],
+            "HARNESSLAB_WORKER_IDLE_S": str(self.settings.worker_idle_s),
+            "PYTHONUNBUFFERED": "1",
+            # The trusted side's Triton cache, apart from every candidate's: nothing a
+            # candidate compiles can land where the verifier's own kernels are looked up.
+            "TRITON_CACHE_DIR": slot.executor.path("stage", "tcache", "_trusted"),
+        }
+        return req, env
+
+    def worker_stale(self, worker: Worker, task: TaskSpec) -> bool:
+        """A warm worker that must be replaced before its next request: too many calls, an
+        older runner, another task, or idle long enough that it is about to exit by itself."""
+        return (
+            worker.served >= self.settings.worker_max_calls
+            or worker.digest != runner_digest()
+            or worker.task != task.name
+            or time.monotonic() - worker.last_used > self.settings.worker_idle_s * 0.9
+        )
+
+    async def start_worker(
+        self, slot: Slot, mode: str, task: TaskSpec, env: dict[str, str], timeout_s: float,
+        log: str,
+    ) -> Worker | None:  # fmt: skip
+        """A warm runner (`runner.py --worker`, inside the sandbox) on `slot`'s executor, once
+        it said "ready"; None when it did not start. NotImplementedError: the backend has no
+        interactive processes."""
+        proc = await slot.executor.start(
+            self.runner_argv(slot, mode, task, worker=True),
+            cwd=slot.executor.path("stage"),
+            env=env,
+            stderr_path=slot.executor.path("stage", log),
+        )
+        worker = Worker(proc, runner_digest(), task.name)
+        ready = False
+        with anyio.move_on_after(min(timeout_s, 180)):
+            while True:  # the sandbox's report comes first, then the runner's "ready"
+                line = await proc.receive_line()
+                if line is None:
+                    break
+                if '"sandbox"' in line:
+                    try:
+                        worker.sandbox = json.loads(line)
+                    except json.JSONDecodeError:
+                        pass
+                    worker.sandbox.pop("event", None)
+                    continue
+                if '"ready"' in line:
+                    ready = True
+                    break
+        if not ready:
+            await proc.kill()
+            return None
+        return worker
+
+    async def serve(
+        self, worker: Worker, req: dict[str, Any], timeout_s: float, line_in
+    ) -> tuple[bool, bool]:
+        """One request on a warm worker: (done, timed_out). A worker that did not finish is
+        killed (the caller drops it); so is one whose caller is cancelled."""
+        worker.served += 1
+        try:
+            await worker.proc.send_line(json.dumps(req))
+            done = False
+            with anyio.move_on_after(timeout_s) as scope:
+                while True:
+                    line = await worker.proc.receive_line()
+                    if line is None:
+                        break
+                    await line_in(line)
+                    if line.startswith('{"event": "result"'):
+                        done = True
+                        break
+            worker.last_used = time.monotonic()
+            if not done:
+                await worker.proc.kill()
+            return done, scope.cancelled_caught
+        except BaseException:
+            await worker.proc.kill()
+            raise
 
     def _python(self, slot: Slot) -> str:
         return slot.executor.python(self.settings)
@@ -435,71 +537,32 @@ class Launcher:
         stderr_tail), or None when the backend cannot keep a worker. A crash, timeout or cancel
         kills it; the next call starts a new one."""
         worker = slot.worker
-        digest = runner_digest()
-        if worker is not None and (
-            worker.served >= self.settings.worker_max_calls
-            or worker.digest != digest
-            or worker.task != task.name
-            or time.monotonic() - worker.last_used > self.settings.worker_idle_s * 0.9
-        ):
+        if worker is not None and self.worker_stale(worker, task):
             await worker.proc.kill()
             slot.worker = worker = None
         if worker is None:
             try:
-                proc = await slot.executor.start(
-                    self.runner_argv(slot, "evaluate", task, worker=True),
-                    cwd=slot.executor.path("stage"),
-                    env=env,
-                    stderr_path=slot.executor.path("stage", f"worker-gpu{slot.gpu_index}.log"),
+                worker = await self.start_worker(
+                    slot, "evaluate", task, env, timeout_s, f"worker-gpu{slot.gpu_index}.log"
                 )
             except NotImplementedError:
                 slot.warm_supported = False
                 return None
-            worker = Worker(proc, digest, task.name)
-            with anyio.move_on_after(min(timeout_s, 180)):
-                while True:  # the sandbox's report comes first, then the runner's "ready"
-                    line = await proc.receive_line()
-                    if line is None:
-                        break
-                    if '"sandbox"' in line:
-                        try:
-                            worker.sandbox = json.loads(line)
-                        except json.JSONDecodeError:
-                            pass
-                        worker.sandbox.pop("event", None)
-                        continue
-                    if '"ready"' in line:
-                        slot.worker = worker
-                        break
-            if slot.worker is None:
-                await proc.kill()
+            if worker is None:
                 return (False, "warm worker did not start (see worker log on the host)")
-        worker.served += 1
-        done = False
+            slot.worker = worker
         try:
-            await worker.proc.send_line(json.dumps(req))
-            with anyio.move_on_after(timeout_s) as scope:
-                while True:
-                    line = await worker.proc.receive_line()
-                    if line is None:
-                        break
-                    await line_in(line)
-                    if line.startswith('{"event": "result"'):
-                        done = True
-                        break
-            worker.last_used = time.monotonic()
-            if not done:
-                await worker.proc.kill()
-                slot.worker = None
-                why = "worker timed out and was killed" if scope.cancelled_caught else "worker died"
-                return (scope.cancelled_caught, why)
-            return (False, "")
+            done, timed_out = await self.serve(worker, req, timeout_s, line_in)
         except BaseException:
-            await worker.proc.kill()
             slot.worker = None
             raise
+        if not done:
+            slot.worker = None
+            return (timed_out, "worker timed out and was killed" if timed_out else "worker died")
+        return (False, "")
 
     async def aclose(self) -> None:
+        await self.compile_pool.aclose()
         for slot in self.slots:
             if slot.worker is not None:
                 await slot.worker.proc.kill()
@@ -517,4 +580,12 @@ def build_launcher(settings: Settings) -> Launcher:
     return Launcher(settings, build_executors(settings))
 
 
-__all__ = ["Launcher", "RunnerCall", "Slot", "build_launcher", "runner_digest", "runner_source"]
+__all__ = [
+    "DEV_TRITON_CACHE",
+    "Launcher",
+    "RunnerCall",
+    "Slot",
+    "build_launcher",
+    "runner_digest",
+    "runner_source",
+]

@@ -19,7 +19,7 @@ import shlex
 import tarfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -70,9 +70,12 @@ case $r in "~") r=$HOME ;; "~/"*) r=$HOME/${r#"~/"} ;; esac
 mkdir -p -- "$r/run" && cd -- "$r" && pwd || exit 1
 find run -type f -mmin +1440 -exec rm -f {} + 2>/dev/null; exit 0"""
 
-_STATE = r"""mkdir -p -- "$1" && cd -- "$1" || exit 1
+# $1: the folder; $2...: top-level folders in it the host writes itself (sync_tree's `skip`:
+# sandbox scratch folders, Triton caches, thousands of files after a few sweeps): not listed.
+_STATE = r"""mkdir -p -- "$1" && cd -- "$1" || exit 1; shift
 [ -f .manifest.json ] && cat .manifest.json; printf '\n@@HL-STAT@@\n'
-find . -type f ! -path ./.manifest.json -printf '%P\0%s\0%T@\0'"""
+prune=""; for d in "$@"; do prune="$prune -path ./$d -prune -o"; done
+find . $prune -type f ! -path ./.manifest.json -printf '%P\0%s\0%T@\0'"""
 
 _APPLY = r"""cd -- "$1" || exit 1; shift
 for f in "$@"; do rm -f -- "$f" || exit 1; done
@@ -356,16 +359,23 @@ class SSHExecutor(Executor):
     # -- files -----------------------------------------------------------------------------
 
     async def sync_tree(
-        self, local_dir: Path, remote_dir: str, *, timeout_s: float = 300.0
+        self,
+        local_dir: Path,
+        remote_dir: str,
+        *,
+        skip: Collection[str] = (),
+        timeout_s: float = 300.0,
     ) -> list[str]:
         """Mirror local_dir's files into remote_dir; only changed files travel (one tar stream).
 
         The host keeps `remote_dir/.manifest.json` (sha256, size, mtime per file sent). A file
         travels when its hash differs from the manifest or the host's copy no longer has the
         recorded size and mtime (edited or deleted there). Files sent earlier and gone locally
-        are deleted; files the host created itself (caches, outputs) are left alone."""
+        are deleted; files the host created itself (caches, outputs) are left alone, and the
+        top-level folders in `skip` are not even listed."""
         local = await anyio.to_thread.run_sync(_scan, local_dir)
-        state = await self.run(["sh", "-c", _STATE, "sh", remote_dir], timeout_s=timeout_s)
+        local = {rel: v for rel, v in local.items() if rel.split("/", 1)[0] not in skip}
+        state = await self.run(["sh", "-c", _STATE, "sh", remote_dir, *skip], timeout_s=timeout_s)
         if state.exit_code != 0:
             raise _sync_error(self.host, remote_dir, state)
         manifest, on_host = _parse_state(state.stdout)

@@ -4,7 +4,8 @@ Self-contained like runner.py, whose timing and correctness it reuses (runner.py
 are loaded by path from beside this file): standard library, torch and triton only, never
 harnesslab. Strategies per
 task: the workspace baseline, each reference solution (solutions/*.py), torch eager (the
-reference module's `torch_eager`, else the fp32 reference cast back) and torch.compile of it.
+reference module's `torch_eager`, else the fp32 reference cast back), torch.compile of it, and
+the production peers (reference.PEERS: FLA, Liger, cuBLAS; "missing" where not importable).
 Each (case, strategy) row is correctness-checked and timed once; on the cases that carry the
 task's claims (task.toml [lab]) the solutions and the targets' comparators are timed `repeats`
 times. Then Nsight Compute profiles the best harnesslab strategy of each task on those cases
@@ -159,6 +160,15 @@ def strategies(
             return ref.reference(*args, **kwargs).to(ref.output_spec(*args, **kwargs)[1])
 
     fns["torch_eager"] = eager
+    # Peers: production kernels users would pick instead (reference.PEERS). One that cannot be
+    # imported still gets its rows, as "missing": never dropped from the matrix or the claims.
+    for peer, (package, factory) in (getattr(ref, "PEERS", None) or {}).items():
+        try:
+            fns[f"peer:{peer}"] = factory()
+        except Exception as exc:  # ImportError, or whatever its import raised on this host
+            errors[f"peer:{peer}"] = (
+                f"missing: {package} not importable here ({type(exc).__name__}: {exc})"[:300]
+            )
     if interpret or no_compile:
         why = "the Triton interpreter" if interpret else "--no-compile"
         errors["torch_compile"] = f"skipped: torch.compile is not run ({why})"
@@ -200,8 +210,8 @@ def run_task(runner, env, task: dict[str, Any], args, deadline: float) -> dict[s
     for idx, case in enumerate(cases):
         for name in names:
             if name in errors:
-                res = {"passed": False, "status": "skipped" if "skipped" in errors[name]
-                       else "error", "reason": errors[name]}  # fmt: skip
+                res = {"passed": False, "status": error_status(errors[name]),
+                       "reason": errors[name]}  # fmt: skip
             elif time.monotonic() > deadline:
                 res = {"passed": False, "status": "skipped", "reason": "skipped: time budget"}
             else:
@@ -233,8 +243,35 @@ def run_task(runner, env, task: dict[str, Any], args, deadline: float) -> dict[s
                 for t in task.get("lab", {}).get("targets", [])
             ],
             "best_strategy": best_strategy(rows, claims),
+            "peers": peer_summary(rows, errors, getattr(ev.ref, "PEERS", None) or {}),
         },
     }
+
+
+def error_status(message: str) -> str:
+    """The row status of a strategy that never ran: skipped, missing (a peer's package), error."""
+    if message.startswith("missing"):
+        return "missing"
+    return "skipped" if "skipped" in message else "error"
+
+
+def peer_summary(rows: list[dict[str, Any]], errors: dict[str, str], peers: dict) -> dict:
+    """Each peer's standing in this run: ok, missing (not importable), or failed (wrong output
+    or an error on some case), with the package and the first reason."""
+    out: dict[str, dict[str, Any]] = {}
+    for peer, (package, _) in peers.items():
+        name = f"peer:{peer}"
+        mine = [r for r in rows if r["strategy"] == name]
+        bad = [r for r in mine if not r["passed"] and r["status"] != "skipped"]
+        if name in errors:
+            out[name] = {"package": package, "status": "missing", "reason": errors[name]}
+        elif bad:
+            out[name] = {"package": package, "status": "failed",
+                         "reason": f"{len(bad)} of {len(mine)} cases: {bad[0]['case']}: "
+                                   f"{bad[0].get('reason') or bad[0]['status']}"[:300]}  # fmt: skip
+        else:
+            out[name] = {"package": package, "status": "ok", "reason": ""}
+    return out
 
 
 def best_strategy(rows: list[dict[str, Any]], claims: list[str]) -> str | None:

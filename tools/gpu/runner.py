@@ -53,6 +53,12 @@ if __name__ == "__main__":  # the staged runner (not a module the lab loads by p
     # the hash-checked source): the harness imports its siblings from source, -B writes none.
     shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
 SWEEP_WARMUP, SWEEP_REPEATS = 3, 10  # per case in sweeps (a score takes 10 and 30: time_case)
+SWEEP_MIN_SAMPLES = 5  # a sweep ranks configs: 5 samples suffice where the median is stable
+# Adaptive sampling (time_case): at least MIN_SAMPLES, at most `repeats`, stopping once the
+# median's ~95% confidence interval is within RELATIVE_CI of it. The guarded verify's replay
+# samples keep their fixed count (guard_gpu.time_samples): a candidate must not be able to
+# steer how often it is measured.
+MIN_SAMPLES, RELATIVE_CI = 10, 0.005
 _OUT = sys.stdout  # replaced in main() by a dup of fd 1 before candidate code can print
 
 # ----------------------------------------------------------------------------------------------
@@ -176,6 +182,38 @@ def score_of(medians: Sequence[float | None], passed: bool) -> float | None:
     if not passed or not medians or any(m is None for m in medians):
         return None
     return math.fsum(m for m in medians if m is not None)
+
+
+def median_ci_halfwidth(samples: Sequence[float], z: float = 1.96) -> float | None:
+    """Half-width of the ~95% confidence interval of the median, distribution-free: the order
+    statistics n/2 -/+ z*sqrt(n)/2 bound it (the binomial approximation), half their distance.
+    None below 5 samples (the bounds would be the extremes)."""
+    xs = sorted(samples)
+    n = len(xs)
+    if n < 5:
+        return None
+    k = z * math.sqrt(n) / 2
+    lo, hi = max(0, math.floor(n / 2 - k)), min(n - 1, math.ceil(n / 2 + k) - 1)
+    return (xs[hi] - xs[lo]) / 2
+
+
+def sample_until_stable(
+    draw, *, floor: int, cap: int, rel_ci: float = 0.005
+) -> tuple[list[float], bool]:
+    """Call `draw()` (one timing sample) at least `floor` and at most `cap` times, stopping once
+    the median's confidence interval half-width is within `rel_ci` of the median. Returns the
+    samples and whether they met the bound. A stable series stops at the floor; a noisy one
+    runs to the cap, and says so."""
+    floor, cap = max(1, floor), max(1, floor, cap)
+    xs: list[float] = []
+    while len(xs) < cap:
+        xs.append(float(draw()))
+        if len(xs) >= floor:
+            half = median_ci_halfwidth(xs)
+            med = statistics.median(xs)
+            if half is not None and med > 0 and half <= rel_ci * med:
+                return xs, True
+    return xs, False
 
 
 def geomean(values: Sequence[float | None]) -> float | None:
@@ -324,34 +362,42 @@ class Env:
         self.torch.sum(buf, dim=0, out=self._flush_out)
 
     def isolated_times(
-        self, call, samples: int, *, host_us: float
+        self, call, samples: int, *, host_us: float, cap: int | None = None
     ) -> tuple[list[float], list[float]]:
-        """One call per sample from a clean L2, stream primed so launch latency is hidden."""
+        """One call per sample from a clean L2, stream primed so launch latency is hidden.
+        `samples` is the floor; with `cap` above it, sampling stops early once the median is
+        known to within RELATIVE_CI (sample_until_stable)."""
         torch = self.torch
         self.flush_l2()  # allocates the flush buffer before the first sample
         torch.cuda.synchronize()
         # Sleep long enough to cover the host's enqueue of start event + call + end event.
         sleep_cycles = int(min(max(3 * host_us + 50, 100), 5000) * 2000)  # ~2 GHz SM clock
-        events = [
-            tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in range(samples)
-        ]
+        start, end, after_sync = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         call(0)
         torch.cuda.synchronize()
-        times, tails = [], []
-        for i, (start, end, after_sync) in enumerate(events):
+        tails: list[float] = []
+
+        def one() -> float:
             self.flush_l2()
             torch.cuda._sleep(sleep_cycles)
             start.record()
-            call(i)
+            call(len(tails))
             end.record()
             torch.cuda.synchronize()
             after_sync.record()
             after_sync.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
             tails.append(end.elapsed_time(after_sync) * 1e3)
+            return start.elapsed_time(end) * 1e3
+
+        times, _ = sample_until_stable(one, floor=samples, cap=cap or samples,
+                                       rel_ci=RELATIVE_CI)  # fmt: skip
         return times, tails
 
-    def graph_times(self, call, calls: int, samples: int, warmup: int) -> list[float]:
+    def graph_times(
+        self, call, calls: int, samples: int, warmup: int, cap: int | None = None
+    ) -> list[float]:
+        """Per-call microseconds of CUDA-graph replays of `calls` back-to-back calls; at least
+        `samples` replays, up to `cap` until the median is stable (sample_until_stable)."""
         torch = self.torch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -366,9 +412,9 @@ class Env:
                 call(i)
         graph.replay()
         torch.cuda.synchronize()
-        out = [self.window(graph.replay) / calls for _ in range(samples)]
-        del graph
-        return out
+        out, _ = sample_until_stable(lambda: self.window(graph.replay) / calls, floor=samples,
+                                     cap=cap or samples, rel_ci=RELATIVE_CI)  # fmt: skip
+        return out  # the graph (and its memory pool) goes with this frame
 
 
 def _driver_version() -> str | None:
@@ -459,10 +505,37 @@ def inputs_unchanged(torch, args, saved) -> bool:
 # evaluation
 
 
+class Phases(dict):
+    """Seconds spent per phase of a request (summed over cases), for the warm objective's
+    breakdown: `with phases("inputs", sync):` adds the block's wall time, after `sync()` so
+    queued device work is charged to the phase that queued it. Phases are exclusive: a phase
+    opened inside another is not counted twice (the outer one gets the rest)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._inner: list[float] = []  # per open phase: seconds spent in phases inside it
+
+    @contextlib.contextmanager
+    def __call__(self, name: str, sync=None):
+        t0 = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            if sync is not None:
+                sync()
+            took = time.perf_counter() - t0
+            inner = self._inner.pop()
+            if self._inner:
+                self._inner[-1] += took
+            self[name] = self.get(name, 0.0) + took - inner
+
+
 class Evaluator:
     def __init__(self, env: Env, req: dict[str, Any]) -> None:
         self.env = env
         self.req = req
+        self.phases = Phases()
         self.torch = env.torch
         self.ref = load_module(
             Path(req["reference"]), f"_hl_reference_{tree_hash(Path(req['reference']).parent)}"
@@ -524,25 +597,28 @@ class Evaluator:
             with deadline(self.case_timeout_s):
                 checks = int(self.req.get("checks", 1))
                 for check in range(checks):
-                    args, kwargs = self.make(shape, dtype, salt=idx * 101 + check)
-                    expected = self.ref.reference(*args, **kwargs)
-                    out_shape, out_dtype = self.ref.output_spec(*args, **kwargs)
-                    saved = snapshot_inputs(torch, args)
-                    poison_allocator(torch, self.env.device, expected.numel() * 2)
-                    out = fn(*args, **kwargs)
-                    self.env.sync()
-                    ok, reason, stats = compare(
-                        torch, out, expected, tol, out_shape, out_dtype, args
-                    )
-                    res.update(stats)
-                    if ok and not inputs_unchanged(torch, args, saved):
-                        ok, reason = False, "the candidate modified its inputs"
+                    with self.phases("inputs", self.env.sync):
+                        args, kwargs = self.make(shape, dtype, salt=idx * 101 + check)
+                        expected = self.ref.reference(*args, **kwargs)
+                        out_shape, out_dtype = self.ref.output_spec(*args, **kwargs)
+                        saved = snapshot_inputs(torch, args)
+                        poison_allocator(torch, self.env.device, expected.numel() * 2)
+                    with self.phases("correctness"):
+                        out = fn(*args, **kwargs)
+                        self.env.sync()
+                        ok, reason, stats = compare(
+                            torch, out, expected, tol, out_shape, out_dtype, args
+                        )
+                        res.update(stats)
+                        if ok and not inputs_unchanged(torch, args, saved):
+                            ok, reason = False, "the candidate modified its inputs"
                     if not ok:
                         res["reason"] = reason
                         return res
                     del out, expected, saved
                 if timing:
-                    res.update(self.time_case(fn, shape, dtype, idx))
+                    with self.phases("timing", self.env.sync):
+                        res.update(self.time_case(fn, shape, dtype, idx))
         except CaseTimeout as exc:
             res.update(status="timeout", reason=f"timeout: case {exc}")
             return res
@@ -559,7 +635,8 @@ class Evaluator:
         env, torch = self.env, self.torch
         nbytes = int(self.ref.bytes_moved(shape, torch.finfo(dtype).bits // 8))
         warmup = int(self.req.get("warmup", 10))
-        samples = int(self.req.get("repeats", 30))
+        samples = int(self.req.get("repeats", 30))  # the cap of adaptive sampling
+        floor = max(1, min(int(self.req.get("min_samples", MIN_SAMPLES)), samples))
         if self.interpret:
             args, kwargs = self.make(shape, dtype, salt=idx * 101 + 7)
             # The interpreter says nothing about speed: a few samples keep eval fast on a CPU.
@@ -570,7 +647,8 @@ class Evaluator:
             method, calls, n_sets = "wall_clock_interpreter", 1, 1
         else:
             n_sets = env.sets_needed(nbytes)
-            sets = [self.make(shape, dtype, salt=idx * 101 + 11 + s) for s in range(n_sets)]
+            with self.phases("timing_inputs", env.sync):  # not in "timing": Phases are exclusive
+                sets = [self.make(shape, dtype, salt=idx * 101 + 11 + s) for s in range(n_sets)]
 
             def call(i: int):
                 a, k = sets[i % n_sets]
@@ -583,11 +661,13 @@ class Evaluator:
             method, calls = env.method_for(nbytes), 1
             tails = [0.0]
             if method == "isolated":
-                times, tails = env.isolated_times(call, samples, host_us=statistics.median(single))
+                times, tails = env.isolated_times(
+                    call, floor, host_us=statistics.median(single), cap=samples
+                )
             else:
                 calls = env.graph_calls(nbytes, n_sets)
                 try:
-                    times = env.graph_times(call, calls, samples, warmup)
+                    times = env.graph_times(call, calls, floor, warmup, cap=samples)
                 except Exception:  # not capturable (host syncs, allocations): eager back-to-back
                     method = "eager_back_to_back"
                     torch.cuda.synchronize()
@@ -598,6 +678,7 @@ class Evaluator:
             del sets
         stats = order_stats(times)
         med = stats["median_us"] or 0.0
+        half = median_ci_halfwidth(times)
         gbps = nbytes / (med * 1e3) if med > 0 else None
         copy_gbps = env.copy_gbps()
         return {
@@ -612,6 +693,7 @@ class Evaluator:
             "calls_per_sample": calls,
             "input_sets": n_sets,
             "samples": len(times),
+            "median_ci_rel": half / med if half is not None and med > 0 else None,
         }
 
     # -- modes ------------------------------------------------------------------------------------
@@ -621,7 +703,8 @@ class Evaluator:
         started = time.perf_counter()
         cases = self.req["cases"]
         try:
-            fn, cand_dir = self.load_candidate(candidate_dir, config)
+            with self.phases("load"):
+                fn, cand_dir = self.load_candidate(candidate_dir, config)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -660,14 +743,17 @@ class Evaluator:
             "cases": results,
             "reason": error or (f"{failed[0]['name']}: {failed[0]['reason']}" if failed else ""),
             "wall_s": time.perf_counter() - started,
+            "phases_s": dict(self.phases),
         }
 
     def sweep(self) -> dict[str, Any]:
         """Evaluate every config in req['configs']; one bad config never fails the sweep.
         Ranking needs fewer samples than a score: unless the request says otherwise, each
-        case takes SWEEP_REPEATS samples after SWEEP_WARMUP calls."""
+        case takes SWEEP_MIN_SAMPLES to SWEEP_REPEATS samples (adaptive) after SWEEP_WARMUP
+        calls."""
         self.req.setdefault("warmup", SWEEP_WARMUP)
         self.req.setdefault("repeats", SWEEP_REPEATS)
+        self.req.setdefault("min_samples", SWEEP_MIN_SAMPLES)
         out = []
         compile_only = bool(self.req.get("compile_only"))
         for i, config in enumerate(self.req["configs"]):
@@ -786,6 +872,12 @@ def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
         if req.get("measure_copy", True):
             result["copy_gbps"] = env.copy_gbps()
     else:
+        cache = req.get("triton_cache")
+        if mode != "verify" and isinstance(cache, str) and cache:
+            # The candidate's dev cache (the launcher grants it): compile workers fill it, the
+            # timing worker reads it. Triton reads the variable at each compile.
+            os.makedirs(cache, exist_ok=True)
+            os.environ["TRITON_CACHE_DIR"] = cache
         ev = Evaluator(env, req)
         if mode == "evaluate":
             result = ev.evaluate(req["candidate_dir"], req.get("config"))
@@ -802,7 +894,9 @@ def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
         else:
             raise ValueError(f"unknown mode {mode!r}")
         if mode in ("evaluate", "sweep"):
-            result["copy_gbps"] = env.copy_gbps() if not req.get("compile_only") else None
+            with ev.phases("copy_bandwidth"):  # measured once per process (cached after)
+                result["copy_gbps"] = env.copy_gbps() if not req.get("compile_only") else None
+            result["phases_s"] = dict(ev.phases)
     result.update(mode=mode, env=env.info(), seed=req.get("seed"), request_id=req.get("request_id"))
     result["runner_wall_s"] = time.perf_counter() - t0
     return result

@@ -461,6 +461,8 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
     abi = landlock_abi() if policy.get("landlock", True) else 0
     root = policy.get("scratch_root") or tempfile.gettempdir()
     os.makedirs(root, mode=0o700, exist_ok=True)
+    for folder in policy.get("mkdir", []):  # write grants that must exist before Landlock
+        os.makedirs(str(folder), mode=0o700, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="sbx-", dir=root)
     argv = [a.replace("{scratch}", scratch) for a in argv]
     wanted = policy.get("namespaces", True)

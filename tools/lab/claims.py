@@ -7,7 +7,8 @@ reaches 96% of copy bandwidth on 4096x8192_fp16 (target >= 90%)"). Its status:
   median; for bandwidth claims also DRAM busy >= NCU_DRAM_MIN_PCT, so the bytes came from DRAM).
 - caveated: the target met, but part of that evidence is missing or disagrees (said which).
 - rejected: the output was wrong, or the measurement misses the target.
-- pending: nothing meaningful was measured (interpreter run, skipped row, missing comparator).
+- pending: nothing meaningful was measured (interpreter run, skipped row, a comparator that is
+  missing, failed correctness or was not measured: said which).
 """
 
 from __future__ import annotations
@@ -70,12 +71,12 @@ def ncu_case(results: dict[str, Any], task: str, strategy: str, case: str) -> di
     return out
 
 
-def _row(results: dict[str, Any], task: str, strategy: str, case: str) -> dict[str, Any] | None:
+def row_of(results: dict[str, Any], task: str, strategy: str, case: str) -> dict[str, Any] | None:
     return next((r for r in results["rows"] if (r["task"], r["strategy"], r["case"]) ==
                  (task, strategy, case)), None)  # fmt: skip
 
 
-def _time(row: dict[str, Any]) -> float | None:
+def time_of(row: dict[str, Any]) -> float | None:
     medians = [m for m in row.get("repeat_medians_us") or [] if m]
     return statistics.median(medians) if medians else row.get("median_us")
 
@@ -91,6 +92,19 @@ def _repeat_gaps(row: dict[str, Any], who: str) -> list[str]:
     return gaps
 
 
+def comparator_gap(name: str, row: dict[str, Any] | None) -> str:
+    """Why a comparator gives no time, in its row's words: not in the matrix, missing (a peer
+    whose package is not importable), failed correctness, or another status."""
+    if row is None:
+        return f"comparator {name} not measured (not in the matrix)"
+    status, why = row.get("status") or "failed", row.get("reason") or ""
+    if status == "missing":
+        return f"comparator {name} missing: {why}"
+    if status == "failed":
+        return f"comparator {name} failed correctness: {why}"
+    return f"comparator {name} not measured ({status}{': ' + why if why else ''})"
+
+
 def _describe(target: dict[str, Any]) -> str:
     if target["kind"] == "pct_of_copy":
         return f">= {target['min']:g}% of copy bandwidth"
@@ -101,7 +115,7 @@ def judge(results: dict[str, Any], task: str, strategy: str, target: dict[str, A
           case: str, meaningful: bool) -> Claim:  # fmt: skip
     base = {"task": task, "target": _describe(target), "strategy": strategy, "case": case,
             "threshold": target["min"]}  # fmt: skip
-    row = _row(results, task, strategy, case)
+    row = row_of(results, task, strategy, case)
     kind = target["kind"]
     words = "of copy bandwidth" if kind == "pct_of_copy" else f"the speed of {target.get('vs')}"
     if row is None or row.get("status") == "skipped":
@@ -114,19 +128,19 @@ def judge(results: dict[str, Any], task: str, strategy: str, target: dict[str, A
     if not meaningful:
         return Claim(**base, statement=f"{strategy} on {case}: {_describe(target)}",
                      status="pending", reason="interpreter run: timings are not meaningful")  # fmt: skip
-    evidence: dict[str, Any] = {"median_us": _time(row), "repeats": row.get("repeat_medians_us"),
+    evidence: dict[str, Any] = {"median_us": time_of(row), "repeats": row.get("repeat_medians_us"),
                                 "repeat_spread": row.get("repeat_spread")}  # fmt: skip
     gaps = _repeat_gaps(row, strategy)
     if kind == "pct_of_copy":
         value = row.get("pct_of_copy_bw")
         evidence["gbps"] = row.get("gbps")
     else:
-        other = _row(results, task, target["vs"], case)
-        if other is None or not other.get("passed") or not _time(other):
+        other = row_of(results, task, target["vs"], case)
+        if other is None or not other.get("passed") or not time_of(other):
             return Claim(**base, statement=f"{strategy} on {case}: {_describe(target)}",
-                         status="pending", reason=f"comparator {target['vs']} not measured")  # fmt: skip
-        value = _time(other) / _time(row)  # type: ignore[operator]
-        evidence["vs_median_us"] = _time(other)
+                         status="pending", reason=comparator_gap(target["vs"], other))  # fmt: skip
+        value = time_of(other) / time_of(row)  # type: ignore[operator]
+        evidence["vs_median_us"] = time_of(other)
         gaps += _repeat_gaps(other, target["vs"])
     if value is None:
         return Claim(**base, statement=f"{strategy} on {case}", status="pending",
@@ -185,4 +199,13 @@ def counts(claims: list[Claim]) -> dict[str, int]:
     return out
 
 
-__all__ = ["Claim", "claims_ledger", "counts", "judge", "ncu_case"]
+__all__ = [
+    "Claim",
+    "claims_ledger",
+    "comparator_gap",
+    "counts",
+    "judge",
+    "ncu_case",
+    "row_of",
+    "time_of",
+]

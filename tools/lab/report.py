@@ -171,6 +171,58 @@ def task_section(
     return lines
 
 
+def peers_section(results: dict[str, Any]) -> list[str]:
+    """Our best kernel against what users would pick instead, per task and case: % of copy
+    bandwidth (or TFLOP/s) and the time ratio over torch.compile and every peer (> 1: ours is
+    faster). A peer that is missing or failed correctness is shown as such, never left out."""
+    lines = ["## Against the kernels users would pick instead", "",
+             "Ratio = the other kernel's median time / the best harnesslab strategy's (> 1.00x: "
+             "harnesslab is faster); claim cases use the median of their repeated measurements. "
+             "Peers: production kernels timed by the same protocol with correctness per row.", ""]  # fmt: skip
+    for name, task in results.get("tasks", {}).items():
+        best = task.get("best_strategy")
+        others = [s for s in task.get("strategies", []) if s == "torch_compile"]
+        others += [s for s in task.get("strategies", []) if s.startswith("peer:")]
+        peers = task.get("peers") or {}
+        lines += [f"### {name}", ""]
+        for peer, info in peers.items():
+            state = info.get("status")
+            detail = f": {info.get('reason')}" if info.get("reason") else ""
+            lines.append(f"- `{peer}` ({info.get('package')}): **{state}**{detail}")
+        if not peers:
+            lines.append("- no peers declared (reference.PEERS)")
+        lines.append("")
+        if best is None:
+            lines += ["No harnesslab strategy passed every case: no ratios.", ""]
+            continue
+        unit = "TFLOP/s" if task.get("metric") == "tflops" else "% copy"
+        lines += [f"| case | {best} us | {unit} | " + " | ".join(f"vs {o}" for o in others) + " |",
+                  "|---" * (3 + len(others)) + "|"]  # fmt: skip
+        for case in task.get("cases", []):
+            mine = lab_claims.row_of(results, name, best, case)
+            mine_us = lab_claims.time_of(mine) if mine and mine.get("passed") else None
+            value = (mine or {}).get(
+                "tflops" if task.get("metric") == "tflops" else "pct_of_copy_bw"
+            )
+            cells = []
+            for o in others:
+                row = lab_claims.row_of(results, name, o, case)
+                other_us = lab_claims.time_of(row) if row and row.get("passed") else None
+                if row is None:
+                    cells.append("-")
+                elif other_us is None:
+                    cells.append(str(row.get("status")))
+                elif mine_us:
+                    cells.append(f"{other_us / mine_us:.2f}x")
+                else:
+                    cells.append("-")
+            lines.append(
+                f"| {case} | {_f(mine_us)} | {_f(value, '{:.0f}')} | " + " | ".join(cells) + " |"
+            )
+        lines.append("")
+    return lines
+
+
 def launch_section(results: dict[str, Any]) -> list[str]:
     rows = [
         r for r in results["rows"] if r.get("timing_method") == "cuda_graph" and r.get("passed")
@@ -261,6 +313,7 @@ def build_report(results: dict[str, Any], out: Path, *, command: str = "") -> Re
     lines += (
         ["## Misses against the targets", ""] + ([f"- {m}" for m in missed] or ["None."]) + [""]
     )
+    lines += peers_section(results)
     for name, task in results.get("tasks", {}).items():
         lines += task_section(results, name, task, plots)
     lines += launch_section(results) + tuning_section(results)
@@ -280,4 +333,11 @@ def build_report(results: dict[str, Any], out: Path, *, command: str = "") -> Re
                          plot_error=plot_error)  # fmt: skip
 
 
-__all__ = ["ReportSummary", "build_report", "speedup", "write_csv", "write_plots"]
+__all__ = [
+    "ReportSummary",
+    "build_report",
+    "peers_section",
+    "speedup",
+    "write_csv",
+    "write_plots",
+]

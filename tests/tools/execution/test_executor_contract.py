@@ -222,6 +222,28 @@ async def test_sync_sends_only_changed_files(backend: Backend) -> None:
 
 
 @pytest.mark.anyio
+async def test_sync_leaves_the_hosts_own_folders_alone_and_keeps_working_around_them(
+    backend: Backend,
+) -> None:
+    local = backend.scratch / "stage"
+    (local / "tcache").mkdir(parents=True)
+    (local / "kernel.py").write_text("x = 1\n")
+    (local / "tcache" / "local-only.bin").write_text("never sent\n")
+    ex = backend.executor
+    with anyio.fail_after(30):
+        await ex.connect()
+        remote = ex.path("stage2")
+        first = await ex.sync_tree(local, remote, skip=("tcache",))
+        # the host fills its cache folder; the next sync neither lists nor touches it
+        await ex.run(["sh", "-c", "mkdir -p tcache && echo host > tcache/k.bin"], cwd=remote,
+                     timeout_s=10)  # fmt: skip
+        again = await ex.sync_tree(local, remote, skip=("tcache",))
+        ran = await ex.run(["sh", "-c", "ls tcache; cat kernel.py"], cwd=remote, timeout_s=10)
+    assert first == ["kernel.py"] and again == []
+    assert ran.stdout == "k.bin\nx = 1\n"
+
+
+@pytest.mark.anyio
 async def test_health_reports_a_python_without_torch_classified(backend: Backend) -> None:
     python = backend.scratch / "python-without-site"
     python.write_text('#!/bin/sh\nexec python3 -S "$@"\n')  # -S: no site-packages, no torch

@@ -181,3 +181,23 @@ def test_runner_module_runs_alone_without_harnesslab(tmp_path):
     )
     assert out.returncode == 2, out.stderr
     assert "usage: runner.py" in out.stderr
+
+
+@pytest.mark.anyio
+async def test_run_objective_says_where_its_seconds_went_without_counting_any_twice(tmp_path):
+    import time
+
+    ws = make_workspace(tmp_path)
+    launcher = make_launcher(tmp_path)
+    t0 = time.perf_counter()
+    res = await run_objective(ws, launcher, cases=SMALL)
+    wall = time.perf_counter() - t0
+    assert res.status == "passed", res.reason
+    phases = res.phases_s
+    for key in ("snapshot", "stage", "gpu_lock", "sync", "transport", "result", "runner_load",
+                "runner_inputs", "runner_correctness", "runner_timing"):  # fmt: skip
+        assert key in phases, key
+    assert all(v >= 0 for v in phases.values()), phases
+    assert sum(phases.values()) <= wall * 1.01 + 0.01  # exclusive phases: never more than wall
+    assert phases["runner_timing"] > 0 and phases["runner_correctness"] > 0
+    assert all(c.samples and c.samples >= 1 for c in res.cases)

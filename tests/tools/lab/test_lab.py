@@ -283,10 +283,84 @@ def test_harnesslab_lab_runs_end_to_end_on_the_interpreter(tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["info"]["meaningful"] is False
-    rows = [r for r in results["rows"] if r["strategy"] != "torch_compile"]
+    rows = [r for r in results["rows"] if r["strategy"] in ("baseline", "sol:fast", "torch_eager")]
     assert len(rows) == 3 * 3 and all(r["passed"] for r in rows)
+    liger = [r for r in results["rows"] if r["strategy"] == "peer:liger"]  # on every case
+    state = results["tasks"]["swiglu"]["peers"]["peer:liger"]["status"]
+    assert len(liger) == 3 and state in ("ok", "missing", "failed")
+    assert all(r["status"] == "missing" for r in liger) == (state == "missing")
     report = (out / "report.md").read_text()
     assert "NOT MEANINGFUL" in report and "| **pending** |" in report
     assert {"results.csv", "swiglu_perf.png", "swiglu_speedup.png"} <= {
         p.name for p in out.iterdir()
     }
+
+
+PEER_OVERRIDE = textwrap.dedent(
+    """
+
+    def _absent():
+        import harnesslab_no_such_kernel_package  # noqa: F401
+
+
+    def _wrong():
+        def run(a, b):
+            return torch.zeros_like(a)
+
+        return run
+
+
+    PEERS = {"absent": ("no-such-package", _absent), "wrong": ("wrong-kernels", _wrong)}
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_missing_peer_and_a_wrong_peer_each_show_as_such_in_the_results_and_report(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    root = tmp_path / "tasks"
+    shutil.copytree(REPO / "tasks" / "swiglu", root / "swiglu")
+    ref = root / "swiglu" / "reference.py"
+    ref.write_text(ref.read_text() + PEER_OVERRIDE)
+    out = tmp_path / "out"
+    rc = LAB_GPU.main(["--out", str(out), "--tasks", "swiglu", "--tasks-root", str(root),
+                       "--max-cases", "1", "--interpret", "always", "--no-ncu", "--no-compile"])  # fmt: skip
+    assert rc == 0
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["strategy"]: r for r in results["rows"]}
+    assert rows["peer:absent"]["status"] == "missing"
+    assert "no-such-package not importable" in rows["peer:absent"]["reason"]
+    assert rows["peer:wrong"]["status"] == "failed" and not rows["peer:wrong"]["passed"]
+    assert "out of tolerance" in rows["peer:wrong"]["reason"]
+    peers = results["tasks"]["swiglu"]["peers"]
+    assert peers["peer:absent"]["status"] == "missing"
+    assert peers["peer:wrong"]["status"] == "failed"
+    build_report(results, tmp_path / "report")
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "`peer:absent` (no-such-package): **missing**" in report
+    assert "`peer:wrong` (wrong-kernels): **failed**" in report
+
+
+def test_claims_against_a_missing_or_failing_peer_are_pending_and_say_why() -> None:
+    results = synthetic_results()
+    results["rows"] += [
+        _row("peer:gone", "good", 0.0, passed=False, status="missing", median_us=None,
+             reason="missing: gone-pkg not importable here (ModuleNotFoundError: gone)"),
+        _row("peer:bad", "good", 0.0, passed=False, status="failed", median_us=None,
+             reason="3 of 10 elements out of tolerance"),
+    ]  # fmt: skip
+    summary = results["tasks"]["copyish"]
+    summary["strategies"] += ["peer:gone", "peer:bad"]
+    summary["targets"] += [
+        {"kind": "ratio", "vs": "peer:gone", "min": 1.0, "cases": ["good"]},
+        {"kind": "ratio", "vs": "peer:bad", "min": 1.0, "cases": ["good"]},
+    ]
+    claims = claims_ledger(results)
+    gone = next(c for c in claims if "peer:gone" in c.target)
+    bad = next(c for c in claims if "peer:bad" in c.target)
+    assert gone.status == "pending" and "comparator peer:gone missing: " in gone.reason
+    assert bad.status == "pending"
+    assert "comparator peer:bad failed correctness: 3 of 10" in bad.reason
