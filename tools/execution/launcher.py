@@ -254,8 +254,10 @@ class Launcher:
             "write": [dev_cache],
             "mkdir": [dev_cache],  # made by the sandbox's outer process before it grants it
             # Nsight Compute talks to its target through sockets and /dev/shm: a profiled run
-            # keeps Landlock's file rules but no network namespace and no socket filter.
-            **({"namespaces": False, "seccomp": False} if profile else {}),
+            # keeps Landlock's file rules but no network namespace and no socket filter, and
+            # the sandbox execs it in place (under ncu on an H100 the reaper's fork died with
+            # SIGSEGV right after fork(); ncu's process is the one the launcher kills).
+            **({"namespaces": False, "seccomp": False, "fork": False} if profile else {}),
         }
         if profile:
             policy["write"].append("/dev/shm")

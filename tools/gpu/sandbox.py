@@ -479,7 +479,11 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
         "seccomp": bool(LINUX and policy.get("seccomp", True) and _arch()),
         "no_new_privs": LINUX,
         "capabilities": "dropped" if LINUX else "kept",
-        "lifetime": "pid_namespace" if pidns else "subreaper",
+        "lifetime": "pid_namespace"
+        if pidns
+        else "caller"
+        if policy.get("fork", True) is False
+        else "subreaper",
     }
     applied["level"] = "none" if not abi else "full" if pidns and "net" in namespaces else "partial"
     if policy.get("report", True):
@@ -492,6 +496,10 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
         )
         shutil.rmtree(scratch, ignore_errors=True)
         return 3
+    if policy.get("fork", True) is False and not namespaces:
+        # No reaper: this process becomes the target (its scratch folder is left for the
+        # caller's scratch root; its lifetime is its caller's process group).
+        _exec_target(policy, argv, scratch, abi)
     if not pidns:
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _forward_signals_to: list[int] = []

@@ -229,3 +229,36 @@ def test_the_sandbox_leaves_no_scratch_behind(tmp_path: Path) -> None:
     )  # fmt: skip
     assert list(root.iterdir()) == []
     shutil.rmtree(root)
+
+
+def test_a_profiled_target_runs_in_place_with_the_file_rules(tmp_path: Path) -> None:
+    """profile_target's policy (no namespaces, no socket filter, no fork: ncu's injected target
+    died right after the reaper's fork on an H100) still applies Landlock: the target is the
+    sandbox's own process, may write its scratch folder and nothing outside it."""
+    outside = tmp_path / "outside.txt"
+    code = (
+        "import os, sys\n"
+        "open(os.path.join(os.getcwd(), 'ok.txt'), 'w').write('x')\n"
+        f"try:\n    open({str(outside)!r}, 'w').write('x'); print('WROTE')\n"
+        "except OSError: print('DENIED')\n"
+        "print('PID', os.getpid())\n"
+    )
+    policy = {
+        "read": [],
+        "scratch_root": str(tmp_path / "scratch"),
+        "namespaces": False,
+        "seccomp": False,
+        "fork": False,
+        "require": True,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, sandbox.__file__, "--policy", json.dumps(policy), "--",
+         sys.executable, "-I", "-c", code],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    report = json.loads(out.splitlines()[0])
+    assert report["lifetime"] == "caller" and report["landlock_abi"] >= 1
+    assert "DENIED" in out and not outside.exists()
+    assert f"PID {proc.pid}" in out  # exec'd in place: no reaper, no fork
