@@ -270,7 +270,10 @@ def drop_capabilities() -> None:
 
 def target_env(policy: dict[str, Any], scratch: str) -> dict[str, str]:
     keep = {*ENV_ALWAYS, *policy.get("env_allow", [])}
-    env = {k: v for k, v in os.environ.items() if k in keep}
+    prefixes = tuple(str(p) for p in policy.get("env_allow_prefixes", []))
+    env = {
+        k: v for k, v in os.environ.items() if k in keep or (prefixes and k.startswith(prefixes))
+    }
     env.update({str(k): str(v) for k, v in (policy.get("env") or {}).items()})
     dirs = {
         "HOME": "home",
