@@ -51,6 +51,8 @@ SANDBOXED_MODES = ("evaluate", "sweep", "probe", "profile_target")
 
 # What a sandboxed runner keeps of the environment (everything else, API keys and agent sockets
 # included, stays outside); the launcher sets these for every runner.
+# What a profiler sets for the process it profiles (Nsight Compute/Systems injection).
+PROFILER_ENV_PREFIXES = ("NV_", "NVIDIA", "CUDA_INJECTION", "LD_PRELOAD", "NSYS_", "NCU_")
 RUNNER_ENV = (
     "CUDA_VISIBLE_DEVICES",
     "HARNESSLAB_RUNNER_INTERPRET",
@@ -253,11 +255,22 @@ class Launcher:
             "env_allow": list(RUNNER_ENV),
             "write": [dev_cache],
             "mkdir": [dev_cache],  # made by the sandbox's outer process before it grants it
-            # Nsight Compute talks to its target through sockets and /dev/shm: a profiled run
-            # keeps Landlock's file rules but no network namespace and no socket filter, and
-            # the sandbox execs it in place (under ncu on an H100 the reaper's fork died with
-            # SIGSEGV right after fork(); ncu's process is the one the launcher kills).
-            **({"namespaces": False, "seccomp": False, "fork": False} if profile else {}),
+            # Nsight Compute talks to its target through sockets and /dev/shm and finds it by
+            # the injection variables it sets (NV_NSIGHT_INJECTION_*, NV_TPS_LAUNCH_TOKEN, ...;
+            # without them the target died with SIGSEGV on an H100): a profiled run keeps
+            # Landlock's file rules but no network namespace, no socket filter, and gets those
+            # variables (benchmarks/ncu_sandbox_matrix.py). It is exec'd in place: ncu's
+            # process is the one the launcher kills.
+            **(
+                {
+                    "namespaces": False,
+                    "seccomp": False,
+                    "fork": False,
+                    "env_allow_prefixes": list(PROFILER_ENV_PREFIXES),
+                }
+                if profile
+                else {}
+            ),
         }
         if profile:
             policy["write"].append("/dev/shm")

@@ -103,6 +103,8 @@ ETC_READ = [
     "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
     "/etc/alternatives", "/etc/os-release", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
     "/etc/mime.types", "/etc/gcc", "/etc/nvidia",
+    # Debian's sitecustomize.py is a link into /etc/python3.X
+    f"/etc/python{sys.version_info.major}.{sys.version_info.minor}",
 ]  # fmt: skip
 DEVICES_RW = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
 DEVICE_PREFIXES = ("nvidia",)  # /dev/nvidia0, nvidiactl, nvidia-uvm*, nvidia-caps/...

@@ -27,7 +27,7 @@ import pytest
 from harnesslab.tools.evaluation.objective import run_objective
 from harnesslab.tools.evaluation.probe import numerical_probe
 from harnesslab.tools.evaluation.sweep import sweep
-from harnesslab.tools.execution.launcher import Launcher
+from harnesslab.tools.execution.launcher import PROFILER_ENV_PREFIXES, Launcher
 from harnesslab.tools.gpu import sandbox
 from harnesslab.tools.integrity.verify import guarded_verify, judge
 from harnesslab.tools.settings import Settings
@@ -232,9 +232,10 @@ def test_the_sandbox_leaves_no_scratch_behind(tmp_path: Path) -> None:
 
 
 def test_a_profiled_target_runs_in_place_with_the_file_rules(tmp_path: Path) -> None:
-    """profile_target's policy (no namespaces, no socket filter, no fork: ncu's injected target
-    died right after the reaper's fork on an H100) still applies Landlock: the target is the
-    sandbox's own process, may write its scratch folder and nothing outside it."""
+    """profile_target's policy (no namespaces, no socket filter, exec'd in place, the profiler's
+    injection variables passed: without them ncu's target died with SIGSEGV on an H100) still
+    applies Landlock: the target may write its scratch folder and nothing outside it, and sees
+    no other variable of its caller."""
     outside = tmp_path / "outside.txt"
     code = (
         "import os, sys\n"
@@ -242,6 +243,7 @@ def test_a_profiled_target_runs_in_place_with_the_file_rules(tmp_path: Path) -> 
         f"try:\n    open({str(outside)!r}, 'w').write('x'); print('WROTE')\n"
         "except OSError: print('DENIED')\n"
         "print('PID', os.getpid())\n"
+        "print('ENV', sorted(k for k in os.environ if k.startswith(('NV_', 'HARNESSLAB_'))))\n"
     )
     policy = {
         "read": [],
@@ -249,12 +251,14 @@ def test_a_profiled_target_runs_in_place_with_the_file_rules(tmp_path: Path) -> 
         "namespaces": False,
         "seccomp": False,
         "fork": False,
+        "env_allow_prefixes": list(PROFILER_ENV_PREFIXES),
         "require": True,
     }
+    env = {**os.environ, "NV_NSIGHT_INJECTION_PORT_BASE": "49152", "HARNESSLAB_SECRET": "x"}
     proc = subprocess.Popen(
         [sys.executable, sandbox.__file__, "--policy", json.dumps(policy), "--",
          sys.executable, "-I", "-c", code],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -262,3 +266,4 @@ def test_a_profiled_target_runs_in_place_with_the_file_rules(tmp_path: Path) -> 
     assert report["lifetime"] == "caller" and report["landlock_abi"] >= 1
     assert "DENIED" in out and not outside.exists()
     assert f"PID {proc.pid}" in out  # exec'd in place: no reaper, no fork
+    assert "'NV_NSIGHT_INJECTION_PORT_BASE'" in out and "HARNESSLAB_SECRET" not in out
