@@ -86,6 +86,11 @@ class HostHealth(BaseModel):
     disk_free_gb: float | None = Field(
         default=None, description="GB (1e9 bytes) free under the root"
     )
+    scheduler: dict[str, Any] | None = Field(
+        default=None,
+        description="a batch scheduler's view (Slurm): partitions with free GPUs, this "
+        "server's job (id, state, reason, nodes)",
+    )
     busy_slots: list[str] = Field(default_factory=list, description="GPUs running a job now")
     problems: list[Problem] = Field(default_factory=list, description="faults to fix")
     notes: list[Problem] = Field(

@@ -131,8 +131,9 @@ class Launcher:
         self.stage.mkdir(parents=True, exist_ok=True)
         if executors is None:
             executors = [LocalExecutor(settings.state_dir)]
-        gpus = [int(g) for g in settings.gpus.split(",") if g.strip()] or [0]
-        self.slots = [Slot(ex, g) for ex in executors for g in gpus]
+        # One slot per GPU each executor offers: settings.gpus per host, or every GPU of an
+        # allocation (Slurm); callers that fan out (sweeps, the lab) spread over all of them.
+        self.slots = [Slot(ex, g) for ex in executors for g in ex.gpu_indices(settings)]
         self._sync_locks: dict[int, anyio.Lock] = {id(ex): anyio.Lock() for ex in executors}
         self.last_env: dict[str, Any] | None = None
 
@@ -289,7 +290,29 @@ class Launcher:
         does `fresh=True` (the guarded verify)."""
         slot = slot or self.pick()
         timeout_s = timeout_s or self.settings.eval_timeout_s
-        await slot.executor.connect()  # remote executors resolve their root folder here
+        events: list[dict[str, Any]] = []
+        sandbox: dict[str, Any] = {}
+
+        async def line_in(line: str) -> None:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                return
+            if isinstance(ev, dict):
+                if ev.get("event") == "sandbox":
+                    sandbox.update({k: v for k, v in ev.items() if k != "event"})
+                    return
+                events.append(ev)
+                if on_event is not None and ev.get("event") not in ("result", "ready"):
+                    maybe = on_event(ev)
+                    if maybe is not None:
+                        await maybe
+
+        async def waiting(message: str) -> None:  # a pending allocation, a GPU held elsewhere
+            await line_in(json.dumps({"event": "waiting", "message": message}))
+
+        # Remote executors resolve their root folder here; Slurm waits for its allocation.
+        await slot.executor.connect(on_wait=waiting)
         self._stage_common(task)
         req = json.loads(json.dumps(request))
         mode = str(req.get("mode", "evaluate"))
@@ -312,27 +335,6 @@ class Launcher:
             # candidate compiles can land where the verifier's own kernels are looked up.
             "TRITON_CACHE_DIR": slot.executor.path("stage", "tcache", "_trusted"),
         }
-        events: list[dict[str, Any]] = []
-        sandbox: dict[str, Any] = {}
-
-        async def line_in(line: str) -> None:
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                return
-            if isinstance(ev, dict):
-                if ev.get("event") == "sandbox":
-                    sandbox.update({k: v for k, v in ev.items() if k != "event"})
-                    return
-                events.append(ev)
-                if on_event is not None and ev.get("event") not in ("result", "ready"):
-                    maybe = on_event(ev)
-                    if maybe is not None:
-                        await maybe
-
-        async def waiting(message: str) -> None:  # another process times on this GPU
-            await line_in(json.dumps({"event": "waiting", "message": message}))
-
         # Compiles (not exclusive), profiles (argv_prefix) and guarded runs (fresh) never use the
         # warm worker.
         warm = (  # a health check rides on a warm worker that exists, and never starts one
