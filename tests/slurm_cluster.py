@@ -6,7 +6,8 @@ two "GPUs" declared as gres with `File=` pointing at two empty files (a file-les
 dropped and the node goes INVAL), `AutoDetect=off`, proctrack/linuxproc, task/none,
 select/cons_tres and no accounting. Ports are free ones, so clusters of several test sessions
 never meet. `SLURM_CONF` must point at `cluster.conf` for the client commands (srun, squeue);
-the tests pass it through `Settings.slurm_conf`.
+the tests pass it through `Settings.slurm_conf` (`slurm_settings`). Fixture: `slurm_cluster`
+(one per session); tests that use it get the `slurm` marker (conftest.py).
 
 Needs root (slurmd starts job steps as the submitting user) and the packages slurm-wlm and
 munge (.ci/run installs them). Where it cannot start, `start_cluster` raises `ClusterUnavailable`
@@ -23,8 +24,13 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
+
+from harnesslab.tools.settings import Settings
 
 BINARIES = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/srun")
 START_TIMEOUT_S = 30.0
@@ -77,9 +83,22 @@ class Cluster:
             time.sleep(0.1)  # polls a bounded wait on the daemons
 
     def kill_slurmd(self) -> None:
-        """Kill slurmd and every step it started (a node failing mid-call)."""
+        """A node failing mid-call: SIGKILL slurmd, the step daemons of this cluster's jobs and
+        every process of those jobs (found by pid, before they are killed)."""
+        jobs = self.command("squeue", "-h", "-t", "running", "-o", "%i").split()
+        victims: list[int] = []
+        for job in jobs:
+            listing = self.command("scontrol", "listpids", job).splitlines()[1:]
+            victims += [int(row.split()[0]) for row in listing if row.split()[:1] != ["-1"]]
         self._stop("slurmd", signal.SIGKILL)
-        for pid in _pids_with_env("SLURM_CONF", str(self.conf), "slurmstepd"):
+        for proc in Path("/proc").iterdir():
+            try:
+                title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            except OSError:
+                continue
+            if title.startswith("slurmstepd: [") and title[13:].split(".")[0] in jobs:
+                victims.append(int(proc.name))
+        for pid in victims:
             _kill(pid)
 
     def start_slurmd(self) -> None:
@@ -139,22 +158,6 @@ def _answers(cluster: Cluster, daemon: str) -> bool:
         return False
 
 
-def _pids_with_env(key: str, value: str, comm: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if (proc / "comm").read_text().strip() != comm:
-                continue
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"{key}={value}".encode() in environ:
-            pids.append(int(proc.name))
-    return pids
-
-
 def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -173,7 +176,11 @@ def _gpu_file(path: Path) -> None:
 
 
 def slurm_conf(workdir: Path, node: str, *, gpus: int, cpus: int, ports: tuple[int, int]) -> str:
-    return f"""ClusterName=hl{workdir.name[-8:].lower().replace("_", "")}
+    # Job ids start at a random number: a step daemon is found by its job id (kill_slurmd), and
+    # another session's test cluster on this machine counts from its own.
+    first_job = 1000 + int.from_bytes(os.urandom(3)) % 9_000_000
+    return f"""FirstJobId={first_job}
+ClusterName=hl{workdir.name[-8:].lower().replace("_", "")}
 SlurmctldHost={node}(127.0.0.1)
 SlurmctldPort={ports[0]}
 SlurmdPort={ports[1]}
@@ -251,4 +258,44 @@ def start_cluster(workdir: Path | None = None, *, gpus: int = 2) -> Cluster:
     return cluster
 
 
-__all__ = ["PARTITION", "Cluster", "ClusterUnavailable", "start_cluster"]
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[Cluster]:
+    """One test cluster for the whole session (starting it takes about a second); skips
+    with the reason where Slurm cannot run."""
+    try:
+        cluster = start_cluster()
+    except ClusterUnavailable as exc:
+        pytest.skip(f"no test Slurm cluster: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def slurm_settings(cluster: Cluster, state_dir: Path, **overrides: object) -> Settings:
+    """Settings of a Slurm executor on `cluster`: both GPUs of its node, one CPU each."""
+    values: dict[str, object] = {
+        "state_dir": state_dir,
+        "executor": "slurm",
+        "slurm_gpus": cluster.gpus,
+        "slurm_cpus_per_gpu": 1,
+        "slurm_time": "30:00",
+        "slurm_conf": str(cluster.conf),
+        **overrides,
+    }
+    return Settings.model_validate(values)
+
+
+SLURM_FIXTURES = frozenset({"slurm_cluster"})
+
+__all__ = [
+    "PARTITION",
+    "SLURM_FIXTURES",
+    "Cluster",
+    "ClusterUnavailable",
+    "slurm_cluster",
+    "slurm_settings",
+    "start_cluster",
+]

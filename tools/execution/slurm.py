@@ -101,6 +101,11 @@ _STEP_LOST = re.compile(
     r"srun: error: (Node failure|.*Job step aborted|.*[Uu]nable to create step|"
     r".*Invalid job id|.*job has been revoked|.*Job/step already completing)"
 )
+# srun's report of the task's exit status: the exit code says it already; not the command's stderr.
+_EXIT_REPORT = re.compile(
+    r"^srun: error: [^:\n]+: tasks? [0-9,-]+: (Exited with exit code \d+|Killed|Terminated)\n?",
+    re.M,
+)
 _GRES = re.compile(r"gpu(?::[^:,(]+)?:(\d+)")
 
 
@@ -401,6 +406,7 @@ class SlurmExecutor(Executor):
         return res.model_copy(
             update={
                 "argv": list(argv),
+                "stderr": _EXIT_REPORT.sub("", res.stderr),
                 "host": self.host,
                 "duration_s": time.perf_counter() - started,
             }
