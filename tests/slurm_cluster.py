@@ -258,8 +258,6 @@ def start_cluster(workdir: Path | None = None, *, gpus: int = 2) -> Cluster:
     return cluster
 
 
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[Cluster]:
     """One test cluster for the whole session (starting it takes about a second); skips

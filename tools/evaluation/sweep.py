@@ -1,9 +1,11 @@
 """sweep_kernel_config's library half: many launch configs in one GPU session.
 
 Configs come from the task's declared space (or a sub-space), capped by max_configs. Compiles
-run first in parallel runner processes (no GPU lock: Triton writes its on-disk cache), then one
-runner times every config serially under the GPU lock, hitting that cache. Every config gets a
-structured status; one bad config never fails the sweep. apply=True writes the best correct
+run first in parallel runner processes (no GPU lock: Triton writes its on-disk cache), then the
+configs are timed serially under the GPU lock, hitting that cache: on one GPU by one runner, or,
+where the launcher has several slots (GPUs of several hosts, or of a Slurm allocation), split
+over all of them, one runner per GPU, each config's result naming the host and GPU it was timed
+on. Every config gets a structured status; one bad config never fails the sweep. apply=True writes the best correct
 config into kernel_config.json after checkpointing the current files.
 """
 
@@ -40,6 +42,8 @@ class ConfigResult(BaseModel):
     score_us: float | None = None
     reason: str = ""
     per_case_us: dict[str, float] = Field(default_factory=dict)
+    host: str | None = Field(default=None, description="where it was timed (the node)")
+    gpu_index: str | None = Field(default=None, description="which GPU of that host")
 
 
 class SweepResult(BaseModel):
@@ -165,33 +169,33 @@ async def sweep(
                 if chunk:
                     tg.start_soon(compile_chunk, i, chunk)
         compile_s = anyio.current_time() - t0
-    # Phase 2: time serially under the GPU lock (one runner process, warm caches).
+    # Phase 2: time serially under the GPU lock (one runner process per GPU, warm caches),
+    # the configs dealt over every slot when there are several.
     t1 = anyio.current_time()
-    call = await launcher.call(
-        {**request, "configs": configs},
-        task=ws.task,
-        on_event=case_events_progress(len(configs), progress),
-        timeout_s=launcher.settings.eval_timeout_s * 4,
-    )
+    on_event = case_events_progress(len(configs), progress)
+    slots = launcher.slots[: len(configs)]
+    shares = [configs[i :: len(slots)] for i in range(len(slots))]
+    calls: list[Any] = [None] * len(slots)
+
+    async def time_share(i: int) -> None:
+        calls[i] = await launcher.call(
+            {**request, "configs": shares[i]},
+            task=ws.task,
+            on_event=on_event,
+            timeout_s=launcher.settings.eval_timeout_s * 4,
+            slot=slots[i] if len(slots) > 1 else None,
+        )
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(slots)):
+            tg.start_soon(time_share, i)
     timing_s = anyio.current_time() - t1
-    entries = (call.result or {}).get("configs")
-    if entries is None:  # runner killed: salvage the configs it reported
-        done = {
-            json.dumps(ev["config"], sort_keys=True): ev
-            for ev in call.events
-            if ev.get("event") == "config"
-        }
-        entries = [
-            done.get(json.dumps(c, sort_keys=True))
-            or {
-                "config": c,
-                "status": "failed",
-                "score_us": None,
-                "reason": f"timeout: {call.failure()}",
-                "cases": [{"status": "timeout"}],
-            }
-            for c in configs
-        ]
+    entries: list[dict[str, Any]] = []
+    for share, call in zip(shares, calls, strict=True):
+        env = (call.result or {}).get("env") or {}
+        for e in _share_entries(share, call):
+            entries.append({**e, "host": env.get("host"), "gpu_index": env.get("gpu_index")})
+    call = calls[0]
     results = []
     for e in entries:
         status = classify(e)
@@ -205,6 +209,8 @@ async def sweep(
                 score_us=e.get("score_us") if status == "ok" else None,
                 reason=e.get("reason", ""),
                 per_case_us=per_case,
+                host=e.get("host"),
+                gpu_index=None if e.get("gpu_index") is None else str(e["gpu_index"]),
             )
         )
     ok = [r for r in results if r.status == "ok" and r.score_us is not None]
@@ -246,6 +252,30 @@ async def sweep(
         wf.write_text(ws.root, ws.task.config_file, json.dumps(best.config, indent=2) + "\n")
         out.applied = True
     return out
+
+
+def _share_entries(configs: list[dict[str, Any]], call: Any) -> list[dict[str, Any]]:
+    """The runner's entry per config; for a killed runner, the configs it reported and the
+    rest as timeouts."""
+    entries = (call.result or {}).get("configs")
+    if entries is not None:
+        return entries
+    done = {
+        json.dumps(ev["config"], sort_keys=True): ev
+        for ev in call.events
+        if ev.get("event") == "config"
+    }
+    return [
+        done.get(json.dumps(c, sort_keys=True))
+        or {
+            "config": c,
+            "status": "failed",
+            "score_us": None,
+            "reason": f"timeout: {call.failure()}",
+            "cases": [{"status": "timeout"}],
+        }
+        for c in configs
+    ]
 
 
 __all__ = ["ConfigResult", "SweepResult", "expand_space", "sweep"]

@@ -56,7 +56,7 @@ from .health import HostHealth, Problem, probe_host
 log = logging.getLogger(__name__)
 
 CLIENT_TIMEOUT_S = 60.0
-RECHECK_AFTER_S = 30.0  # an allocation unused this long is checked with squeue before a step
+RECHECK_AFTER_S = 30.0  # an allocation unused this long (or half the idle limit) is checked first
 HEALTH_WAIT_S = 30.0  # how long remote_health_check waits for a pending allocation
 POLL_S = (0.2, 2.0)  # first and longest pause between squeue polls while pending
 JOB_NAME = "harnesslab"
@@ -187,7 +187,8 @@ class SlurmExecutor(Executor):
         async with self._lock:
             job = self._job
             if job is not None and job.nodes:
-                if time.monotonic() - self._last_used < RECHECK_AFTER_S:
+                recheck_s = min(RECHECK_AFTER_S, self.settings.slurm_idle_s / 2)
+                if time.monotonic() - self._last_used < recheck_s:
                     return True
                 state, _reason, _nodes = await self._job_state(job.job_id)
                 if state == "RUNNING":
@@ -291,6 +292,7 @@ class SlurmExecutor(Executor):
             self._job = None
         if state == "RUNNING":  # a node failed; Slurm has not ended the job yet
             await self._cancel_job(job.job_id)
+        if node_failed and state != "PREEMPTED":  # srun saw it; squeue may say CANCELLED/gone
             state = "NODE_FAIL"
         never_ran = "create step" in stderr or "Invalid job id" in stderr
         raise self._lost_error(job.job_id, state, reason, started=not never_ran)
