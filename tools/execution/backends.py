@@ -13,6 +13,7 @@ from collections.abc import Callable
 from ..errors import UsageError
 from ..settings import Settings
 from .executor import Executor, LocalExecutor
+from .slurm import SlurmExecutor
 
 Factory = Callable[[Settings], list[Executor]]
 BACKENDS: dict[str, Factory] = {}
@@ -60,8 +61,6 @@ def _ssh(settings: Settings) -> list[Executor]:
 def _slurm(settings: Settings) -> list[Executor]:
     """One executor for the allocation, reached through the login node: over SSH when
     gpu_host names it (its first entry), else this machine is the login node."""
-    from .slurm import SlurmExecutor  # noqa: PLC0415
-
     login = _ssh(settings)[:1] if settings.gpu_host else _local(settings)
     return [SlurmExecutor(login[0], settings)]
 
