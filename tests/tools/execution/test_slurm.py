@@ -1,7 +1,8 @@
 """The Slurm executor against a real one-node Slurm cluster (tests/slurm_cluster.py: munged,
 slurmctld and slurmd on this machine, two count-only "GPUs"), the runner on the Triton CPU
-interpreter. What the contract suite cannot see: the allocation's GPUs as slots, a pending
-allocation, cancel and timeout inside the job, a node failing mid-call, release on exit."""
+interpreter. What the contract suite cannot see: the allocation's GPUs as slots (a sweep and the
+lab fanned over both), a pending allocation, cancel and timeout inside the job, a node failing
+mid-call, release when idle and on exit."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from harnesslab.tools.evaluation.sweep import sweep
 from harnesslab.tools.execution.backends import build_executors
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.execution.slurm import SlurmExecutor
+from harnesslab.tools.lab.matrix import LabOptions, run_lab
 from harnesslab.tools.state.workspace import Workspace, init_workspace
 
 SMALL = "1024x1024_fp16"
@@ -249,3 +251,26 @@ async def test_the_allocation_ends_itself_when_idle(slurm_cluster: Cluster, tmp_
     finally:
         await ex.aclose()
     released(slurm_cluster)
+
+
+async def test_the_lab_deals_its_tasks_over_both_gpus_and_merges_the_parts(
+    launcher: Launcher, tmp_path: Path, slurm_cluster: Cluster
+) -> None:
+    opts = LabOptions(
+        tasks=["rmsnorm_gate", "swiglu"], quick=True, max_cases=1, repeats=1, ncu=False,
+        compile=False, budget_s=120,
+    )  # fmt: skip
+    with anyio.fail_after(300):
+        results = await run_lab(launcher, opts, tmp_path / "lab")
+    parts = results["info"]["parts"]
+    assert sorted((p["gpu_index"], tuple(p["tasks"])) for p in parts) == [
+        ("0", ("rmsnorm_gate",)),
+        ("1", ("swiglu",)),
+    ]
+    assert set(results["tasks"]) == {"rmsnorm_gate", "swiglu"}
+    by_task = {(r["task"], r["gpu_index"], r["host"]) for r in results["rows"]}
+    assert by_task == {
+        ("rmsnorm_gate", "0", slurm_cluster.node),
+        ("swiglu", "1", slurm_cluster.node),
+    }
+    assert "incomplete" not in results["info"]
