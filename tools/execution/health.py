@@ -59,7 +59,9 @@ print(json.dumps(r))"""
 
 
 class Problem(BaseModel):
-    kind: str = Field(description="unreachable, auth, remote_env, disk_full, no_gpu, busy, ...")
+    kind: str = Field(
+        description="unreachable, auth, remote_env, disk_full, no_gpu, busy, pending, ..."
+    )
     message: str
     next_step: str = ""
 
@@ -242,7 +244,8 @@ async def health_check(
             )
             report.busy_slots = [s.label for s in slots if s.lock.locked()]
             free = [s for s in slots if not s.lock.locked()]
-            if report.reachable and runner and free:
+            pending = any(n.kind == "pending" for n in report.notes)  # a queued allocation
+            if report.reachable and runner and free and not pending:
                 await _runner_health(launcher, task, free[0], report)
         except ExecutorError as exc:
             report = HostHealth(host=executor.host, executor=executor.name, reachable=False)

@@ -18,6 +18,7 @@ from harnesslab.tools.errors import ExecutorError
 from harnesslab.tools.evaluation.objective import run_objective
 from harnesslab.tools.evaluation.sweep import sweep
 from harnesslab.tools.execution.backends import build_executors
+from harnesslab.tools.execution.health import health_check
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.execution.slurm import SlurmExecutor
 from harnesslab.tools.lab.matrix import LabOptions, run_lab
@@ -121,19 +122,21 @@ async def test_a_pending_allocation_is_reported_with_slurms_reason_then_runs(
 
 
 async def test_health_shows_partitions_free_gpus_and_a_pending_job(
-    launcher: Launcher, slurm_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+    launcher: Launcher, tmp_path: Path, slurm_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from harnesslab.tools.execution import slurm
 
     monkeypatch.setattr(slurm, "HEALTH_WAIT_S", 1.0)
     ex = executor(launcher)
+    ws = workspace(launcher, tmp_path)
     other = blocker(slurm_cluster)
     try:
-        with anyio.fail_after(60):
-            report = await ex.health(python="python3", python_probe=False)
+        with anyio.fail_after(60):  # the runner's health request does not wait for the queue
+            health = await health_check(launcher, ws.task, runner=True)
     finally:
         subprocess.run(["scancel", other], env=slurm_cluster.env, check=False)
-    assert report.reachable and report.scheduler is not None
+    (report,) = health.hosts
+    assert report.reachable and report.scheduler is not None and report.device is None
     (partition,) = report.scheduler["partitions"]
     assert partition["gpus"] == 2 and partition["free_gpus"] == 0
     assert report.scheduler["job"]["state"] == "PENDING"
