@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 import time
 import uuid
 from collections.abc import Mapping
@@ -134,7 +135,9 @@ def allocation_argv(settings: Settings, hold_script: str, poll_s: int) -> list[s
         if value:
             argv.append(f"{flag}={value}")
     idle = max(1, round(settings.slurm_idle_s))
-    script = f"sh -c '{hold_script}' hold {idle} {poll_s}"
+    script = " ".join(
+        shlex.quote(w) for w in ["sh", "-c", hold_script, "hold", str(idle), str(poll_s)]
+    )
     return [*argv, f"--wrap={script}"]
 
 
@@ -323,6 +326,18 @@ class SlurmExecutor(Executor):
             "sh", "-c", _STEP, "hl-step", local, cwd or "", *argv,
         ]  # fmt: skip
 
+    def _running(self) -> Allocation:
+        """The running allocation; another call may have found it lost since `connect`."""
+        job = self._job
+        if job is None or not job.nodes:
+            raise ExecutorError(
+                f"{self.host}: the allocation ended before the step started.",
+                kind="allocation_lost",
+                started=False,
+                next_step="call again: the next call requests a new allocation",
+            )
+        return job
+
     @staticmethod
     def _gpu(env: Mapping[str, str] | None) -> int | None:
         """The allocation's GPU the launcher named (CUDA_VISIBLE_DEVICES=k), if any."""
@@ -380,8 +395,7 @@ class SlurmExecutor(Executor):
         limit: int,
         on_line: LineSink | None,
     ) -> CommandResult:
-        job = self._job
-        assert job is not None
+        job = self._running()
         name = f"hl-{uuid.uuid4().hex[:12]}"
         step = self._step_argv(job, name, self._gpu(env), cwd, argv)
         started = time.perf_counter()
@@ -425,8 +439,7 @@ class SlurmExecutor(Executor):
         """A long-lived step (a warm runner) talking JSON lines over srun's stdin/stdout; its
         stderr goes to stderr_path (appended), srun's own to `<stderr_path>.srun`."""
         await self.connect()
-        job = self._job
-        assert job is not None
+        job = self._running()
         name = f"hl-{uuid.uuid4().hex[:12]}"
         log_to = stderr_path or "/dev/null"
         words = ["sh", "-c", 'f=$1; shift; exec "$@" 2>>"$f"', "sh", log_to, *argv]
