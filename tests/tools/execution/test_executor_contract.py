@@ -2,7 +2,8 @@
 
 Run over the local executor, the SSH executor against a real OpenSSH sshd and the in-process
 asyncssh server, and the Slurm executor on a real one-node Slurm cluster started on this machine
-(tests/slurm_cluster.py). A new backend joins by adding its fixture parameter here.
+(tests/slurm_cluster.py), its login node reached directly or over SSH. A new backend joins by
+adding its fixture parameter here.
 Remote and local are the same machine in these tests, so they check effects (files, processes)
 directly. Every wait is bounded; process checks ignore zombies."""
 
@@ -50,6 +51,7 @@ class Backend:
         pytest.param("openssh", marks=pytest.mark.ssh),
         "asyncssh",
         pytest.param("slurm", marks=pytest.mark.slurm),
+        pytest.param("slurm-over-ssh", marks=pytest.mark.slurm),
     ]
 )
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
@@ -84,8 +86,11 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         return
     async with await serve_loopback(tmp_path / "loopback") as loopback:
         ex = SSHExecutor(loopback.target(remote_root=str(tmp_path / "root")))
+        if request.param == "slurm-over-ssh":  # the login node reached over SSH
+            cluster = request.getfixturevalue("slurm_cluster")
+            ex = SlurmExecutor(ex, slurm_settings(cluster, tmp_path / "state"))
         try:
-            yield Backend("asyncssh", ex, tmp_path)
+            yield Backend(request.param, ex, tmp_path)
         finally:
             await ex.aclose()
 
