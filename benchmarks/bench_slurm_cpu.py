@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -149,7 +150,9 @@ def main() -> int:
         times, first = anyio.run(measure)
     finally:
         proc.terminate()
+        proc.wait(timeout=10)
         cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     ssh_med = statistics.median(times["ssh"]["health"])
     print("metric | value")
     for kind, label in (
