@@ -4,6 +4,8 @@ so `-m "not ssh"` or `-m "not slurm"` deselects them."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from harnesslab.tests.slurm_cluster import SLURM_FIXTURES, slurm_cluster
@@ -18,3 +20,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.ssh)
         if SLURM_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slurm)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_garbage_per_module():
+    """Collect at the end of each test file, so an object a test leaked (an asyncio subprocess
+    transport whose loop is closed) fails in the file that leaked it, not whenever the
+    collector happens to run (inside ast.parse it turned into 'AST constructor recursion depth
+    mismatch' in an unrelated test)."""
+    yield
+    gc.collect()

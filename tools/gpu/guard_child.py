@@ -19,6 +19,7 @@ reaches a verdict.
 
 from __future__ import annotations
 
+import _thread
 import base64
 import builtins
 import importlib.util
@@ -76,6 +77,8 @@ IMPORT_CODES = {"threading": "background_thread", "_thread": "background_thread"
                 **{m: "harness_access" for m in ("guard", "guard_child", "guard_gpu", "runner",
                                                  "replay", "wire", "sandbox", "cudadrv",
                                                  "harnesslab")}}  # fmt: skip
+THREAD_STARTS = ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
+                 (threading, "_start_new_thread"), (threading, "_start_joinable_thread"))  # fmt: skip
 LIBS = (os.path.dirname(STDLIB) + os.sep,)  # the interpreter's lib folder
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
           "uint8", "bool")  # fmt: skip
@@ -211,6 +214,20 @@ class Observer:
 
             host_call.__name__ = name
             setattr(tensor, name, host_call)
+        # Every Python thread starts through _thread (threading keeps its own alias). Counting
+        # threads after a call races with a thread that has already ended, so a start is the
+        # observation; nothing the guard does starts one after this point.
+        for mod, name in THREAD_STARTS:
+            original = getattr(mod, name, None)
+            if original is None:
+                continue
+
+            def start(*a, _orig=original, **k):
+                self.codes.add("background_thread")
+                return _orig(*a, **k)
+
+            start.__name__ = name
+            setattr(mod, name, start)
 
 
 class Recorder:
@@ -512,6 +529,7 @@ class Child:
         watched: list[tuple[Any, str]] = [(time, n) for n in ("perf_counter", "perf_counter_ns",
                                                                "time", "monotonic")]  # fmt: skip
         watched += [(torch.Tensor, n) for n in ("numpy", "tolist", "__array__", "item")]
+        watched += [(m, n) for m, n in THREAD_STARTS if hasattr(m, n)]
         if self.cuda:
             watched += [(torch.cuda, "synchronize"), (torch.cuda.Event, "elapsed_time"),
                         (torch.cuda.Event, "record"), (torch.cuda.CUDAGraph, "replay")]  # fmt: skip

@@ -197,12 +197,12 @@ def judge_case(
             timed_calls_bad=timing.get("bad_calls", 0),
             method=timing.get("method"),
         )
-        stats = order_stats(timing["samples_us"])
-        med = stats["median_us"]
+        order = order_stats(timing["samples_us"])
+        med = order["median_us"]
         if med:
             nbytes = int(case.get("bytes") or 0)
             gbps = nbytes / (med * 1e3)
-            row.update(stats, gbps=gbps, timing_method=timing.get("method"))
+            row.update(order, gbps=gbps, timing_method=timing.get("method"))
             if copy_gbps:
                 row["pct_of_copy_bw"] = 100.0 * gbps / copy_gbps
             if meaningful and row.get("pct_of_copy_bw", 0) > PLAUSIBLE_PCT_OF_COPY:

@@ -24,6 +24,7 @@ import pytest
 
 from harnesslab.tests.conftest_shared import make_settings
 from harnesslab.tools.execution.launcher import Launcher
+from harnesslab.tools import gpu
 from harnesslab.tools.integrity import scan
 from harnesslab.tools.integrity.scan import scan_workspace
 from harnesslab.tools.integrity.verify import REASONS, Verdict, guarded_verify, judge_case
@@ -63,7 +64,7 @@ def expectation(path: Path) -> dict[str, str]:
 def observed_codes() -> set[str]:
     """The codes a candidate's own process may report (guard.CHILD_CODES), read from the staged
     source (guard.py imports its siblings by path, not as harnesslab modules)."""
-    src = (Path(scan.__file__).parent / "guard.py").read_text()
+    src = (gpu.FOLDER / "guard.py").read_text()
     block = src[src.index("CHILD_CODES = {") : src.index("}", src.index("CHILD_CODES = {"))]
     return set(re.findall(r'"([a-z_]+)": "', block))
 
@@ -285,7 +286,7 @@ def test_every_code_the_guard_can_give_is_documented() -> None:
     static = {*scan.FORBIDDEN_MODULES.values(), *scan.FORBIDDEN_PREFIXES.values()}
     static |= {"reads_outside_workspace", "env_probe", "mode_sniffing", "forbidden_call"}
     guard_sources = "".join(
-        (Path(scan.__file__).parent / n).read_text()
+        (gpu.FOLDER / n).read_text()
         for n in ("guard.py", "guard_gpu.py", "guard_child.py")
     )
     runtime = set(re.findall(r'\[\s*"([a-z_]+)",', guard_sources))
