@@ -23,8 +23,8 @@ import anyio
 import pytest
 
 from harnesslab.tests.conftest_shared import make_settings
-from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools import gpu
+from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.integrity import scan
 from harnesslab.tools.integrity.scan import scan_workspace
 from harnesslab.tools.integrity.verify import REASONS, Verdict, guarded_verify, judge_case
@@ -286,8 +286,7 @@ def test_every_code_the_guard_can_give_is_documented() -> None:
     static = {*scan.FORBIDDEN_MODULES.values(), *scan.FORBIDDEN_PREFIXES.values()}
     static |= {"reads_outside_workspace", "env_probe", "mode_sniffing", "forbidden_call"}
     guard_sources = "".join(
-        (gpu.FOLDER / n).read_text()
-        for n in ("guard.py", "guard_gpu.py", "guard_child.py")
+        (gpu.FOLDER / n).read_text() for n in ("guard.py", "guard_gpu.py", "guard_child.py")
     )
     runtime = set(re.findall(r'\[\s*"([a-z_]+)",', guard_sources))
     runtime |= set(re.findall(r'KidFailed\(\s*"([a-z_]+)"', guard_sources))
