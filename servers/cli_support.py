@@ -32,6 +32,25 @@ def command(name: str, help_text: str, add_args: Callable[[argparse.ArgumentPars
 HELP: dict[str, str] = {}
 
 
+# Slurm flags: the settings field is the flag's name (--slurm-gpus -> slurm_gpus).
+SLURM_FLAGS = {
+    "--slurm-gpus": "GPUs per node of the allocation (--gres=gpu:N)",
+    "--slurm-nodes": "nodes of the allocation",
+    "--slurm-partition": "partition",
+    "--slurm-account": "account",
+    "--slurm-qos": "QoS",
+    "--slurm-time": "time limit of the allocation, e.g. 2:00:00",
+    "--slurm-constraint": "node features, e.g. h100",
+}
+
+
+def executor_flags() -> list[tuple[str, str]]:
+    """(flag, settings field) of every executor flag that takes a value."""
+    plain = [("--gpu-host", "gpu_host"), ("--ssh-key", "ssh_key"), ("--known-hosts", "known_hosts"),
+             ("--gpus", "gpus"), ("--interpret", "interpret"), ("--executor", "executor")]  # fmt: skip
+    return plain + [(f, f[2:].replace("-", "_")) for f in SLURM_FLAGS]
+
+
 def add_executor_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("GPU host (default: this machine; Triton interpreter without a GPU)")
     g.add_argument(
@@ -46,18 +65,23 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--interpret", choices=["auto", "always", "never"], help="Triton CPU interpreter"
     )
+    g.add_argument(
+        "--executor",
+        help="executor backend: local, ssh, slurm (default: ssh with --gpu-host, else local)",
+    )
+    s = p.add_argument_group(
+        "Slurm (--executor slurm; --gpu-host names the login node, or none when serving on it)"
+    )
+    for flag, what in SLURM_FLAGS.items():
+        s.add_argument(
+            flag, type=int if flag in ("--slurm-gpus", "--slurm-nodes") else str, help=what
+        )
 
 
 def settings_from(args: argparse.Namespace, base: Settings) -> Settings:
     updates: dict[str, Any] = {}
-    for field, attr in (
-        ("gpu_host", "gpu_host"),
-        ("ssh_key", "ssh_key"),
-        ("known_hosts", "known_hosts"),
-        ("gpus", "gpus"),
-        ("interpret", "interpret"),
-    ):
-        value = getattr(args, attr, None)
+    for _flag, field in executor_flags():
+        value = getattr(args, field, None)
         if value:
             updates[field] = value
     if getattr(args, "accept_new_host_key", False):
@@ -79,6 +103,7 @@ __all__ = [
     "Handler",
     "add_executor_args",
     "command",
+    "executor_flags",
     "run_async",
     "settings_from",
     "temp_workspace_dir",

@@ -33,7 +33,7 @@ from harnesslab.tools.state.projection import (
 )
 from harnesslab.tools.state.workspace import open_workspace
 
-from .cli_support import add_executor_args, command, run_async
+from .cli_support import add_executor_args, command, executor_flags, run_async
 
 log = logging.getLogger("harnesslab.serve")
 TOKEN_ENV = "HARNESSLAB_TOKEN"
@@ -235,13 +235,7 @@ def harnesslab_command() -> list[str]:
 
 def executor_argv(args: argparse.Namespace) -> list[str]:
     out: list[str] = []
-    for flag, attr in (
-        ("--gpu-host", "gpu_host"),
-        ("--ssh-key", "ssh_key"),
-        ("--known-hosts", "known_hosts"),
-        ("--gpus", "gpus"),
-        ("--interpret", "interpret"),
-    ):
+    for flag, attr in executor_flags():
         value = getattr(args, attr, None)
         if value:
             out += [flag, str(value)]

@@ -145,6 +145,8 @@ class ObjectiveOut(BaseModel):
         default=None, description="command tasks: exit_code, output JSON, stderr_tail"
     )
     device: str = ""
+    host: str = Field(default="", description="the machine it ran on (a cluster's node)")
+    gpu_index: str | None = Field(default=None, description="the GPU of that machine")
     wall_s: float = Field(description="wall time of the runner (or command) process")
     phases_s: dict[str, float] = Field(
         default_factory=dict,

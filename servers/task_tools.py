@@ -104,6 +104,7 @@ async def _run_objective(
                 "stderr_tail": run.stderr_tail,
             },
             device=run.host,
+            host=run.host,
             wall_s=run.wall_s,
             next_step=_objective_next(run.status, run.is_new_best, kernel=False),
         )
@@ -129,6 +130,8 @@ async def _run_objective(
         reason=res.reason,
         cases=res.cases[:MAX_CASES_SHOWN],
         device=res.env.device,
+        host=res.env.host or "",
+        gpu_index=res.env.gpu_index,
         wall_s=res.wall_s,
         phases_s={k: round(v, 4) for k, v in res.phases_s.items()},
         next_step=_objective_next(res.status, res.is_new_best, kernel=True),

@@ -42,7 +42,9 @@ class ExecutorError(EnvironmentProblem):
     """A command could not be run or finished abnormally on an executor.
 
     `kind` classifies the failure so that callers and remote_health_check can say what to fix:
-    unreachable, auth, host_key, timeout, cancelled, remote_env, disk_full, dropped, crashed.
+    unreachable, auth, host_key, timeout, cancelled, remote_env, disk_full, dropped, crashed;
+    on a cluster (Slurm): node_failure, preempted, allocation_lost (the next call gets a new
+    allocation).
     `started` is False when the command provably never started (safe to retry).
     """
 

@@ -88,6 +88,29 @@ class Settings(BaseSettings):
         description="GPU indices to use per host, e.g. '0,1'; empty = one GPU (index 0).",
     )
 
+    # Slurm executor (HARNESSLAB_EXECUTOR=slurm): an allocation on a cluster, reached through
+    # the login node (gpu_host, over SSH) or directly when this process runs on the login node.
+    slurm_gpus: int = Field(default=1, ge=1, description="GPUs per node of the allocation.")
+    slurm_nodes: int = Field(default=1, ge=1, description="Nodes of the allocation.")
+    slurm_partition: str = Field(default="", description="Partition (-p); empty: the default.")
+    slurm_account: str = Field(default="", description="Account (-A); empty: the default.")
+    slurm_qos: str = Field(default="", description="QoS (--qos); empty: the default.")
+    slurm_constraint: str = Field(default="", description="Node features (-C), e.g. 'h100'.")
+    slurm_time: str = Field(
+        default="4:00:00", description="Time limit of the allocation (--time), e.g. '2:00:00'."
+    )
+    slurm_cpus_per_gpu: int = Field(
+        default=8, ge=1, description="CPUs per GPU of the allocation (compiles run on them)."
+    )
+    slurm_idle_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="The allocation ends itself after this long with no work in it (no step).",
+    )
+    slurm_conf: str = Field(
+        default="", description="slurm.conf on the login node (SLURM_CONF); empty: Slurm's own."
+    )
+
     # Agent CLIs (the claude and codex runners, `doctor`, `config --approve`).
     claude_command: str = Field(
         default="claude", description="Claude Code program for --runner claude (name or path)."

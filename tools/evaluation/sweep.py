@@ -2,8 +2,10 @@
 
 Configs come from the task's declared space (or a sub-space), capped by max_configs. Compiles
 run first on the launcher's warm compile workers (execution/compile_pool.py; no GPU lock:
-Triton writes its on-disk cache), then the slot's warm runner times every config that compiled
-serially under the GPU lock, hitting that cache. Every config gets a
+Triton writes its on-disk cache), then every config that compiled is timed serially under the
+GPU lock by a warm runner, hitting that cache: on one GPU, or, where the launcher has several
+slots (GPUs of several hosts, or of a Slurm allocation), dealt over all of them, one runner per
+GPU, each config's result naming the host and GPU it was timed on. Every config gets a
 structured status; one bad config never fails the sweep. apply=True writes the best correct
 config into kernel_config.json after checkpointing the current files.
 """
@@ -42,6 +44,8 @@ class ConfigResult(BaseModel):
     score_us: float | None = None
     reason: str = ""
     per_case_us: dict[str, float] = Field(default_factory=dict)
+    host: str | None = Field(default=None, description="where it was timed (the node)")
+    gpu_index: str | None = Field(default=None, description="which GPU of that host")
 
 
 class SweepResult(BaseModel):
@@ -193,29 +197,49 @@ async def sweep(
         )
         compile_s = anyio.current_time() - t0
         compiled = {_key(e["config"]): e for e in pooled or []}
-    # Phase 2: time serially under the GPU lock (the slot's warm runner, warm caches), only the
-    # configs that compiled and passed: a config that failed in phase 1 keeps that entry.
+    # Phase 2: time under the GPU lock (warm runners, warm caches) only the configs that
+    # compiled and passed, dealt over every slot when there are several; a config that failed
+    # in phase 1 keeps that entry.
     to_time = [c for c in configs if compiled.get(_key(c), {}).get("status", "passed") == "passed"]
     t1 = anyio.current_time()
-    timed: list[dict[str, Any]] = []
-    if to_time:
-        call = await launcher.call(
-            {**request, "configs": to_time},
+    slots = launcher.slots[: max(1, len(to_time))]
+    shares = [to_time[i :: len(slots)] for i in range(len(slots))]
+    calls: list[RunnerCall | None] = [None] * len(slots)
+    # progress values only grow (MCP): phase 2 counts on after phase 1's configs
+    on_event = case_events_progress(
+        len(to_time), phase(progress, len(configs) if compiled else 0, 1)
+    )
+
+    async def time_share(i: int) -> None:
+        calls[i] = await launcher.call(
+            {**request, "configs": shares[i]},
             task=ws.task,
-            # progress values only grow (MCP): phase 2 counts on after phase 1's configs
-            on_event=case_events_progress(
-                len(to_time), phase(progress, len(configs) if compiled else 0, 1)
-            ),
+            on_event=on_event,
             timeout_s=launcher.settings.eval_timeout_s * 4,
+            slot=slots[i] if len(slots) > 1 else None,
         )
-        timed = (call.result or {}).get("configs") or salvage(call, to_time)
-        meaningful = bool(((call.result or {}).get("env") or {}).get("meaningful"))
-    else:
-        meaningful = not interpreted
+
+    if to_time:
+        async with anyio.create_task_group() as tg:
+            for i in range(len(slots)):
+                if shares[i]:
+                    tg.start_soon(time_share, i)
     timing_s = anyio.current_time() - t1
-    by_key = {_key(e["config"]): e for e in timed}
-    missing = [c for c in configs if _key(c) not in by_key and _key(c) not in compiled]
-    by_key.update({_key(e["config"]): e for e in salvage(call, missing)} if missing else {})
+    meaningful = not interpreted
+    by_key: dict[str, dict[str, Any]] = {}
+    for share, call in zip(shares, calls, strict=True):
+        if call is None:
+            continue
+        env = (call.result or {}).get("env") or {}
+        meaningful = bool(env.get("meaningful"))
+        timed = (call.result or {}).get("configs") or salvage(call, share)
+        missing = [c for c in share if _key(c) not in {_key(e["config"]) for e in timed}]
+        for e in [*timed, *salvage(call, missing)]:
+            by_key[_key(e["config"])] = {
+                **e,
+                "host": env.get("host"),
+                "gpu_index": env.get("gpu_index"),
+            }
     entries = [by_key.get(_key(c)) or compiled[_key(c)] for c in configs]
     results = []
     for e in entries:
@@ -230,6 +254,8 @@ async def sweep(
                 score_us=e.get("score_us") if status == "ok" else None,
                 reason=e.get("reason", ""),
                 per_case_us=per_case,
+                host=e.get("host"),
+                gpu_index=None if e.get("gpu_index") is None else str(e["gpu_index"]),
             )
         )
     ok = [r for r in results if r.status == "ok" and r.score_us is not None]

@@ -1,8 +1,9 @@
 """The registry of executor backends: a name, and a factory that builds the executors for a
 settings object. `build_launcher` asks here, so a new backend is one module plus one
-`register_backend` call (README.md in this folder says how; Slurm is the next).
+`register_backend` call (README.md in this folder says how).
 
-    settings.executor: "" (local, or ssh when gpu_host is set) | "local" | "ssh" | a registered name
+    settings.executor: "" (local, or ssh when gpu_host is set) | "local" | "ssh" | "slurm" |
+                       a registered name
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from ..errors import UsageError
 from ..settings import Settings
 from .executor import Executor, LocalExecutor
+from .slurm import SlurmExecutor
 
 Factory = Callable[[Settings], list[Executor]]
 BACKENDS: dict[str, Factory] = {}
@@ -56,7 +58,15 @@ def _ssh(settings: Settings) -> list[Executor]:
     return [SSHExecutor(t) for t in targets_from_settings(settings)]
 
 
+def _slurm(settings: Settings) -> list[Executor]:
+    """One executor for the allocation, reached through the login node: over SSH when
+    gpu_host names it (its first entry), else this machine is the login node."""
+    login = _ssh(settings)[:1] if settings.gpu_host else _local(settings)
+    return [SlurmExecutor(login[0], settings)]
+
+
 register_backend("local", _local)
 register_backend("ssh", _ssh)
+register_backend("slurm", _slurm)
 
 __all__ = ["BACKENDS", "Factory", "backend_name", "build_executors", "register_backend"]

@@ -28,6 +28,8 @@ from .health import HostHealth, probe_host
 
 KILL_GRACE_S = 2.0
 LineSink = Callable[[str], Awaitable[None] | None]
+# Hears why a call waits before it runs ("waiting for GPU 0 (held by pid N)", "pending: Resources").
+OnWait = Callable[[str], Awaitable[None] | None]
 
 
 class CommandResult(BaseModel):
@@ -56,14 +58,23 @@ class Executor(ABC):
     # in the workspace itself, the GPU lock is a flock here (tools/execution/gpu_lock.py), and
     # the sandbox that applies is this machine's.
     on_this_machine: bool = False
+    # Whether a scheduler keeps every other job off this executor's GPUs (a Slurm allocation):
+    # the GPU lock then needs no lock file, only the launcher's in-process slot lock.
+    gpus_reserved: bool = False
 
     def python(self, settings: Settings) -> str:
         """The interpreter that runs the harness on this executor."""
         return settings.remote_python
 
-    async def connect(self) -> None:  # noqa: B027 - optional hook
+    def gpu_indices(self, settings: Settings) -> list[int]:
+        """The GPUs this executor offers; the launcher makes one slot of each. The launcher
+        names a slot's GPU to `run`/`start` as CUDA_VISIBLE_DEVICES=<index>."""
+        return [int(g) for g in settings.gpus.split(",") if g.strip()] or [0]
+
+    async def connect(self, *, on_wait: OnWait | None = None) -> None:  # noqa: B027
         """Open a connection and resolve the root folder (before `path`); raises
-        ExecutorError. Backends with nothing to open keep this no-op."""
+        ExecutorError. A backend that may wait first (a pending allocation) says why through
+        `on_wait`. Backends with nothing to open keep this no-op."""
 
     async def health(
         self, *, python: str, min_free_disk_gb: float = 1.0, python_probe: bool = True
@@ -235,7 +246,7 @@ class LocalExecutor(Executor):
     def python(self, settings: Settings) -> str:
         return settings.python
 
-    async def connect(self) -> None:
+    async def connect(self, *, on_wait: OnWait | None = None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
 
     def __init__(self, root: Path) -> None:
@@ -353,13 +364,44 @@ class LocalExecutor(Executor):
         return changed
 
 
+def start_failure(
+    host: str, code: int | None, stderr: str, program: str, cwd: str | None
+) -> ExecutorError | None:
+    """The shell's own report that argv never ran: no such program (127) or cwd (126), for
+    backends that start commands through a shell wrapper (SSH, Slurm)."""
+    tail = stderr.strip()[-300:]
+    if code == 127 and (
+        f"{program}: not found" in stderr
+        or f"{program}: command not found" in stderr
+        or (program in stderr and "No such file or directory" in stderr)
+    ):
+        return ExecutorError(
+            f"{host}: {program!r} not found ({tail}).",
+            kind="remote_env",
+            started=False,
+            stderr_tail=tail,
+            next_step="install it on the host or fix the path (remote_python for Python)",
+        )
+    if code == 126 and cwd and ("can't cd" in stderr or f"{cwd}: No such file" in stderr):
+        return ExecutorError(
+            f"{host}: cannot enter the working directory {cwd!r} ({tail}).",
+            kind="remote_env",
+            started=False,
+            stderr_tail=tail,
+            next_step="sync the tree there first (sync_tree) or fix cwd",
+        )
+    return None
+
+
 __all__ = [
     "CommandResult",
     "Executor",
     "InteractiveProcess",
     "LineSink",
     "LocalExecutor",
+    "OnWait",
     "emit_line",
     "inherited_env",
+    "start_failure",
     "terminate_group",
 ]

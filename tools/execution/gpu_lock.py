@@ -12,6 +12,8 @@ two servers on one workspace, a server and a CLI `verify`, two users' loops on o
   its connection drops (the kernel releases a dead holder's flock, so a crashed server never
   leaves a GPU locked). A caller cancelled while waiting kills its holder, so it cannot take
   the lock later.
+- Executors whose GPUs a scheduler reserves for them (`gpus_reserved`: a Slurm allocation): no
+  lock file; Slurm keeps other jobs off those GPUs, and the slot lock serialises this process.
 The holder writes its pid into the file, so a waiter can say "waiting for GPU 0 (held by pid N)".
 """
 
@@ -30,11 +32,10 @@ import anyio
 
 from ..errors import ExecutorError
 from ..settings import Settings
-from .executor import Executor, InteractiveProcess
+from .executor import Executor, InteractiveProcess, OnWait
 
 log = logging.getLogger(__name__)
 
-OnWait = Callable[[str], Awaitable[None] | None]
 POLL_S = (0.01, 0.25)  # first and longest wait between tries of a busy local lock
 
 # Runs on the GPU host with only the standard library; argv[1] = lock file. One per (executor,
@@ -214,7 +215,9 @@ async def hold_gpu(
 ) -> AsyncIterator[None]:
     """Hold GPU `gpu_index` of `executor`'s host against every other process that takes this
     lock; `on_wait` hears once why it waits."""
-    if executor.on_this_machine:
+    if executor.gpus_reserved:  # the scheduler keeps other jobs off it (a Slurm allocation)
+        yield
+    elif executor.on_this_machine:
         async with _local(lock_path(settings, executor.host, gpu_index), gpu_index, on_wait):
             yield
     else:

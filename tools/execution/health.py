@@ -59,7 +59,9 @@ print(json.dumps(r))"""
 
 
 class Problem(BaseModel):
-    kind: str = Field(description="unreachable, auth, remote_env, disk_full, no_gpu, busy, ...")
+    kind: str = Field(
+        description="unreachable, auth, remote_env, disk_full, no_gpu, busy, pending, ..."
+    )
     message: str
     next_step: str = ""
 
@@ -85,6 +87,11 @@ class HostHealth(BaseModel):
     gpus: list[dict[str, Any]] = Field(default_factory=list, description="nvidia-smi per GPU")
     disk_free_gb: float | None = Field(
         default=None, description="GB (1e9 bytes) free under the root"
+    )
+    scheduler: dict[str, Any] | None = Field(
+        default=None,
+        description="a batch scheduler's view (Slurm): partitions with free GPUs, this "
+        "server's job (id, state, reason, nodes)",
     )
     busy_slots: list[str] = Field(default_factory=list, description="GPUs running a job now")
     problems: list[Problem] = Field(default_factory=list, description="faults to fix")
@@ -237,7 +244,8 @@ async def health_check(
             )
             report.busy_slots = [s.label for s in slots if s.lock.locked()]
             free = [s for s in slots if not s.lock.locked()]
-            if report.reachable and runner and free:
+            pending = any(n.kind == "pending" for n in report.notes)  # a queued allocation
+            if report.reachable and runner and free and not pending:
                 await _runner_health(launcher, task, free[0], report)
         except ExecutorError as exc:
             report = HostHealth(host=executor.host, executor=executor.name, reachable=False)

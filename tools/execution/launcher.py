@@ -140,8 +140,9 @@ class Launcher:
         self.stage.mkdir(parents=True, exist_ok=True)
         if executors is None:
             executors = [LocalExecutor(settings.state_dir)]
-        gpus = [int(g) for g in settings.gpus.split(",") if g.strip()] or [0]
-        self.slots = [Slot(ex, g) for ex in executors for g in gpus]
+        # One slot per GPU each executor offers: settings.gpus per host, or every GPU of an
+        # allocation (Slurm); callers that fan out (sweeps, the lab) spread over all of them.
+        self.slots = [Slot(ex, g) for ex in executors for g in ex.gpu_indices(settings)]
         self._sync_locks: dict[int, anyio.Lock] = {id(ex): anyio.Lock() for ex in executors}
         self.last_env: dict[str, Any] | None = None
         self.compile_pool = CompilePool(self)  # sweeps' warm compile workers
@@ -335,11 +336,6 @@ class Launcher:
         slot = slot or self.pick()
         timeout_s = timeout_s or self.settings.eval_timeout_s
         t_begin = time.perf_counter()
-        await slot.executor.connect()  # remote executors resolve their root folder here
-        self._stage_common(task)
-        phases = {"stage": time.perf_counter() - t_begin}
-        req, env = self.prepare(slot, request, task)
-        mode = str(req.get("mode", "evaluate"))
         events: list[dict[str, Any]] = []
         sandbox: dict[str, Any] = {}
 
@@ -358,9 +354,15 @@ class Launcher:
                     if maybe is not None:
                         await maybe
 
-        async def waiting(message: str) -> None:  # another process times on this GPU
+        async def waiting(message: str) -> None:  # a pending allocation, a GPU held elsewhere
             await line_in(json.dumps({"event": "waiting", "message": message}))
 
+        # Remote executors resolve their root folder here; Slurm waits for its allocation.
+        await slot.executor.connect(on_wait=waiting)
+        self._stage_common(task)
+        phases = {"stage": time.perf_counter() - t_begin}
+        req, env = self.prepare(slot, request, task)
+        mode = str(req.get("mode", "evaluate"))
         # Compiles (not exclusive), profiles (argv_prefix) and guarded runs (fresh) never use the
         # warm worker.
         warm = (  # a health check rides on a warm worker that exists, and never starts one

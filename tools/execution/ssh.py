@@ -33,7 +33,9 @@ from .executor import (
     Executor,
     InteractiveProcess,
     LineSink,
+    OnWait,
     emit_line,
+    start_failure,
 )
 from .ssh_pool import ConnectionPool, PooledConnection, SSHTarget
 
@@ -136,7 +138,7 @@ class SSHExecutor(Executor):
 
     # -- connection setup ---------------------------------------------------------------
 
-    async def connect(self) -> None:
+    async def connect(self, *, on_wait: OnWait | None = None) -> None:
         """Open the first connection now (resolving remote_root); raises ExecutorError."""
         await self.pool.connection()
 
@@ -295,7 +297,7 @@ class SSHExecutor(Executor):
             await self._kill(base, entry)
             raise self._dropped(None)
         stderr = err.decode(errors="replace")
-        if failure := _start_failure(self.host, code, stderr, argv[0], cwd):
+        if failure := start_failure(self.host, code, stderr, argv[0], cwd):
             raise failure
         return CommandResult(
             argv=list(argv),
@@ -474,34 +476,6 @@ def _transport_error(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_transport_error(e) for e in exc.exceptions)
     return isinstance(exc, OSError | asyncssh.Error)
-
-
-def _start_failure(
-    host: str, code: int | None, stderr: str, program: str, cwd: str | None
-) -> ExecutorError | None:
-    """The shell's own report that argv never ran: no such program (127) or cwd (126)."""
-    tail = stderr.strip()[-300:]
-    if code == 127 and (
-        f"{program}: not found" in stderr
-        or f"{program}: command not found" in stderr
-        or (program in stderr and "No such file or directory" in stderr)
-    ):
-        return ExecutorError(
-            f"{host}: {program!r} not found ({tail}).",
-            kind="remote_env",
-            started=False,
-            stderr_tail=tail,
-            next_step="install it on the host or fix the path (remote_python for Python)",
-        )
-    if code == 126 and cwd and ("can't cd" in stderr or f"{cwd}: No such file" in stderr):
-        return ExecutorError(
-            f"{host}: cannot enter the working directory {cwd!r} ({tail}).",
-            kind="remote_env",
-            started=False,
-            stderr_tail=tail,
-            next_step="sync the tree there first (sync_tree) or fix cwd",
-        )
-    return None
 
 
 def _scan(root: Path) -> dict[str, tuple[str, int, int, int]]:

@@ -2,9 +2,10 @@
 build the report from it (tools/lab/report.py; claims in tools/lab/claims.py).
 
 The GPU side is tools/gpu/lab.py, self-contained like runner.py: it is staged with runner.py
-and the task folders (tools/ and tasks/ side by side, the layout it expects) onto the executor
-of one launcher slot (this machine, or the GPU host over SSH), run there under that GPU's lock
-so no timing run overlaps it, and its results.json is read back. Without a GPU the same script
+and the task folders (tools/ and tasks/ side by side, the layout it expects) onto the executors
+of the launcher's slots (this machine, GPU hosts over SSH, a Slurm allocation), run there with
+the tasks dealt over every slot, each part under its GPU's lock so no timing run overlaps it,
+and the parts' results.json are read back and merged. Without a GPU the same script
 runs on the Triton interpreter and every timing is marked not meaningful.
 """
 
@@ -19,10 +20,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import anyio
 from pydantic import BaseModel, Field
 
 from ..errors import EnvironmentProblem, ExecutorError, UsageError
-from ..execution.launcher import Launcher
+from ..execution.launcher import Launcher, Slot
 from ..gpu import LAB
 from ..state.storage import atomic_write_text
 from ..task.kinds import kind_of
@@ -102,17 +104,51 @@ async def run_lab(
     *,
     on_progress: ProgressSink | None = None,
 ) -> dict[str, Any]:
-    """Run tools/gpu/lab.py on one slot of the launcher and return its results (also written to
-    out_dir/results.json). Holds the slot's GPU lock for the whole run (minutes of GPU time:
-    about 5 on an H100 for every task; seconds to a minute per task on the interpreter)."""
+    """Run tools/gpu/lab.py where the GPUs are and return its results (also written to
+    out_dir/results.json). With several slots (GPUs of several hosts, or of a Slurm allocation)
+    the tasks are dealt over them, one lab process per GPU, and the parts merged; each holds
+    its slot's GPU lock for its whole run (minutes of GPU time: about 5 on an H100 for every
+    task; seconds to a minute per task on the interpreter). Every row names the host and GPU
+    it was measured on."""
     tasks = kernel_task_names(opts.tasks)
-    slot = launcher.pick()
+    slots = launcher.slots[: len(tasks)] if len(launcher.slots) > 1 else [launcher.pick()]
+    shares = [tasks[i :: len(slots)] for i in range(len(slots))]
+    local = stage_lab(launcher.stage.parent / "lab" / "tree", tasks)
+    syncs = {id(s.executor): anyio.Lock() for s in slots}
+    parts: list[dict[str, Any]] = [{} for _ in slots]
+    started = time.perf_counter()
+
+    async def part(i: int) -> None:
+        slot = slots[i]
+        async with launcher.hold(slot):
+            async with syncs[id(slot.executor)]:
+                await slot.executor.connect()
+                await slot.executor.sync_tree(local, slot.executor.path("lab", "tree"))
+            parts[i] = await _run_part(launcher, slot, shares[i], opts, on_progress)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(slots)):
+            tg.start_soon(part, i)
+    results = _merge(parts)
+    results["info"]["host_wall_s"] = time.perf_counter() - started
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(
+        out_dir / "results.json", json.dumps(results, indent=1)
+    )  # reports rebuild from it
+    return results
+
+
+async def _run_part(
+    launcher: Launcher,
+    slot: Slot,
+    tasks: list[str],
+    opts: LabOptions,
+    on_progress: ProgressSink | None,
+) -> dict[str, Any]:
+    """lab.py on one slot for `tasks` (the tree is synced, the GPU held); its results.json."""
     executor = slot.executor
-    await executor.connect()
-    local = launcher.stage.parent / "lab" / "tree"
     remote = executor.path("lab", "tree")
-    run_id = uuid.uuid4().hex[:12]
-    remote_out = executor.path("lab", "out", run_id)
+    remote_out = executor.path("lab", "out", uuid.uuid4().hex[:12])
     python = executor.python(launcher.settings)
     argv = lab_argv(python, remote, remote_out, opts, launcher.settings.interpret, tasks)
     env = {"CUDA_VISIBLE_DEVICES": str(slot.gpu_index), "PYTHONUNBUFFERED": "1"}
@@ -127,23 +163,13 @@ async def run_lab(
             if maybe is not None:
                 await maybe
 
-    started = time.perf_counter()
-    async with launcher.hold(slot):
-        stage_lab(local, tasks)
-        await executor.sync_tree(local, remote)
-        res = await executor.run(argv, cwd=remote, env=env, timeout_s=opts.budget_s + MARGIN_S,
-                                 on_line=line_in)  # fmt: skip
-        fetched = await executor.run(
-            [
-                "sh",
-                "-c",
-                'cat -- "$1/results.json"; rc=$?; rm -rf -- "$1"; exit $rc',
-                "sh",
-                remote_out,
-            ],
-            timeout_s=120,
-            max_output_bytes=64 << 20,
-        )
+    res = await executor.run(argv, cwd=remote, env=env, timeout_s=opts.budget_s + MARGIN_S,
+                             on_line=line_in)  # fmt: skip
+    fetched = await executor.run(
+        ["sh", "-c", 'cat -- "$1/results.json"; rc=$?; rm -rf -- "$1"; exit $rc', "sh", remote_out],
+        timeout_s=120,
+        max_output_bytes=64 << 20,
+    )
     if fetched.exit_code != 0:
         why = "timed out" if res.timed_out else f"exited with {res.exit_code}"
         raise ExecutorError(
@@ -159,18 +185,36 @@ async def run_lab(
             f"results.json from {executor.host} is not valid JSON ({exc}).",
             next_step="retry; if it persists, run tools/gpu/lab.py on the host by hand",
         ) from exc
-    results.setdefault("info", {})["host"] = executor.host
-    results["info"]["host_wall_s"] = time.perf_counter() - started
+    info = results.setdefault("info", {})
+    # Where it ran: the machine and GPU the lab process saw (a cluster's node), then the executor.
+    where = {"host": info.get("host") or executor.host, "gpu_index": info.get("gpu_index")}
+    for row in results.get("rows", []):
+        row.update(where)
+    info["host"] = executor.host
+    info["parts"] = [{**where, "tasks": tasks}]
     if res.timed_out or res.exit_code != 0:
-        results["info"]["incomplete"] = (
+        info["incomplete"] = (
             f"the run {'timed out' if res.timed_out else f'exited with {res.exit_code}'}: "
             f"{res.stderr_tail(3)[-400:]}"
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(
-        out_dir / "results.json", json.dumps(results, indent=1)
-    )  # reports rebuild from it
+        info["parts"][0]["incomplete"] = info["incomplete"]
     return results
+
+
+def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One results file from the per-GPU parts: the first part's info and phases, every part's
+    tasks, rows, profiles and tuning; `info.parts` says which GPU ran which tasks."""
+    merged = parts[0]
+    for other in parts[1:]:
+        merged.setdefault("tasks", {}).update(other.get("tasks", {}))
+        merged.setdefault("rows", []).extend(other.get("rows", []))
+        merged.setdefault("ncu", {}).update(other.get("ncu", {}))
+        merged.setdefault("tuning", []).extend(other.get("tuning", []))
+        merged["info"]["parts"] += other["info"]["parts"]
+        if "incomplete" in other["info"]:
+            merged["info"].setdefault("incomplete", other["info"]["incomplete"])
+        merged["wall_s"] = max(merged.get("wall_s", 0.0), other.get("wall_s", 0.0))
+    return merged
 
 
 def load_results(path: Path) -> dict[str, Any]:

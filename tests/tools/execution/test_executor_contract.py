@@ -1,7 +1,9 @@
 """The executor contract: what every backend (tools/execution/backends.py) does, the same way.
 
-Run over the local executor and the SSH executor against a real OpenSSH sshd and the in-process
-asyncssh server. A new backend (Slurm is next) joins by adding its fixture parameter here.
+Run over the local executor, the SSH executor against a real OpenSSH sshd and the in-process
+asyncssh server, and the Slurm executor on a real one-node Slurm cluster started on this machine
+(tests/slurm_cluster.py), its login node reached directly or over SSH. A new backend joins by
+adding its fixture parameter here.
 Remote and local are the same machine in these tests, so they check effects (files, processes)
 directly. Every wait is bounded; process checks ignore zombies."""
 
@@ -18,10 +20,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from harnesslab.tests.slurm_cluster import slurm_settings
 from harnesslab.tests.ssh_testserver import serve_loopback
 from harnesslab.tools.errors import ExecutorError, UsageError
 from harnesslab.tools.execution.backends import BACKENDS, build_executors, register_backend
 from harnesslab.tools.execution.executor import Executor, LocalExecutor
+from harnesslab.tools.execution.slurm import SlurmExecutor
 from harnesslab.tools.execution.ssh import SSHExecutor
 from harnesslab.tools.settings import Settings
 
@@ -41,7 +45,15 @@ class Backend:
     scratch: Path  # a folder both this test and the executor's commands see
 
 
-@pytest.fixture(params=["local", pytest.param("openssh", marks=pytest.mark.ssh), "asyncssh"])
+@pytest.fixture(
+    params=[
+        "local",
+        pytest.param("openssh", marks=pytest.mark.ssh),
+        "asyncssh",
+        pytest.param("slurm", marks=pytest.mark.slurm),
+        pytest.param("slurm-over-ssh", marks=pytest.mark.slurm),
+    ]
+)
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     if request.param == "local":
         ex: Executor = LocalExecutor(tmp_path / "root")
@@ -61,10 +73,24 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         finally:
             await ex.aclose()
         return
+    if request.param == "slurm":
+        # Steps run on this machine's slurmd, whose node is this machine: the login executor
+        # is the local one, and the scratch folder is the same for the test and the steps.
+        cluster = request.getfixturevalue("slurm_cluster")
+        settings = slurm_settings(cluster, tmp_path / "state")
+        ex = SlurmExecutor(LocalExecutor(tmp_path / "root"), settings)
+        try:
+            yield Backend("slurm", ex, tmp_path)
+        finally:
+            await ex.aclose()
+        return
     async with await serve_loopback(tmp_path / "loopback") as loopback:
         ex = SSHExecutor(loopback.target(remote_root=str(tmp_path / "root")))
+        if request.param == "slurm-over-ssh":  # the login node reached over SSH
+            cluster = request.getfixturevalue("slurm_cluster")
+            ex = SlurmExecutor(ex, slurm_settings(cluster, tmp_path / "state"))
         try:
-            yield Backend("asyncssh", ex, tmp_path)
+            yield Backend(request.param, ex, tmp_path)
         finally:
             await ex.aclose()
 
