@@ -57,6 +57,7 @@ from .health import HostHealth, Problem, probe_host
 log = logging.getLogger(__name__)
 
 CLIENT_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 10.0  # a step on a live node starts in well under a second
 RECHECK_AFTER_S = 30.0  # an allocation unused this long (or half the idle limit) is checked first
 HEALTH_WAIT_S = 30.0  # how long remote_health_check waits for a pending allocation
 POLL_S = (0.2, 2.0)  # first and longest pause between squeue polls while pending
@@ -101,6 +102,13 @@ _LOST = {
 _STEP_LOST = re.compile(
     r"srun: error: (Node failure|.*Job step aborted|.*[Uu]nable to create step|"
     r".*Invalid job id|.*job has been revoked|.*Job/step already completing)"
+)
+# srun's words that fit a step whose node died as well as one that merely ended oddly: a task
+# killed by a signal (the OOM killer, itself, its node dying), or srun giving up on the step's
+# completion (exit status 0!). A probe step decides (_node_answers).
+_KILLED = re.compile(
+    r"^srun: error: ([^:\n]+: tasks? [0-9,-]+: Killed|Timed out waiting for job step to complete)",
+    re.M,
 )
 # srun's report of the task's exit status: the exit code says it already; not the command's stderr.
 _EXIT_REPORT = re.compile(
@@ -285,10 +293,18 @@ class SlurmExecutor(Executor):
         """Raise the classified error when a step ended because its job or node did: srun's
         stderr says so, or (`ended`: a warm runner's step closed unasked) squeue does."""
         job = self._job
-        if job is None or not (ended or _STEP_LOST.search(stderr)):
+        lost = bool(_STEP_LOST.search(stderr))
+        killed = bool(_KILLED.search(stderr))
+        if job is None or not (ended or lost or killed):
             return
-        state, reason, _ = await self._job_state(job.job_id)
         node_failed = "Node failure" in stderr
+        if killed and not (ended or lost):
+            # A task killed with no word from srun: its node died (srun may report the kill
+            # before it notices the node) or something else killed it. A probe step decides.
+            if await self._node_answers(job):
+                return
+            node_failed = True
+        state, reason, _ = await self._job_state(job.job_id)
         if state == "RUNNING" and not node_failed:
             return  # the job lives on: the step itself failed; its result says why
         if self._job is job:
@@ -299,6 +315,18 @@ class SlurmExecutor(Executor):
             state = "NODE_FAIL"
         never_ran = "create step" in stderr or "Invalid job id" in stderr
         raise self._lost_error(job.job_id, state, reason, started=not never_ran)
+
+    async def _node_answers(self, job: Allocation) -> bool:
+        """Whether the allocation's node still runs a step (`true`, within PROBE_TIMEOUT_S)."""
+        try:
+            res = await self._client(
+                ["srun", f"--jobid={job.job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+                 "--gres=none", "true"],
+                timeout_s=PROBE_TIMEOUT_S,
+            )  # fmt: skip
+        except ExecutorError:
+            return False
+        return res.exit_code == 0 and not res.timed_out
 
     async def _cancel_job(self, job_id: str) -> None:
         try:

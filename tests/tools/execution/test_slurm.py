@@ -244,6 +244,20 @@ async def test_a_node_failing_mid_call_is_classified_and_the_next_call_gets_a_ne
     assert again.stdout == "back\n" and ex.job_id not in (None, first)
 
 
+async def test_a_command_killed_by_a_signal_on_a_live_node_is_its_own_result(
+    launcher: Launcher,
+) -> None:
+    """srun reports "task 0: Killed" both for a task whose node died and for one killed by a
+    signal; a probe step tells them apart: on a live node the kill is the command's result."""
+    ex = executor(launcher)
+    with anyio.fail_after(60):
+        got = await ex.run(["sh", "-c", "kill -9 $$"], timeout_s=30)
+        job = ex.job_id
+        again = await ex.run(["echo", "same"], timeout_s=30)
+    assert got.exit_code == 137 and not got.timed_out
+    assert again.stdout == "same\n" and ex.job_id == job  # the allocation was kept
+
+
 async def test_the_allocation_ends_itself_when_idle(slurm_cluster: Cluster, tmp_path: Path) -> None:
     settings = slurm_settings(slurm_cluster, tmp_path / "state", slurm_idle_s=2)
     (ex,) = build_executors(settings)
