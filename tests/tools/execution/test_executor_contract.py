@@ -10,9 +10,8 @@ directly. Every wait is bounded; process checks ignore zombies."""
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 
 from harnesslab.tests.slurm_cluster import slurm_settings
 from harnesslab.tests.ssh_testserver import serve_loopback
+from harnesslab.tests.tools.execution.procs import SLEEPERS, live_group, read_pgid, wait_until
 from harnesslab.tools.errors import ExecutorError, UsageError
 from harnesslab.tools.execution.backends import BACKENDS, build_executors, register_backend
 from harnesslab.tools.execution.executor import Executor, LocalExecutor
@@ -29,10 +29,8 @@ from harnesslab.tools.execution.slurm import SlurmExecutor
 from harnesslab.tools.execution.ssh import SSHExecutor
 from harnesslab.tools.settings import Settings
 
+
 # Writes its process group id to {pgfile}, then leaves two sleepers in that group.
-SLEEPERS = "ps -o pgid= -p $$ > {pgfile}; sleep 300 & sleep 300"
-
-
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
@@ -93,26 +91,6 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             yield Backend(request.param, ex, tmp_path)
         finally:
             await ex.aclose()
-
-
-def live_group(pgid: int) -> list[str]:
-    """Processes of group pgid that are not zombies, as ps lines."""
-    table = subprocess.run(
-        ["ps", "-eo", "pid=,pgid=,stat=,args="], capture_output=True, text=True, check=True
-    ).stdout
-    rows = (line.split(None, 3) for line in table.splitlines())
-    return [" ".join(r) for r in rows if len(r) >= 3 and int(r[1]) == pgid and r[2][0] != "Z"]
-
-
-async def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0) -> None:
-    with anyio.fail_after(timeout_s):
-        while not predicate():
-            await anyio.sleep(0.05)
-
-
-async def read_pgid(pgfile: Path) -> int:
-    await wait_until(lambda: pgfile.is_file() and pgfile.read_text().strip())
-    return int(pgfile.read_text())
 
 
 def sleepers(b: Backend, name: str) -> tuple[list[str], Path]:
