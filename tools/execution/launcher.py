@@ -204,6 +204,16 @@ class Launcher:
                 dst = tdir / p.name
                 if not dst.is_file() or dst.read_bytes() != p.read_bytes():
                     shutil.copy2(p, dst)
+        if task.declare is not None:
+            # A declared task's reference: the generic module, reading the checked declaration.
+            probe_dims = task.dev_cases[0].shape
+            for name, data in (
+                ("reference.py", runner_source("declared.py")),
+                ("declaration.json", task.declare.staged_json(probe_dims).encode()),
+            ):
+                dst = tdir / name
+                if not dst.is_file() or dst.read_bytes() != data:
+                    dst.write_bytes(data)
 
     def stage_candidate(self, files: dict[str, bytes], digest: str) -> str:
         folder = self.stage / "candidates" / digest

@@ -1,0 +1,151 @@
+"""`harnesslab task import-kernelbench FILE.py|FOLDER`: KernelBench-format problems as declared
+kernel tasks.
+
+A KernelBench file defines `class Model(nn.Module)`, `get_inputs()` and `get_init_inputs()`,
+with its sizes as module-level integer constants. The task's reference is
+`Model(**init)` built under a fixed seed (tools/gpu/declared.py, kind "module"); `get_inputs()`
+gives the dev case and the input declarations, each axis named by the module constant of its
+size; the hidden final domain varies those constants from half to twice their value (sizes
+with no constant stay fixed). The candidate implements a plain function `model_new(*inputs,
+**init)`: the forward's tensors positionally, `__init__`'s arguments as keywords.
+
+Host side, trusted: it imports the user's file, as the user asked.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+from ..errors import UsageError
+from .scaffold import (
+    TaskPlan,
+    call_reference,
+    infer_inputs,
+    load_user_module,
+    output_shape,
+    signature_names,
+    write_task,
+)
+from .spec import TaskSpec
+
+ENTRY = "model_new"
+# KernelBench's own check: atol = rtol = 1e-2 (fp32 problems; a GPU matmul may use TF32).
+KB_TOLERANCES = {
+    "float32": {"atol": 1e-2, "rtol": 1e-2},
+    "float16": {"atol": 1e-2, "rtol": 2e-2},
+    "bfloat16": {"atol": 2e-2, "rtol": 4e-2},
+}
+
+
+def task_name(path: Path) -> str:
+    """'1_Square_matrix_multiplication_.py' -> 'kb_1_square_matrix_multiplication'."""
+    stem = re.sub(r"[^a-z0-9_-]+", "_", path.stem.lower()).strip("_-")
+    return ("kb_" + stem)[:64].rstrip("_-")
+
+
+def size_constants(source: str) -> dict[str, int]:
+    """Module-level `NAME = <int>` assignments, less those get_init_inputs() uses (those are
+    arguments of Model's constructor, such as the reduced dim, not sizes)."""
+    tree = ast.parse(source)
+    consts: dict[str, int] = {}
+    init_names: set[str] = set()
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and type(node.value.value) is int
+        ):
+            consts[node.targets[0].id] = node.value.value
+        if isinstance(node, ast.FunctionDef) and node.name == "get_init_inputs":
+            init_names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {k: v for k, v in consts.items() if k not in init_names and v > 1}
+
+
+def plan_kernelbench(path: Path, *, dtypes: list[str]) -> TaskPlan:
+    import torch
+
+    source = path.read_text()
+    mod = load_user_module(path, "kb")
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(mod, n)]
+    if missing:
+        raise UsageError(
+            f"{path} is not in KernelBench format: it defines no {', '.join(missing)}.",
+            next_step="a KernelBench file has class Model(nn.Module), get_inputs() and "
+            "get_init_inputs()",
+        )
+    init_params = [p for p in signature_names(mod.Model.__init__) if p != "self"]
+    init_values = list(mod.get_init_inputs())
+    if len(init_values) > len(init_params):
+        raise UsageError(
+            f"{path}: get_init_inputs() gives {len(init_values)} values, Model.__init__ takes "
+            f"{len(init_params)}.",
+            next_step="make them agree",
+        )
+    scalars = dict(zip(init_params, init_values, strict=False))
+    bad = {k: v for k, v in scalars.items() if not isinstance(v, (int, float, bool, str))}
+    if bad:
+        raise UsageError(
+            f"{path}: init inputs {sorted(bad)} are not numbers or strings.",
+            next_step="only scalar constructor arguments can be declared",
+        )
+    torch.manual_seed(0)
+    model = mod.Model(**scalars)
+    if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
+        raise UsageError(
+            f"{path}: Model has parameters or buffers; a plain-function candidate cannot see "
+            "them (not supported yet).",
+            next_step="import problems whose Model holds no weights (elementwise, reductions, "
+            "matmul of its inputs, ...)",
+        )
+    args = list(mod.get_inputs())
+    names = [p for p in signature_names(mod.Model.forward) if p != "self"]
+    names = names[: len(args)] + [f"x{i}" for i in range(len(names), len(args))]
+    sizes = size_constants(source)
+    decls, dims = infer_inputs(list(zip(names, args, strict=True)), sizes)
+    out = call_reference(model, [a.float() if a.is_floating_point() else a for a in args], {})
+    constant_dims = set(sizes)
+    ranges = {k: (v, v) for k, v in dims.items() if k not in constant_dims}
+    return TaskPlan(
+        name=task_name(path),
+        summary=f"KernelBench problem {path.stem}: "
+        + ((inspect.getdoc(mod.Model) or "").splitlines() or ["Model.forward"])[0],
+        reference_file=path,
+        reference_name="Model",
+        reference_kind="module",
+        inputs=decls,
+        scalars=scalars,
+        output_shape=output_shape(tuple(out.shape), dims),
+        output_dtype="case" if out.is_floating_point() else str(out.dtype).removeprefix("torch."),
+        dims=dims,
+        dtypes=dtypes,
+        ranges=ranges,
+        tolerances={d: KB_TOLERANCES[d] for d in dtypes if d in KB_TOLERANCES},
+        entry_function=ENTRY,
+        brief=f"\nThis is a KernelBench problem: `Model.forward` is the reference. Implement "
+        f"`{ENTRY}` as a plain function (not a `ModelNew` class): the forward's tensors "
+        f"positionally, Model's constructor arguments ({', '.join(scalars) or 'none'}) as "
+        "keywords. The baseline is the Model itself.\n",
+    )
+
+
+def import_kernelbench(
+    source: Path, out: Path, *, dtypes: list[str], force: bool = False
+) -> list[TaskSpec]:
+    """Each KernelBench file (`source`, or every .py directly in the folder `source`) as a task
+    folder under `out`, named kb_<file stem>."""
+    files = sorted(p for p in source.glob("*.py") if not p.name.startswith("_")) if source.is_dir() else [source]
+    if not files:
+        raise UsageError(f"{source} holds no .py file.", next_step="give a KernelBench file or folder")
+    tasks = []
+    for path in files:
+        plan = plan_kernelbench(path, dtypes=dtypes)
+        tasks.append(write_task(plan, out / plan.name, force=force))
+    return tasks
+
+
+__all__ = ["ENTRY", "import_kernelbench", "plan_kernelbench", "size_constants", "task_name"]
