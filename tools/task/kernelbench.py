@@ -66,6 +66,71 @@ def size_constants(source: str) -> dict[str, int]:
     return {k: v for k, v in consts.items() if k not in init_names and v > 1}
 
 
+class _SelfToParams(ast.NodeTransformer):
+    """`self.attr` -> the constructor parameter `__init__` stored in it."""
+
+    def __init__(self, attrs: dict[str, str]) -> None:
+        self.attrs = attrs
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        if isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr in self.attrs:
+            return ast.copy_location(ast.Name(id=self.attrs[node.attr], ctx=ast.Load()), node)
+        return self.generic_visit(node)
+
+
+def forward_as_function(source: str, scalars: dict[str, object]) -> str | None:
+    """Model.forward as a plain function `model_new(*inputs, **init)`: the baseline the guarded
+    verify accepts (its scan rejects torch.nn in a candidate). None when forward uses anything
+    but its inputs and constructor arguments stored as `self.x = x` (then the Model is copied)."""
+    tree = ast.parse(source)
+    model = next(
+        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None
+    )
+    if model is None:
+        return None
+    methods = {n.name: n for n in model.body if isinstance(n, ast.FunctionDef)}
+    init, forward = methods.get("__init__"), methods.get("forward")
+    if forward is None:
+        return None
+    attrs: dict[str, str] = {}
+    for node in ast.walk(init) if init else ():
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Attribute)
+            and isinstance(node.targets[0].value, ast.Name)
+            and node.targets[0].value.id == "self"
+            and isinstance(node.value, ast.Name)
+            and node.value.id in scalars
+        ):
+            attrs[node.targets[0].attr] = node.value.id
+    body = [_SelfToParams(attrs).visit(stmt) for stmt in forward.body]
+    names = {n.id for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+    if "self" in names or "nn" in names or "F" in names:
+        return None
+    params = [a.arg for a in forward.args.args if a.arg != "self"]
+    kw = ", ".join(f"{k}={v!r}" for k, v in scalars.items())
+    header = f"def {ENTRY}({', '.join(params)}{', *, ' + kw if kw else ''}):\n    pass\n"
+    fn = ast.parse(header).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    fn.body = body
+    imports = []  # the file's imports the body uses (`import torch.nn as nn` goes)
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            used = [
+                a for a in node.names if (a.asname or a.name.split(".")[0]) in names
+            ]
+            if used:
+                node.names = used
+                imports.append(node)
+    module = ast.Module(body=[*imports, fn], type_ignores=[])
+    doc = (
+        '"""Baseline: the KernelBench Model\'s forward as a plain PyTorch function. Replace it '
+        'with a faster kernel (same signature)."""\n\n'
+    )
+    return doc + ast.unparse(ast.fix_missing_locations(module)) + "\n"
+
+
 def plan_kernelbench(path: Path, *, dtypes: list[str]) -> TaskPlan:
     import torch
 
@@ -126,10 +191,11 @@ def plan_kernelbench(path: Path, *, dtypes: list[str]) -> TaskPlan:
         ranges=ranges,
         tolerances={d: KB_TOLERANCES[d] for d in dtypes if d in KB_TOLERANCES},
         entry_function=ENTRY,
+        baseline=forward_as_function(source, scalars) or "",
         brief=f"\nThis is a KernelBench problem: `Model.forward` is the reference. Implement "
         f"`{ENTRY}` as a plain function (not a `ModelNew` class): the forward's tensors "
         f"positionally, Model's constructor arguments ({', '.join(scalars) or 'none'}) as "
-        "keywords. The baseline is the Model itself.\n",
+        "keywords. The baseline is the forward as a plain PyTorch function.\n",
     )
 
 

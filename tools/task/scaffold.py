@@ -77,6 +77,7 @@ class TaskPlan(BaseModel):
     kernel_file: Path | None = None
     interpreter: dict[str, int] = Field(default_factory=dict)
     brief: str = ""
+    baseline: str = Field(default="", description="kernel.py's text when no kernel is given")
 
 
 def load_user_module(path: Path, tag: str) -> ModuleType:
@@ -333,7 +334,7 @@ def write_task(plan: TaskPlan, out: Path, *, force: bool = False) -> TaskSpec:
         shutil.copyfile(plan.kernel_file, out / "workspace" / kernel_name)
     else:
         kernel_name = "kernel.py"
-        (out / "workspace" / kernel_name).write_text(baseline_source(plan))
+        (out / "workspace" / kernel_name).write_text(plan.baseline or baseline_source(plan))
     entry = f"{kernel_name}:{plan.entry_function}"
     config = {k: v[min(2, len(v) - 1)] for k, v in plan.space.items()}
     (out / "workspace" / "kernel_config.json").write_text(json.dumps(config, indent=1) + "\n")

@@ -1,0 +1,194 @@
+"""Bring your own kernel: a task scaffolded from a PyTorch function of ours (a fused op with two
+inputs and a weight, our Triton kernel as the baseline) and three KernelBench-format files (an
+elementwise op, a reduction, a small matmul) go through init, eval, sweep, probe and the guarded
+verify on the Triton interpreter; a wrong baseline is reported as wrong; a declaration error
+names its field."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import anyio
+import pytest
+
+from harnesslab.servers.cli import main as cli_main
+from harnesslab.tools.errors import UsageError
+from harnesslab.tools.evaluation.objective import run_objective
+from harnesslab.tools.evaluation.probe import numerical_probe
+from harnesslab.tools.evaluation.sweep import sweep
+from harnesslab.tools.execution.launcher import Launcher
+from harnesslab.tools.integrity.verify import guarded_verify
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.workspace import init_workspace
+from harnesslab.tools.task.declaration import PROBE_KINDS
+from harnesslab.tools.task.kernelbench import import_kernelbench, size_constants
+from harnesslab.tools.task.scaffold import plan_new, write_task
+from harnesslab.tools.task.spec import TaskSpec, parse_task
+
+HERE = Path(__file__).resolve().parent / "byok"
+FUSED = ["--input", "x:rows,dim", "--input", "residual:rows,dim", "--input", "weight:dim"]
+FUSED_DIMS = ["rows=16,dim=96"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskSpec]:
+    root = tmp_path_factory.mktemp("byok")
+    plan = plan_new(
+        "gelu_res",
+        f"{HERE / 'fused.py'}:scaled_residual_gelu",
+        kernel=f"{HERE / 'fused_kernel.py'}:fused_gelu",
+        inputs=FUSED[1::2],
+        dims=FUSED_DIMS,
+        scalars=["alpha=0.5"],
+        dtypes=["float16", "float32"],
+    )
+    out = {"gelu_res": write_task(plan, root / "gelu_res")}
+    for t in import_kernelbench(HERE / "kernelbench", root / "kb", dtypes=["float32"]):
+        out[t.name] = t
+    return out
+
+
+def test_the_scaffolded_task_declares_inputs_output_and_scalars(tasks) -> None:
+    t = tasks["gelu_res"]
+    assert t.declare is not None and t.entry == "fused_kernel.py:fused_gelu"
+    assert [(i.name, i.shape) for i in t.declare.inputs] == [
+        ("x", ["rows", "dim"]), ("residual", ["rows", "dim"]), ("weight", ["dim"]),
+    ]  # fmt: skip
+    assert t.declare.output.shape == ["rows", "dim"] and t.declare.scalars == {"alpha": 0.5}
+    assert not (t.root / "reference.py").exists()  # generated at staging, never written here
+
+
+def test_kernelbench_files_become_tasks_with_their_constants_as_dims(tasks) -> None:
+    assert sorted(tasks) == [
+        "gelu_res", "kb_1_scaled_add", "kb_2_sum_reduction", "kb_3_small_matmul",
+    ]  # fmt: skip
+    red = tasks["kb_2_sum_reduction"]
+    assert red.declare is not None and red.declare.reference_kind == "module"
+    assert red.declare.scalars == {"dim": 1}  # get_init_inputs -> Model's constructor
+    assert red.declare.inputs[0].shape == ["batch_size", "dim1", "dim2"]
+    assert red.declare.output.shape == ["batch_size", 1, "dim2"]
+    assert red.final is not None and set(red.final.ranges) == {"batch_size", "dim1", "dim2"}
+    mm = tasks["kb_3_small_matmul"]
+    assert mm.declare is not None
+    assert [i.shape for i in mm.declare.inputs] == [["M", "K"], ["K", "N"]]
+    assert mm.declare.output.shape == ["M", "N"]
+    assert "model_new" in (mm.root / "task.md").read_text()
+
+
+def test_size_constants_leave_out_constructor_arguments() -> None:
+    src = (HERE / "kernelbench" / "2_sum_reduction.py").read_text()
+    assert size_constants(src) == {"batch_size": 8, "dim1": 48, "dim2": 40}
+
+
+async def _all_tools(task: TaskSpec, tmp: Path) -> None:
+    cfg = Settings(state_dir=tmp / "state", interpret="always")
+    ws = init_workspace(task.root, tmp / "ws", cfg)
+    launcher = Launcher(cfg)
+    try:
+        ev = await run_objective(ws, launcher, warmup=0, repeats=1)
+        assert ev.status == "passed", [c.reason for c in ev.cases]
+        sw = await sweep(
+            ws, launcher, space={"num_warps": [1, 2]}, cases=[task.dev_cases[0].name], repeats=1
+        )
+        assert sw.ok == 2, [r.model_dump() for r in sw.results]
+        pr = await numerical_probe(ws, launcher, dtypes=[task.dtypes[0]])
+        assert {r.probe for r in pr.results} == set(PROBE_KINDS)
+        assert pr.status == "passed", pr.failing
+        verdict = await guarded_verify(ws, launcher, cfg)
+        if task.declare is not None and task.declare.reference_kind == "module":
+            # The imported baseline is the forward in PyTorch: no kernel, so the guard says so;
+            # our Triton solution then passes.
+            assert verdict.verdict == "rejected"
+            assert "no_triton_launch" in {r["code"] for r in verdict.reasons}
+            shutil.copy(HERE / "solutions" / f"{task.name}.py", ws.root / "kernel.py")
+            verdict = await guarded_verify(ws, launcher, cfg)
+        assert verdict.verdict == "passed", verdict.reasons
+    finally:
+        await launcher.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "name", ["gelu_res", "kb_1_scaled_add", "kb_2_sum_reduction", "kb_3_small_matmul"]
+)
+async def test_eval_sweep_probe_and_guarded_verify_pass_on_the_interpreter(
+    tasks, name: str, tmp_path: Path
+) -> None:
+    with anyio.fail_after(300):
+        await _all_tools(tasks[name], tmp_path)
+
+
+@pytest.mark.anyio
+async def test_a_wrong_candidate_of_a_kernelbench_task_is_rejected(tasks, tmp_path: Path) -> None:
+    task = tasks["kb_3_small_matmul"]
+    cfg = Settings(state_dir=tmp_path / "state", interpret="always")
+    ws = init_workspace(task.root, tmp_path / "ws", cfg)
+    kernel = ws.root / "kernel.py"
+    right = (HERE / "solutions" / f"{task.name}.py").read_text()
+    kernel.write_text(right.replace("acc.to(c_ptr", "(acc + 0.1).to(c_ptr"))
+    launcher = Launcher(cfg)
+    try:
+        with anyio.fail_after(300):
+            verdict = await guarded_verify(ws, launcher, cfg)
+    finally:
+        await launcher.aclose()
+    assert verdict.verdict == "rejected"
+    assert "wrong_output" in {r["code"] for r in verdict.reasons}, verdict.reasons
+
+
+def test_task_new_reports_a_wrong_baseline_as_wrong(tmp_path: Path, capsys, monkeypatch) -> None:
+    wrong = tmp_path / "wrong_kernel.py"
+    wrong.write_text(
+        (HERE / "fused_kernel.py").read_text().replace("alpha * r", "alpha * r * 1.5")
+    )
+    monkeypatch.setenv("HARNESSLAB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("HARNESSLAB_INTERPRET", "always")
+    code = cli_main(
+        ["task", "new", "gelu_bad", "--reference", f"{HERE / 'fused.py'}:scaled_residual_gelu",
+         "--kernel", f"{wrong}:fused_gelu", *FUSED, "--dims", *FUSED_DIMS, "--scalar",
+         "alpha=0.5", "--out", str(tmp_path / "gelu_bad"), "--json"]
+    )  # fmt: skip
+    assert code == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "failed"
+    assert report["tasks"][0]["baseline"] == "failed"
+    assert "out of tolerance" in " ".join(report["tasks"][0]["failing"])
+
+
+def _declared_toml(tmp_path: Path, tasks, **edits: str) -> str:
+    src = tasks["gelu_res"].root
+    shutil.copy(src / "fused.py", tmp_path / "fused.py")
+    text = (src / "task.toml").read_text()
+    for old, new in edits.items():
+        assert old in text
+        text = text.replace(old, new, 1)
+    return text
+
+
+def test_an_unknown_dim_is_named_with_its_field(tasks, tmp_path: Path) -> None:
+    text = _declared_toml(tmp_path, tasks, **{'shape = ["dim"]': 'shape = ["cols"]'})
+    with pytest.raises(UsageError, match=r"declare\.inputs\[2\]\.shape: unknown dim 'cols'"):
+        parse_task(text, tmp_path)
+
+
+def test_a_bad_dtype_is_named_with_its_field(tasks, tmp_path: Path) -> None:
+    text = (tasks["gelu_res"].root / "task.toml").read_text()
+    shutil.copy(tasks["gelu_res"].root / "fused.py", tmp_path / "fused.py")
+    # the second input's dtype line
+    head, _, tail = text.partition('name = "residual"')
+    tail = tail.replace('dtype = "case"', 'dtype = "float8"', 1)
+    with pytest.raises(UsageError, match=r"declare\.inputs\[1\]\.dtype: 'float8' is not one of"):
+        parse_task(head + 'name = "residual"' + tail, tmp_path)
+
+
+def test_a_missing_reference_file_is_named(tasks, tmp_path: Path) -> None:
+    text = (tasks["gelu_res"].root / "task.toml").read_text()
+    with pytest.raises(UsageError, match=r"declare\.reference: fused\.py is not a file"):
+        parse_task(text, tmp_path)  # no fused.py in tmp_path
