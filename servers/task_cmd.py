@@ -22,13 +22,26 @@ def _args(p: argparse.ArgumentParser) -> None:
     new = sub.add_parser("new", help="a task folder from FILE.py:FUNCTION, a PyTorch reference")
     new.add_argument("name", help="task name (lowercase letters, digits, _ and -)")
     new.add_argument("--reference", required=True, help="FILE.py:FUNCTION, the PyTorch reference")
-    new.add_argument("--kernel", help="FILE.py:FUNCTION, your kernel as the baseline (default: the reference)")
-    new.add_argument("--input", action="append", default=[], help="NAME:DIM,DIM[:DTYPE] per tensor input, in call order")
+    new.add_argument(
+        "--kernel", help="FILE.py:FUNCTION, your kernel as the baseline (default: the reference)"
+    )
+    new.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        help="NAME:DIM,DIM[:DTYPE] per tensor input, in call order",
+    )
     new.add_argument("--dims", action="append", default=[], help="dev sizes, DIM=SIZE[,DIM=SIZE]")
     new.add_argument("--scalar", action="append", default=[], help="keyword argument NAME=VALUE")
-    new.add_argument("--example", help="FILE.py:FN returning example arguments (instead of --input/--dims)")
-    new.add_argument("--dtypes", default="float16,float32", help="case dtypes (default float16,float32)")
-    new.add_argument("--knob", action="append", default=[], help="launch knob NAME=V1,V2,... for sweeps")
+    new.add_argument(
+        "--example", help="FILE.py:FN returning example arguments (instead of --input/--dims)"
+    )
+    new.add_argument(
+        "--dtypes", default="float16,float32", help="case dtypes (default float16,float32)"
+    )
+    new.add_argument(
+        "--knob", action="append", default=[], help="launch knob NAME=V1,V2,... for sweeps"
+    )
     new.add_argument("--out", type=Path, help="task folder (default ./NAME)")
     new.add_argument("--force", action="store_true", help="write into a non-empty folder")
     new.add_argument("--no-check", action="store_true", help="skip the baseline run")
@@ -85,7 +98,10 @@ def cmd_task(args: argparse.Namespace, settings: Settings) -> int:
         write_task(plan, folder, force=args.force)
         written = [(folder, plan.name)]
     else:
-        written = [(t.root, t.name) for t in import_kernelbench(args.source, args.out, dtypes=dtypes, force=args.force)]
+        written = [
+            (t.root, t.name)
+            for t in import_kernelbench(args.source, args.out, dtypes=dtypes, force=args.force)
+        ]
     rows, ok = [], True
     for folder, name in written:
         result = None if args.no_check else run_async(check_baseline, folder, settings)

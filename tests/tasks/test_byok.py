@@ -145,9 +145,7 @@ async def test_a_wrong_candidate_of_a_kernelbench_task_is_rejected(tasks, tmp_pa
 
 def test_task_new_reports_a_wrong_baseline_as_wrong(tmp_path: Path, capsys, monkeypatch) -> None:
     wrong = tmp_path / "wrong_kernel.py"
-    wrong.write_text(
-        (HERE / "fused_kernel.py").read_text().replace("alpha * r", "alpha * r * 1.5")
-    )
+    wrong.write_text((HERE / "fused_kernel.py").read_text().replace("alpha * r", "alpha * r * 1.5"))
     monkeypatch.setenv("HARNESSLAB_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("HARNESSLAB_INTERPRET", "always")
     code = cli_main(

@@ -23,7 +23,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import EnvironmentProblem, ExecutorError
-from ..gpu import STAGED
+from ..gpu import STAGED, TASK
 from ..settings import Settings
 from ..task.spec import TaskSpec
 from .backends import build_executors
@@ -208,7 +208,7 @@ class Launcher:
             # A declared task's reference: the generic module, reading the checked declaration.
             probe_dims = task.dev_cases[0].shape
             for name, data in (
-                ("reference.py", runner_source("declared.py")),
+                ("reference.py", runner_source(TASK[0])),
                 ("declaration.json", task.declare.staged_json(probe_dims).encode()),
             ):
                 dst = tdir / name

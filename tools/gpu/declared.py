@@ -244,7 +244,9 @@ def _probe(kind: str) -> Callable[[torch.dtype, str, torch.Generator], Inputs]:
             if kind == "zeros":
                 tensors[0] = torch.zeros_like(first)
             elif kind == "wide_magnitudes":
-                tensors[0] = first * 10.0 ** torch.empty_like(first).uniform_(-2.0, 2.0, generator=g)
+                tensors[0] = first * 10.0 ** torch.empty_like(first).uniform_(
+                    -2.0, 2.0, generator=g
+                )
             elif kind == "tiny_magnitudes":
                 tensors[0] = first * 1e-3
         return _pack(tensors, dtype, device)

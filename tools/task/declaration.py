@@ -55,7 +55,9 @@ class Declaration(BaseModel):
     inputs: list[InputDecl] = Field(min_length=1)
     scalars: dict[str, int | float | bool | str] = Field(default_factory=dict)
     output: OutputDecl
-    bytes: str = Field(default="", description="formula over dims and dtype_bytes (default: derived)")
+    bytes: str = Field(
+        default="", description="formula over dims and dtype_bytes (default: derived)"
+    )
     flops: str = Field(default="", description="formula over dims (default: output elements)")
     interpreter: dict[str, int] = Field(
         default_factory=dict, description="dims on the CPU interpreter (others capped)"
@@ -100,7 +102,10 @@ class Declaration(BaseModel):
         if len(set(names)) != len(names):
             out.append(f"declare.inputs: names repeat ({', '.join(names)})")
         if self.output.dtype not in INPUT_DTYPES:
-            out.append(f"declare.output.dtype: {self.output.dtype!r} is not one of " + ", ".join(INPUT_DTYPES))
+            out.append(
+                f"declare.output.dtype: {self.output.dtype!r} is not one of "
+                + ", ".join(INPUT_DTYPES)
+            )
         for expr in self.output.shape:
             check_expr("declare.output.shape", expr)
         if self.bytes:
@@ -115,7 +120,11 @@ class Declaration(BaseModel):
     def staged_json(self, probe_dims: dict[str, int]) -> str:
         """declaration.json as tools/gpu/declared.py reads it."""
         data: dict[str, Any] = self.model_dump()
-        data["reference"] = {"entry": self.reference, "kind": self.reference_kind, "seed": self.seed}
+        data["reference"] = {
+            "entry": self.reference,
+            "kind": self.reference_kind,
+            "seed": self.seed,
+        }
         data["probe_dims"] = probe_dims
         return json.dumps(data, indent=1, sort_keys=True)
 

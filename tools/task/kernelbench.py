@@ -83,9 +83,7 @@ def forward_as_function(source: str, scalars: dict[str, object]) -> str | None:
     verify accepts (its scan rejects torch.nn in a candidate). None when forward uses anything
     but its inputs and constructor arguments stored as `self.x = x` (then the Model is copied)."""
     tree = ast.parse(source)
-    model = next(
-        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None
-    )
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
     if model is None:
         return None
     methods = {n.name: n for n in model.body if isinstance(n, ast.FunctionDef)}
@@ -117,9 +115,7 @@ def forward_as_function(source: str, scalars: dict[str, object]) -> str | None:
     imports = []  # the file's imports the body uses (`import torch.nn as nn` goes)
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            used = [
-                a for a in node.names if (a.asname or a.name.split(".")[0]) in names
-            ]
+            used = [a for a in node.names if (a.asname or a.name.split(".")[0]) in names]
             if used:
                 node.names = used
                 imports.append(node)
@@ -204,9 +200,15 @@ def import_kernelbench(
 ) -> list[TaskSpec]:
     """Each KernelBench file (`source`, or every .py directly in the folder `source`) as a task
     folder under `out`, named kb_<file stem>."""
-    files = sorted(p for p in source.glob("*.py") if not p.name.startswith("_")) if source.is_dir() else [source]
+    files = (
+        sorted(p for p in source.glob("*.py") if not p.name.startswith("_"))
+        if source.is_dir()
+        else [source]
+    )
     if not files:
-        raise UsageError(f"{source} holds no .py file.", next_step="give a KernelBench file or folder")
+        raise UsageError(
+            f"{source} holds no .py file.", next_step="give a KernelBench file or folder"
+        )
     tasks = []
     for path in files:
         plan = plan_kernelbench(path, dtypes=dtypes)

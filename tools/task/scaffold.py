@@ -83,7 +83,9 @@ class TaskPlan(BaseModel):
 def load_user_module(path: Path, tag: str) -> ModuleType:
     """Import the user's file by path (their code, run because they asked for this task)."""
     if not path.is_file():
-        raise UsageError(f"{path} does not exist.", next_step="give FILE.py:NAME of an existing file")
+        raise UsageError(
+            f"{path} does not exist.", next_step="give FILE.py:NAME of an existing file"
+        )
     name = f"_hl_user_{tag}_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -102,7 +104,9 @@ def load_user_module(path: Path, tag: str) -> ModuleType:
 def split_ref(text: str, flag: str) -> tuple[Path, str]:
     path, sep, name = text.rpartition(":")
     if not sep or not path or not name.isidentifier():
-        raise UsageError(f"{flag} {text!r} is not FILE.py:NAME.", next_step=f"e.g. {flag} op.py:fused")
+        raise UsageError(
+            f"{flag} {text!r} is not FILE.py:NAME.", next_step=f"e.g. {flag} op.py:fused"
+        )
     return Path(path), name
 
 
@@ -243,7 +247,9 @@ def render_toml(plan: TaskPlan, entry: str) -> str:
         ]
     ranges = {
         k: {"min": lo, "max": hi}
-        for k, (lo, hi) in ((k, plan.ranges.get(k, _default_range(v))) for k, v in plan.dims.items())
+        for k, (lo, hi) in (
+            (k, plan.ranges.get(k, _default_range(v))) for k, v in plan.dims.items()
+        )
     }
     lines += ["[final]", "count = 4", f"dtypes = {_toml_value(plan.dtypes)}"]
     lines += [f"ranges = {_toml_value(ranges)}", ""]
@@ -256,7 +262,9 @@ def render_toml(plan: TaskPlan, entry: str) -> str:
         lines.append(f"scalars = {_toml_value(plan.scalars)}")
     if plan.interpreter:
         lines.append(f"interpreter = {_toml_value(plan.interpreter)}")
-    lines.append(f"output = {_toml_value({'shape': plan.output_shape, 'dtype': plan.output_dtype})}")
+    lines.append(
+        f"output = {_toml_value({'shape': plan.output_shape, 'dtype': plan.output_dtype})}"
+    )
     lines.append("")
     for i in plan.inputs:
         lines += ["[[declare.inputs]]", f"name = {_toml_value(i.name)}"]
@@ -289,7 +297,7 @@ def render_brief(plan: TaskPlan, entry: str, params: str) -> str:
 Write a faster `{entry}` (a plain function; Triton recommended) that returns what the
 reference below returns:
 
-    {entry.split(':')[1]}({params}) -> torch.Tensor
+    {entry.split(":")[1]}({params}) -> torch.Tensor
 
 | input | shape | dtype |
 |---|---|---|
@@ -322,7 +330,9 @@ def write_task(plan: TaskPlan, out: Path, *, force: bool = False) -> TaskSpec:
         )
     bad = [d for d in plan.dtypes if d not in DTYPES]
     if bad:
-        raise UsageError(f"dtype {bad[0]!r} is not one of {', '.join(DTYPES)}.", next_step="fix --dtypes")
+        raise UsageError(
+            f"dtype {bad[0]!r} is not one of {', '.join(DTYPES)}.", next_step="fix --dtypes"
+        )
     if out.exists() and any(out.iterdir()) and not force:
         raise UsageError(f"{out} is not empty.", next_step="choose a new folder or pass --force")
     (out / "workspace").mkdir(parents=True, exist_ok=True)
@@ -339,7 +349,9 @@ def write_task(plan: TaskPlan, out: Path, *, force: bool = False) -> TaskSpec:
     config = {k: v[min(2, len(v) - 1)] for k, v in plan.space.items()}
     (out / "workspace" / "kernel_config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "task.toml").write_text(render_toml(plan, entry))
-    params = ", ".join([i.name for i in plan.inputs] + [f"{k}={v!r}" for k, v in plan.scalars.items()])
+    params = ", ".join(
+        [i.name for i in plan.inputs] + [f"{k}={v!r}" for k, v in plan.scalars.items()]
+    )
     (out / "task.md").write_text(render_brief(plan, entry, params))
     return load_task(out)
 
@@ -370,7 +382,9 @@ def parse_input_flag(text: str) -> InputSpec:
         raise UsageError(
             f"--input {text!r} is not NAME:DIM,DIM[:DTYPE].", next_step="e.g. --input x:rows,dim"
         )
-    shape: list[int | str] = [int(d) if d.strip().isdigit() else d.strip() for d in parts[1].split(",")]
+    shape: list[int | str] = [
+        int(d) if d.strip().isdigit() else d.strip() for d in parts[1].split(",")
+    ]
     dtype = parts[2] if len(parts) == 3 else "case"
     if dtype not in INPUT_DTYPES:
         raise UsageError(
@@ -393,7 +407,9 @@ def parse_assignments(items: list[str], flag: str) -> dict[str, Any]:
     for item in (x for text in items for x in text.split(",") if x.strip()):
         key, sep, value = item.partition("=")
         if not sep or not key.strip().isidentifier():
-            raise UsageError(f"{flag} {item!r} is not NAME=VALUE.", next_step=f"e.g. {flag} rows=64")
+            raise UsageError(
+                f"{flag} {item!r} is not NAME=VALUE.", next_step=f"e.g. {flag} rows=64"
+            )
         try:
             out[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -418,12 +434,14 @@ def plan_new(
     ref_file, ref_name = split_ref(reference, "--reference")
     fn = getattr(load_user_module(ref_file, "ref"), ref_name, None)
     if not callable(fn):
-        raise UsageError(f"{ref_file} defines no function {ref_name}.", next_step="check --reference")
+        raise UsageError(
+            f"{ref_file} defines no function {ref_name}.", next_step="check --reference"
+        )
     kw = parse_assignments(list(scalars), "--scalar")
     if example:
         ex_file, ex_name = split_ref(example, "--example")
         got = getattr(load_user_module(ex_file, "example"), ex_name)()
-        args, ex_kw = (got if len(got) == 2 and isinstance(got[1], dict) else (got, {}))
+        args, ex_kw = got if len(got) == 2 and isinstance(got[1], dict) else (got, {})
         kw = {**ex_kw, **kw}
         names = signature_names(fn) or [f"x{i}" for i in range(len(args))]
         decls, dim_sizes = infer_inputs(list(zip(names, args, strict=False)), {})
@@ -471,8 +489,12 @@ def _knobs(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, values = item.partition("=")
         if not sep or not key.isidentifier():
-            raise UsageError(f"--knob {item!r} is not NAME=V1,V2.", next_step="e.g. --knob num_warps=1,2,4")
-        out[key] = [json.loads(v) if v.strip().lstrip("-").isdigit() else v for v in values.split(",")]
+            raise UsageError(
+                f"--knob {item!r} is not NAME=V1,V2.", next_step="e.g. --knob num_warps=1,2,4"
+            )
+        out[key] = [
+            json.loads(v) if v.strip().lstrip("-").isdigit() else v for v in values.split(",")
+        ]
     return out
 
 

@@ -12,13 +12,22 @@ def _kernel(a_ptr, b_ptr, c_ptr, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK
     acc = tl.zeros([BM, BN], dtype=tl.float32)
     for start in range(0, k, BK):
         rk = start + tl.arange(0, BK)
-        a = tl.load(a_ptr + rm[:, None] * k + rk[None, :],
-                    mask=(rm[:, None] < m) & (rk[None, :] < k), other=0.0)
-        b = tl.load(b_ptr + rk[:, None] * n + rn[None, :],
-                    mask=(rk[:, None] < k) & (rn[None, :] < n), other=0.0)
+        a = tl.load(
+            a_ptr + rm[:, None] * k + rk[None, :],
+            mask=(rm[:, None] < m) & (rk[None, :] < k),
+            other=0.0,
+        )
+        b = tl.load(
+            b_ptr + rk[:, None] * n + rn[None, :],
+            mask=(rk[:, None] < k) & (rn[None, :] < n),
+            other=0.0,
+        )
         acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    tl.store(c_ptr + rm[:, None] * n + rn[None, :], acc.to(c_ptr.dtype.element_ty),
-             mask=(rm[:, None] < m) & (rn[None, :] < n))
+    tl.store(
+        c_ptr + rm[:, None] * n + rn[None, :],
+        acc.to(c_ptr.dtype.element_ty),
+        mask=(rm[:, None] < m) & (rn[None, :] < n),
+    )
 
 
 def model_new(A, B):
