@@ -25,7 +25,7 @@ from harnesslab.tools.state.workspace import init_workspace
 from harnesslab.tools.task.declaration import PROBE_KINDS
 from harnesslab.tools.task.kernelbench import import_kernelbench, size_constants
 from harnesslab.tools.task.scaffold import plan_new, write_task
-from harnesslab.tools.task.spec import TaskSpec, parse_task
+from harnesslab.tools.task.spec import TaskSpec, load_task, parse_task
 
 HERE = Path(__file__).resolve().parent / "byok"
 FUSED = ["--input", "x:rows,dim", "--input", "residual:rows,dim", "--input", "weight:dim"]
@@ -187,6 +187,7 @@ def test_a_bad_dtype_is_named_with_its_field(tasks, tmp_path: Path) -> None:
 
 
 def test_a_missing_reference_file_is_named(tasks, tmp_path: Path) -> None:
-    text = (tasks["gelu_res"].root / "task.toml").read_text()
+    shutil.copy(tasks["gelu_res"].root / "task.toml", tmp_path / "task.toml")
+    parse_task((tmp_path / "task.toml").read_text(), tmp_path)  # the text alone is valid
     with pytest.raises(UsageError, match=r"declare\.reference: fused\.py is not a file"):
-        parse_task(text, tmp_path)  # no fused.py in tmp_path
+        load_task(tmp_path)  # the folder has no fused.py

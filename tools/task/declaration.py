@@ -64,8 +64,8 @@ class Declaration(BaseModel):
     )
     interpreter_cap: int = Field(default=64, ge=1)
 
-    def problems(self, root: Path, dims: set[str]) -> list[str]:
-        """What is wrong, each naming its field (empty: valid)."""
+    def problems(self, dims: set[str]) -> list[str]:
+        """What is wrong with the text, each naming its field (empty: valid)."""
         out: list[str] = []
         known = ", ".join(sorted(dims)) or "none"
 
@@ -86,10 +86,10 @@ class Declaration(BaseModel):
                     out.append(f"{field}: {expr!r} may only use dims, numbers and + - * / // %")
 
         file_name, _, attr = self.reference.partition(":")
-        if not attr:
+        if not attr.isidentifier() or not file_name.endswith(".py"):
             out.append(f"declare.reference: {self.reference!r} must be 'file.py:name'")
-        elif not (root / file_name).is_file() or Path(file_name).name != file_name:
-            out.append(f"declare.reference: {file_name} is not a file of the task folder")
+        elif Path(file_name).name != file_name:
+            out.append(f"declare.reference: {file_name} must be a file of the task folder itself")
         for i, inp in enumerate(self.inputs):
             if inp.dtype not in INPUT_DTYPES:
                 out.append(
@@ -115,6 +115,17 @@ class Declaration(BaseModel):
         for k in self.interpreter:
             if k not in dims:
                 out.append(f"declare.interpreter: unknown dim {k!r} (dims: {known})")
+        return out
+
+    def folder_problems(self, root: Path) -> list[str]:
+        """What the task folder lacks (checked where the operator loads it, not where a stored
+        task.toml is parsed inside a sandbox that cannot read the folder)."""
+        out = []
+        file_name = self.reference.partition(":")[0]
+        if not (root / file_name).is_file():
+            out.append(f"declare.reference: {file_name} is not a file of the task folder {root}")
+        if (root / "reference.py").exists():
+            out.append("declare: a declared task has no reference.py (its reference is generated)")
         return out
 
     def staged_json(self, probe_dims: dict[str, int]) -> str:

@@ -285,7 +285,12 @@ def load_task(name_or_dir: str | Path) -> TaskSpec:
             f"{root} has no task.toml.",
             next_step="a task folder needs task.toml and task.md (see tasks/rmsnorm_gate)",
         )
-    return parse_task(toml_path.read_text(), root)
+    task = parse_task(toml_path.read_text(), root)
+    if task.declare is not None:
+        problems = task.declare.folder_problems(root)
+        if problems:
+            raise UsageError(f"{toml_path}: {problems[0]}", next_step="fix the task folder")
+    return task
 
 
 def parse_task(text: str, root: Path) -> TaskSpec:
