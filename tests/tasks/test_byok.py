@@ -191,3 +191,57 @@ def test_a_missing_reference_file_is_named(tasks, tmp_path: Path) -> None:
     parse_task((tmp_path / "task.toml").read_text(), tmp_path)  # the text alone is valid
     with pytest.raises(UsageError, match=r"declare\.reference: fused\.py is not a file"):
         load_task(tmp_path)  # the folder has no fused.py
+
+
+def test_inputs_and_output_are_inferred_from_an_example_call(tmp_path: Path) -> None:
+    example = tmp_path / "example.py"
+    example.write_text(
+        "import torch\n\n\ndef example():\n"
+        "    return (torch.randn(8, 40), torch.randn(8, 40), torch.randn(40)), {'alpha': 0.25}\n"
+    )
+    plan = plan_new(
+        "gelu_ex", f"{HERE / 'fused.py'}:scaled_residual_gelu", example=f"{example}:example"
+    )
+    assert [(i.name, i.shape) for i in plan.inputs] == [
+        ("x", ["d0", "d1"]), ("residual", ["d0", "d1"]), ("weight", ["d1"]),
+    ]  # fmt: skip
+    assert plan.dims == {"d0": 8, "d1": 40} and plan.scalars == {"alpha": 0.25}
+    assert plan.output_shape == ["d0", "d1"]
+
+
+def _staged_reference(task: TaskSpec, tmp_path: Path):
+    """The task's reference as the GPU host gets it: declared.py beside declaration.json."""
+    from harnesslab.tools.execution.launcher import runner_source
+    from harnesslab.tools.gpu.runner import load_module
+
+    assert task.declare is not None
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    shutil.copy(task.root / task.declare.reference.split(":")[0], stage)
+    (stage / "reference.py").write_bytes(runner_source("declared.py"))
+    (stage / "declaration.json").write_text(task.declare.staged_json(task.dev_cases[0].shape))
+    return load_module(stage / "reference.py", f"_byok_ref_{task.name}")
+
+
+def test_the_generated_reference_derives_bytes_flops_and_probe_shapes(tasks, tmp_path) -> None:
+    import torch
+
+    ref = _staged_reference(tasks["kb_3_small_matmul"], tmp_path)
+    dims = {"M": 32, "K": 48, "N": 24}
+    # A (M, K) + B (K, N) + C (M, N), 4 bytes each; one flop per output element by default
+    assert ref.bytes_moved(dims, 4) == 4 * (32 * 48 + 48 * 24 + 32 * 24)
+    assert ref.flops(dims) == 32 * 24
+    (a, b), kwargs = ref.make_inputs(dims, torch.float16, "cpu", torch.Generator().manual_seed(1))
+    assert kwargs == {}
+    assert a.shape == (32, 48) and b.shape == (48, 24) and a.dtype == torch.float16
+    assert ref.output_spec(a, b) == ((32, 24), torch.float16)
+    expected = ref.reference(a, b)
+    assert expected.dtype == torch.float32
+    assert torch.allclose(expected, a.float() @ b.float())
+    g = torch.Generator().manual_seed(0)
+    (za, _), _ = ref.PROBES["zeros"](torch.float32, "cpu", g)
+    assert not za.any()
+    (oa, ob), _ = ref.PROBES["odd_sizes"](torch.float32, "cpu", g)
+    assert all(s % 2 == 1 for s in (*oa.shape, *ob.shape))
+    (sa, _), _ = ref.PROBES["single_row"](torch.float32, "cpu", g)
+    assert sa.shape[0] == 1
