@@ -40,6 +40,12 @@ def _args(p: argparse.ArgumentParser) -> None:
         "--dtypes", default="float16,float32", help="case dtypes (default float16,float32)"
     )
     new.add_argument(
+        "--range",
+        action="append",
+        default=[],
+        help="hidden final sizes DIM=MIN:MAX (default: half to twice the dev size)",
+    )
+    new.add_argument(
         "--knob", action="append", default=[], help="launch knob NAME=V1,V2,... for sweeps"
     )
     new.add_argument("--out", type=Path, help="task folder (default ./NAME)")
@@ -93,6 +99,7 @@ def cmd_task(args: argparse.Namespace, settings: Settings) -> int:
             example=args.example,
             dtypes=dtypes,
             knobs=args.knob,
+            ranges=args.range,
         )
         folder = args.out or Path(args.name)
         write_task(plan, folder, force=args.force)

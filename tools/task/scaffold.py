@@ -428,6 +428,7 @@ def plan_new(
     example: str | None = None,
     dtypes: list[str] | None = None,
     knobs: list[str] = (),  # type: ignore[assignment]
+    ranges: list[str] = (),  # type: ignore[assignment]
 ) -> TaskPlan:
     """A plan from `task new`'s flags: inputs given (--input, --dims) or inferred from an
     example call (--example FILE.py:FN returning the positional arguments)."""
@@ -460,6 +461,16 @@ def plan_new(
     space = dict(DEFAULT_SPACE)
     if knobs:
         space = {k: v if isinstance(v, list) else [v] for k, v in _knobs(knobs).items()}
+    hidden: dict[str, tuple[int, int]] = {}
+    for key, value in parse_assignments(list(ranges), "--range").items():
+        lo, sep, hi = str(value).partition(":")
+        if key not in dim_sizes or not sep or not (lo.isdigit() and hi.isdigit()):
+            raise UsageError(
+                f"--range {key}={value}: expected DIM=MIN:MAX for one of "
+                f"{', '.join(dim_sizes) or 'no dims'}.",
+                next_step="e.g. --range rows=64:16384",
+            )
+        hidden[key] = (int(lo), int(hi))
     entry_fn = ref_name
     kernel_file = None
     if kernel:
@@ -476,6 +487,7 @@ def plan_new(
         output_shape=output_shape(tuple(out.shape), dim_sizes),
         output_dtype="case" if out.is_floating_point() else str(out.dtype).removeprefix("torch."),
         dims=dim_sizes,
+        ranges=hidden,
         dtypes=dtypes or ["float16", "float32"],
         space=space,
         entry_function=entry_fn,
