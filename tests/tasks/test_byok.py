@@ -281,3 +281,12 @@ def test_the_autopilot_loop_runs_on_a_kernelbench_task(tasks, tmp_path: Path) ->
     assert summary["baseline"]["verdict"] == "passed"
     assert summary["iterations"][0]["score"]["verdict"] == "passed"
     assert summary["final"]["verdict"] == "passed"
+
+
+def test_equal_dev_sizes_do_not_confuse_the_output_axes(tmp_path: Path) -> None:
+    ref = tmp_path / "transpose_scale.py"
+    ref.write_text("def transpose_scale(x, s):\n    return (x * s).t()\n")
+    plan = plan_new(
+        "tr", f"{ref}:transpose_scale", inputs=["x:rows,dim", "s:dim"], dims=["rows=64,dim=64"]
+    )
+    assert plan.output_shape == ["dim", "rows"]

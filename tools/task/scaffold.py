@@ -14,7 +14,7 @@ import inspect
 import json
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -36,15 +36,8 @@ DEFAULT_SPACE: dict[str, list[Any]] = {
     "num_warps": [1, 2, 4, 8],
     "block_size": [64, 128, 256, 512, 1024],
 }
-TORCH_DTYPES = {
-    "float16": "float16",
-    "bfloat16": "bfloat16",
-    "float32": "float32",
-    "float64": "float64",
-    "int32": "int32",
-    "int64": "int64",
-    "bool": "bool",
-}
+# Sizes at which a reference is called once to tell its output's axes apart.
+DISTINCT_SIZES = (7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47)
 
 
 class InputSpec(BaseModel):
@@ -422,13 +415,13 @@ def plan_new(
     reference: str,
     *,
     kernel: str | None = None,
-    inputs: list[str] = (),  # type: ignore[assignment]
-    dims: list[str] = (),  # type: ignore[assignment]
-    scalars: list[str] = (),  # type: ignore[assignment]
+    inputs: Sequence[str] = (),
+    dims: Sequence[str] = (),
+    scalars: Sequence[str] = (),
     example: str | None = None,
     dtypes: list[str] | None = None,
-    knobs: list[str] = (),  # type: ignore[assignment]
-    ranges: list[str] = (),  # type: ignore[assignment]
+    knobs: Sequence[str] = (),
+    ranges: Sequence[str] = (),
 ) -> TaskPlan:
     """A plan from `task new`'s flags: inputs given (--input, --dims) or inferred from an
     example call (--example FILE.py:FN returning the positional arguments)."""
@@ -457,10 +450,44 @@ def plan_new(
         decls = [parse_input_flag(t) for t in inputs]
         dim_sizes = {k: int(v) for k, v in parse_assignments(list(dims), "--dims").items()}
         example_args = draw_example(decls, dim_sizes)
+        # The output's axes are told apart at distinct small sizes (rows=dim=4096 would make
+        # them ambiguous); an op that needs related sizes falls back to the dev sizes.
+        distinct = dict(zip(dim_sizes, DISTINCT_SIZES, strict=False))
+        if len(distinct) == len(dim_sizes):
+            try:
+                out = call_reference(fn, draw_example(decls, distinct), kw)
+                shape = output_shape(tuple(out.shape), distinct)
+                call_reference(fn, example_args, kw)  # and it runs at the dev sizes
+                return _plan(name, fn, ref_file, ref_name, decls, kw, out, shape, dim_sizes,
+                             dtypes, knobs, ranges, kernel)  # fmt: skip
+            except UsageError:
+                raise
+            except Exception:  # the user's op refused these sizes: the dev sizes then
+                pass
     out = call_reference(fn, example_args, kw)
+    return _plan(name, fn, ref_file, ref_name, decls, kw, out,
+                 output_shape(tuple(out.shape), dim_sizes), dim_sizes, dtypes, knobs, ranges,
+                 kernel)  # fmt: skip
+
+
+def _plan(
+    name: str,
+    fn: Callable[..., Any],
+    ref_file: Path,
+    ref_name: str,
+    decls: list[InputSpec],
+    kw: dict[str, Any],
+    out: Any,
+    out_shape: list[int | str],
+    dim_sizes: dict[str, int],
+    dtypes: list[str] | None,
+    knobs: Sequence[str],
+    ranges: Sequence[str],
+    kernel: str | None,
+) -> TaskPlan:
     space = dict(DEFAULT_SPACE)
     if knobs:
-        space = {k: v if isinstance(v, list) else [v] for k, v in _knobs(knobs).items()}
+        space = {k: v if isinstance(v, list) else [v] for k, v in _knobs(list(knobs)).items()}
     hidden: dict[str, tuple[int, int]] = {}
     for key, value in parse_assignments(list(ranges), "--range").items():
         lo, sep, hi = str(value).partition(":")
@@ -484,7 +511,7 @@ def plan_new(
         reference_name=ref_name,
         inputs=decls,
         scalars=kw,
-        output_shape=output_shape(tuple(out.shape), dim_sizes),
+        output_shape=out_shape,
         output_dtype="case" if out.is_floating_point() else str(out.dtype).removeprefix("torch."),
         dims=dim_sizes,
         ranges=hidden,
