@@ -40,6 +40,10 @@ def _args(p: argparse.ArgumentParser) -> None:
         "--dtypes", default="float16,float32", help="case dtypes (default float16,float32)"
     )
     new.add_argument(
+        "--bytes", help="bytes moved per call over the dims and dtype_bytes (default: derived)"
+    )
+    new.add_argument("--flops", help="flops per call over the dims, e.g. '2*m*n*k'")
+    new.add_argument(
         "--range",
         action="append",
         default=[],
@@ -100,6 +104,9 @@ def cmd_task(args: argparse.Namespace, settings: Settings) -> int:
             dtypes=dtypes,
             knobs=args.knob,
             ranges=args.range,
+        )
+        plan = plan.model_copy(
+            update={"bytes_formula": args.bytes or "", "flops_formula": args.flops or ""}
         )
         folder = args.out or Path(args.name)
         write_task(plan, folder, force=args.force)

@@ -186,6 +186,12 @@ def test_an_unknown_dim_is_named_with_its_field(tasks, tmp_path: Path) -> None:
         parse_task(text, tmp_path)
 
 
+def test_an_unknown_dim_in_a_formula_is_named_with_its_field(tasks, tmp_path: Path) -> None:
+    text = _declared_toml(tmp_path, tasks, **{"[declare]\n": '[declare]\nflops = "8*rows*cols"\n'})
+    with pytest.raises(UsageError, match=r"declare\.flops: unknown dim 'cols'"):
+        parse_task(text, tmp_path)
+
+
 def test_a_bad_dtype_is_named_with_its_field(tasks, tmp_path: Path) -> None:
     text = (tasks["gelu_res"].root / "task.toml").read_text()
     shutil.copy(tasks["gelu_res"].root / "fused.py", tmp_path / "fused.py")

@@ -71,6 +71,8 @@ class TaskPlan(BaseModel):
     interpreter: dict[str, int] = Field(default_factory=dict)
     brief: str = ""
     baseline: str = Field(default="", description="kernel.py's text when no kernel is given")
+    bytes_formula: str = ""
+    flops_formula: str = ""
 
 
 def load_user_module(path: Path, tag: str) -> ModuleType:
@@ -255,6 +257,10 @@ def render_toml(plan: TaskPlan, entry: str) -> str:
         lines.append(f"scalars = {_toml_value(plan.scalars)}")
     if plan.interpreter:
         lines.append(f"interpreter = {_toml_value(plan.interpreter)}")
+    if plan.bytes_formula:
+        lines.append(f"bytes = {_toml_value(plan.bytes_formula)}")
+    if plan.flops_formula:
+        lines.append(f"flops = {_toml_value(plan.flops_formula)}")
     lines.append(
         f"output = {_toml_value({'shape': plan.output_shape, 'dtype': plan.output_dtype})}"
     )
