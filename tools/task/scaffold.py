@@ -74,6 +74,12 @@ class TaskPlan(BaseModel):
     bytes_formula: str = ""
     flops_formula: str = ""
 
+    @property
+    def reference_in_task(self) -> str:
+        """The reference's file name in the task folder (reference.py is the generated one's)."""
+        name = self.reference_file.name
+        return "user_reference.py" if name == "reference.py" else name
+
 
 def load_user_module(path: Path, tag: str) -> ModuleType:
     """Import the user's file by path (their code, run because they asked for this task)."""
@@ -250,7 +256,7 @@ def render_toml(plan: TaskPlan, entry: str) -> str:
     lines += [f"ranges = {_toml_value(ranges)}", ""]
     lines += [
         "[declare]",
-        f"reference = {_toml_value(plan.reference_file.name + ':' + plan.reference_name)}",
+        f"reference = {_toml_value(plan.reference_in_task + ':' + plan.reference_name)}",
         f"reference_kind = {_toml_value(plan.reference_kind)}",
     ]
     if plan.scalars:
@@ -312,7 +318,7 @@ dtypes {", ".join(plan.dtypes)}. Hidden final cases draw other sizes of the same
 Correctness: |out - ref| <= atol + rtol * |ref| per dtype, the reference computed in fp32 from
 the same inputs; NaN/Inf always fails; do not modify the inputs.
 
-## The reference (`{plan.reference_file.name}`)
+## The reference (`{plan.reference_in_task}`)
 
 ```python
 {ref_src.rstrip()}
@@ -335,7 +341,7 @@ def write_task(plan: TaskPlan, out: Path, *, force: bool = False) -> TaskSpec:
     if out.exists() and any(out.iterdir()) and not force:
         raise UsageError(f"{out} is not empty.", next_step="choose a new folder or pass --force")
     (out / "workspace").mkdir(parents=True, exist_ok=True)
-    ref_copy = out / plan.reference_file.name
+    ref_copy = out / plan.reference_in_task
     if ref_copy.resolve() != plan.reference_file.resolve():
         shutil.copyfile(plan.reference_file, ref_copy)
     if plan.kernel_file is not None:
