@@ -12,7 +12,8 @@ from harnesslab.tools.evaluation.baseline_check import check_baseline
 from harnesslab.tools.evaluation.results import EvalResult
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.task.kernelbench import import_kernelbench
-from harnesslab.tools.task.scaffold import plan_new, write_task
+from harnesslab.tools.task.scaffold import write_task
+from harnesslab.tools.task.task_new import plan_new
 
 from .cli_support import add_executor_args, command, run_async
 

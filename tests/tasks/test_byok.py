@@ -27,8 +27,9 @@ from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import init_workspace
 from harnesslab.tools.task.declaration import PROBE_KINDS
 from harnesslab.tools.task.kernelbench import import_kernelbench, size_constants
-from harnesslab.tools.task.scaffold import plan_new, write_task
+from harnesslab.tools.task.scaffold import write_task
 from harnesslab.tools.task.spec import TaskSpec, load_task, parse_task
+from harnesslab.tools.task.task_new import plan_new
 
 HERE = Path(__file__).resolve().parent / "byok"
 FUSED = ["--input", "x:rows,dim", "--input", "residual:rows,dim", "--input", "weight:dim"]
