@@ -262,6 +262,11 @@ def test_the_generated_reference_derives_bytes_flops_and_probe_shapes(tasks, tmp
     assert all(s % 2 == 1 for s in (*oa.shape, *ob.shape))
     (sa, _), _ = ref.PROBES["single_row"](torch.float32, "cpu", g)
     assert sa.shape[0] == 1
+    # The guarded verify's edges: value probes at the hidden case's own size.
+    edges = dict(ref.edge_cases(dims, torch.float32, "cpu", g))
+    assert set(edges) == {"zeros", "wide_magnitudes", "tiny_magnitudes"}
+    assert all(args[0].shape == (32, 48) for args, _ in edges.values())
+    assert not edges["zeros"][0][0].any()
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ task.toml) and the user's own reference source. Trusted: it decides correctness.
 
 Standard library + torch only, like every staged file. It gives the runner and the guard what a
 hand-written reference.py gives: make_inputs, reference, output_spec, bytes_moved, flops,
-interpreter_shape, PROBES and PROBE_NOTES, all derived from the declaration:
+interpreter_shape, PROBES, PROBE_NOTES and edge_cases (the guarded verify's value edges at each
+hidden case's size), all derived from the declaration:
 
 - inputs: name, shape (dim names, integers or small expressions such as "2*dim"), dtype ("case"
   or a fixed one), distribution (normal: mean + scale * N(0, 1); uniform: [low, high);
@@ -235,23 +236,42 @@ def _probe_dims(kind: str) -> dict[str, int]:
     return base
 
 
+def _values(kind: str, tensors: list[torch.Tensor], g: torch.Generator) -> list[torch.Tensor]:
+    """The value edge `kind` applied to the first input (when it is floating point)."""
+    first = tensors[0]
+    if first.is_floating_point():
+        if kind == "zeros":
+            tensors[0] = torch.zeros_like(first)
+        elif kind == "wide_magnitudes":
+            scale = 10.0 ** torch.empty_like(first).uniform_(-2.0, 2.0, generator=g)
+            tensors[0] = first * scale
+        elif kind == "tiny_magnitudes":
+            tensors[0] = first * 1e-3
+    return tensors
+
+
 def _probe(kind: str) -> Callable[[torch.dtype, str, torch.Generator], Inputs]:
     def probe(dtype: torch.dtype, device: str, g: torch.Generator) -> Inputs:
         dims = _probe_dims(kind)
         tensors = [_draw(d, _shape(d, dims), g) for d in DECL["inputs"]]
-        first = tensors[0]
-        if first.is_floating_point():
-            if kind == "zeros":
-                tensors[0] = torch.zeros_like(first)
-            elif kind == "wide_magnitudes":
-                tensors[0] = first * 10.0 ** torch.empty_like(first).uniform_(
-                    -2.0, 2.0, generator=g
-                )
-            elif kind == "tiny_magnitudes":
-                tensors[0] = first * 1e-3
-        return _pack(tensors, dtype, device)
+        return _pack(_values(kind, tensors, g), dtype, device)
 
     return probe
+
+
+VALUE_EDGES = ("zeros", "wide_magnitudes", "tiny_magnitudes")
+
+
+def edge_cases(
+    shape: dict[str, int], dtype: torch.dtype, device: str, generator: torch.Generator
+) -> list[tuple[str, Inputs]]:
+    """The guarded verify's edge inputs for one hidden case: the value probes at the case's own
+    size, drawn from the verifier's secret-mixed generator."""
+    out = []
+    for kind in VALUE_EDGES:
+        tensors = [_draw(d, _shape(d, shape), generator) for d in DECL["inputs"]]
+        out.append((kind, _pack(_values(kind, tensors, generator), dtype, device)))
+    return out
 
 
 PROBE_KINDS = ("zeros", "wide_magnitudes", "tiny_magnitudes", "odd_sizes", "single_row")
@@ -274,6 +294,7 @@ __all__ = [
     "PROBE_KINDS",
     "PROBE_NOTES",
     "bytes_moved",
+    "edge_cases",
     "evaluate",
     "flops",
     "interpreter_shape",
