@@ -302,3 +302,34 @@ def test_equal_dev_sizes_do_not_confuse_the_output_axes(tmp_path: Path) -> None:
         "tr", f"{ref}:transpose_scale", inputs=["x:rows,dim", "s:dim"], dims=["rows=64,dim=64"]
     )
     assert plan.output_shape == ["dim", "rows"]
+
+
+@pytest.mark.anyio
+async def test_a_kernelbench_models_weights_are_inputs_drawn_fresh(tmp_path: Path) -> None:
+    """nn.Linear's weight and bias become the task's last inputs: the baseline that uses them
+    passes, a candidate that uses its own copy of the seeded init's weights does not."""
+    (task,) = import_kernelbench(
+        HERE / "kernelbench_weights" / "4_linear_relu.py", tmp_path / "kb", dtypes=["float32"]
+    )
+    assert task.declare is not None
+    assert task.declare.module_params == ["linear.weight", "linear.bias"]
+    assert [i.name for i in task.declare.inputs] == ["x", "linear_weight", "linear_bias"]
+    assert task.declare.inputs[1].shape == ["d1", "d0"]  # (out_features, in_features)
+    cfg = Settings(state_dir=tmp_path / "state", interpret="always")
+    ws = init_workspace(task.root, tmp_path / "ws", cfg)
+    launcher = Launcher(cfg)
+    try:
+        with anyio.fail_after(120):
+            ev = await run_objective(ws, launcher, warmup=0, repeats=1)
+            assert ev.status == "passed", [c.reason for c in ev.cases]
+            kernel = ws.root / "kernel.py"
+            kernel.write_text(
+                kernel.read_text()
+                + "\n\ndef model_new(x, linear_weight, linear_bias, *, in_features=40, "
+                "out_features=24):\n    torch.manual_seed(0)\n"
+                "    return _reference_Model(in_features, out_features)(x)\n"
+            )
+            ev = await run_objective(ws, launcher, warmup=0, repeats=1)
+            assert ev.status == "failed"
+    finally:
+        await launcher.aclose()

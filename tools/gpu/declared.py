@@ -157,7 +157,13 @@ def reference(*args: Any, **kwargs: Any) -> torch.Tensor:
     with torch.no_grad():
         if DECL["reference"].get("kind", "function") == "module":
             model = _module(kwargs).to(fargs[0].device if fargs else "cpu")
-            out = model(*fargs)
+            params = DECL["reference"].get("params", [])
+            if params:  # the Model's weights are the task's last inputs
+                n = len(fargs) - len(params)
+                state = dict(zip(params, fargs[n:], strict=True))
+                out = torch.func.functional_call(model, state, tuple(fargs[:n]))
+            else:
+                out = model(*fargs)
         else:
             assert _REF is not None
             out = _REF(*fargs, **kwargs)

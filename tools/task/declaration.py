@@ -52,6 +52,11 @@ class Declaration(BaseModel):
         description="module: a torch.nn.Module class built as Model(**scalars) under `seed`",
     )
     seed: int = 0
+    module_params: list[str] = Field(
+        default_factory=list,
+        description="module: the Model's parameters and buffers, in order, given as its last "
+        "inputs (the candidate gets them too)",
+    )
     inputs: list[InputDecl] = Field(min_length=1)
     scalars: dict[str, int | float | bool | str] = Field(default_factory=dict)
     output: OutputDecl
@@ -98,6 +103,8 @@ class Declaration(BaseModel):
                 )
             for expr in inp.shape:
                 check_expr(f"declare.inputs[{i}].shape", expr)
+        if len(self.module_params) >= len(self.inputs):
+            out.append("declare.module_params: more parameters than inputs")
         names = [i.name for i in self.inputs]
         if len(set(names)) != len(names):
             out.append(f"declare.inputs: names repeat ({', '.join(names)})")
@@ -135,6 +142,7 @@ class Declaration(BaseModel):
             "entry": self.reference,
             "kind": self.reference_kind,
             "seed": self.seed,
+            "params": self.module_params,
         }
         data["probe_dims"] = probe_dims
         return json.dumps(data, indent=1, sort_keys=True)

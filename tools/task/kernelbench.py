@@ -7,7 +7,8 @@ with its sizes as module-level integer constants. The task's reference is
 gives the dev case and the input declarations, each axis named by the module constant of its
 size; the hidden final domain varies those constants from half to twice their value (sizes
 with no constant stay fixed). The candidate implements a plain function `model_new(*inputs,
-**init)`: the forward's tensors positionally, `__init__`'s arguments as keywords.
+**init)`: the forward's tensors positionally, then the Model's parameters and buffers (drawn
+fresh like any input, with the init's mean and spread), `__init__`'s arguments as keywords.
 
 Host side, trusted: it imports the user's file, as the user asked.
 """
@@ -156,18 +157,20 @@ def plan_kernelbench(path: Path, *, dtypes: list[str]) -> TaskPlan:
         )
     torch.manual_seed(0)
     model = mod.Model(**scalars)
-    if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
-        raise UsageError(
-            f"{path}: Model has parameters or buffers; a plain-function candidate cannot see "
-            "them (not supported yet).",
-            next_step="import problems whose Model holds no weights (elementwise, reductions, "
-            "matmul of its inputs, ...)",
-        )
+    # Weights (nn.Linear's, a conv's) become the task's last inputs, drawn fresh like the
+    # others with the init's mean and spread, so a plain-function candidate receives them too.
+    weights = [(n, t.detach()) for n, t in [*model.named_parameters(), *model.named_buffers()]]
     args = list(mod.get_inputs())
     names = [p for p in signature_names(mod.Model.forward) if p != "self"]
     names = names[: len(args)] + [f"x{i}" for i in range(len(names), len(args))]
     sizes = size_constants(source)
-    decls, dims = infer_inputs(list(zip(names, args, strict=True)), sizes)
+    weight_names = [w.replace(".", "_") for w, _ in weights]
+    named = list(zip(names, args, strict=True))
+    named += [(n, t) for n, (_, t) in zip(weight_names, weights, strict=True)]
+    decls, dims = infer_inputs(named, sizes)
+    for decl, (_, t) in zip(decls[len(args) :], weights, strict=True):
+        if t.is_floating_point() and t.numel() > 1:
+            decl.mean, decl.scale = float(t.mean()), max(float(t.std()), 1e-6)
     out = call_reference(model, [a.float() if a.is_floating_point() else a for a in args], {})
     constant_dims = set(sizes)
     ranges = {k: (v, v) for k, v in dims.items() if k not in constant_dims}
@@ -178,6 +181,7 @@ def plan_kernelbench(path: Path, *, dtypes: list[str]) -> TaskPlan:
         reference_file=path,
         reference_name="Model",
         reference_kind="module",
+        module_params=[w for w, _ in weights],
         inputs=decls,
         scalars=scalars,
         output_shape=output_shape(tuple(out.shape), dims),
@@ -187,11 +191,18 @@ def plan_kernelbench(path: Path, *, dtypes: list[str]) -> TaskPlan:
         ranges=ranges,
         tolerances={d: KB_TOLERANCES[d] for d in dtypes if d in KB_TOLERANCES},
         entry_function=ENTRY,
-        baseline=forward_as_function(source, scalars) or "",
+        baseline="" if weights else (forward_as_function(source, scalars) or ""),
         brief=f"\nThis is a KernelBench problem: `Model.forward` is the reference. Implement "
         f"`{ENTRY}` as a plain function (not a `ModelNew` class): the forward's tensors "
-        f"positionally, Model's constructor arguments ({', '.join(scalars) or 'none'}) as "
-        "keywords. The baseline is the forward as a plain PyTorch function.\n",
+        f"positionally, then the Model's weights "
+        f"({', '.join(weight_names) or 'none'}: fresh random tensors each call, like the "
+        f"inputs), Model's constructor arguments ({', '.join(scalars) or 'none'}) as keywords. "
+        + (
+            "The baseline runs the Model on those weights in PyTorch (the guarded verify needs a "
+            "Triton kernel instead).\n"
+            if weights
+            else "The baseline is the forward as a plain PyTorch function.\n"
+        ),
     )
 
 

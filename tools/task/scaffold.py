@@ -48,6 +48,8 @@ class InputSpec(BaseModel):
     distribution: str = "normal"
     low: float = 0.0
     high: float = 1.0
+    mean: float = 0.0
+    scale: float = 1.0
 
 
 class TaskPlan(BaseModel):
@@ -58,6 +60,7 @@ class TaskPlan(BaseModel):
     reference_file: Path
     reference_name: str
     reference_kind: str = "function"
+    module_params: list[str] = Field(default_factory=list)
     inputs: list[InputSpec]
     scalars: dict[str, Any] = Field(default_factory=dict)
     output_shape: list[int | str]
@@ -260,6 +263,8 @@ def render_toml(plan: TaskPlan, entry: str) -> str:
         f"reference = {_toml_value(plan.reference_in_task + ':' + plan.reference_name)}",
         f"reference_kind = {_toml_value(plan.reference_kind)}",
     ]
+    if plan.module_params:
+        lines.append(f"module_params = {_toml_value(plan.module_params)}")
     if plan.scalars:
         lines.append(f"scalars = {_toml_value(plan.scalars)}")
     if plan.interpreter:
@@ -280,6 +285,9 @@ def render_toml(plan: TaskPlan, entry: str) -> str:
             lines.append(f"distribution = {_toml_value(i.distribution)}")
             lines.append(f"low = {i.low!r}")
             lines.append(f"high = {i.high!r}")
+        elif (i.mean, i.scale) != (0.0, 1.0):
+            lines.append(f"mean = {i.mean!r}")
+            lines.append(f"scale = {i.scale!r}")
         lines.append("")
     return "\n".join(lines)
 
@@ -370,7 +378,17 @@ def baseline_source(plan: TaskPlan) -> str:
     sig = names + (", *, " + kw if kw else "")
     pass_kw = ", ".join(f"{k}={k}" for k in plan.scalars)
     ref = f"_reference_{plan.reference_name}"  # the entry may have the reference's name
-    if plan.reference_kind == "module":
+    if plan.reference_kind == "module" and plan.module_params:
+        n = len(plan.inputs) - len(plan.module_params)
+        state = ", ".join(
+            f"{p!r}: {i.name}" for p, i in zip(plan.module_params, plan.inputs[n:], strict=True)
+        )
+        fwd = ", ".join(i.name for i in plan.inputs[:n])
+        body = (
+            f"    model = {ref}({pass_kw}).to({plan.inputs[0].name}.device)\n"
+            f"    return torch.func.functional_call(model, {{{state}}}, ({fwd},))"
+        )
+    elif plan.reference_kind == "module":
         body = f"    return {ref}({pass_kw}).to({plan.inputs[0].name}.device)({names})"
     else:
         body = f"    return {ref}({names}{', ' + pass_kw if pass_kw else ''})"
