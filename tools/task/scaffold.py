@@ -308,7 +308,8 @@ def render_brief(plan: TaskPlan, entry: str, params: str) -> str:
 
 {plan.summary}
 
-Write a faster `{entry}` (a plain function; Triton recommended) that returns what the
+Write a faster `{entry}` (a plain function whose work runs in Triton kernels: the guarded
+verify rejects PyTorch math outside them) that returns what the
 reference below returns:
 
     {entry.split(":")[1]}({params}) -> torch.Tensor
