@@ -28,12 +28,23 @@ from . import (
     report,
     run_cmd,
     serve_cmd,
+    task_cmd,
 )
 from .cli_support import COMMANDS, HELP, command, settings_from
 
 # The subcommand modules, in the order `--help` lists them (each declares its commands with
 # cli_support.command; none imports this module).
-MODULES = (commands, serve_cmd, meta_cmd, run_cmd, lab_cmd, doctor_cmd, compare_cmd, import_cmd)
+MODULES = (
+    commands,
+    serve_cmd,
+    meta_cmd,
+    run_cmd,
+    lab_cmd,
+    doctor_cmd,
+    compare_cmd,
+    import_cmd,
+    task_cmd,
+)
 
 _CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from ..errors import UsageError
 from ..execution.launcher import Launcher
 from ..state.workspace import Workspace
+from ..task.declaration import PROBE_KINDS
 from ..task.spec import TaskSpec
 from .objective import Progress, case_events_progress, kernel_request, require_kernel_task
 
@@ -49,7 +50,10 @@ class ProbeReport(BaseModel):
 
 
 def probe_names(task: TaskSpec) -> list[str]:
-    """Names in reference.py's PROBES dict literal, in order (empty if it has none)."""
+    """Names in reference.py's PROBES dict literal, in order (empty if it has none); a
+    declared task's are the generic ones (tools/gpu/declared.py)."""
+    if task.declare is not None:
+        return list(PROBE_KINDS)
     try:
         st = task.reference_path.stat()
     except OSError:

@@ -23,7 +23,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import EnvironmentProblem, ExecutorError
-from ..gpu import STAGED
+from ..gpu import STAGED, TASK
 from ..settings import Settings
 from ..task.spec import TaskSpec
 from .backends import build_executors
@@ -205,6 +205,16 @@ class Launcher:
                 dst = tdir / p.name
                 if not dst.is_file() or dst.read_bytes() != p.read_bytes():
                     shutil.copy2(p, dst)
+        if task.declare is not None:
+            # A declared task's reference: the generic module, reading the checked declaration.
+            probe_dims = task.dev_cases[0].shape
+            for name, data in (
+                ("reference.py", runner_source(TASK[0])),
+                ("declaration.json", task.declare.staged_json(probe_dims).encode()),
+            ):
+                dst = tdir / name
+                if not dst.is_file() or dst.read_bytes() != data:
+                    dst.write_bytes(data)
 
     def stage_candidate(self, files: dict[str, bytes], digest: str) -> str:
         folder = self.stage / "candidates" / digest

@@ -2,7 +2,7 @@
 
 The launcher copies STAGED into `<stage>/harness/` (hash-checked against this package on every
 call); they import each other by plain module name from that folder. The lab stages LAB beside
-the task folders. The host imports a few of them as modules too (wire for framing, ncu for the
+the task folders, and TASK as a declared task's reference. The host imports a few of them as modules too (wire for framing, ncu for the
 one ncu parser); tests/tools/gpu/test_staged.py checks that none imports harnesslab.
 
 Side of the trust boundary: runner.py (dev modes) runs inside sandbox.py with the candidate;
@@ -24,5 +24,8 @@ STAGED = (
     "replay.py",
 )
 LAB = ("runner.py", "lab.py", "ncu.py")
+# Staged as a declared task's reference.py (beside its declaration.json), trusted like any
+# task reference: tools/task/declaration.py.
+TASK = ("declared.py",)
 
-__all__ = ["FOLDER", "LAB", "STAGED"]
+__all__ = ["FOLDER", "LAB", "STAGED", "TASK"]

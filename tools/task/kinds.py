@@ -75,6 +75,8 @@ class KernelKind(TaskKind):
         if not task.dev_cases or task.final is None:
             out.append("kernel tasks need dev_cases and a [final] domain")
         out += [f"no tolerance for dtype {d}" for d in task.dtypes if d not in task.tolerances]
+        if task.declare is not None:  # the text only: a sandboxed reader cannot see the folder
+            out += task.declare.problems(task.dims())
         return out
 
 

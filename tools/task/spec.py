@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import UsageError
+from .declaration import Declaration
 from .kinds import KINDS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -158,6 +159,11 @@ class TaskSpec(BaseModel):
     )
     dev_cases: list[Case] = Field(default_factory=list)
     final: FinalDomain | None = None
+    declare: Declaration | None = Field(
+        default=None,
+        description="a declared task: inputs, reference function and output in task.toml, "
+        "no reference.py (tools/gpu/declared.py is staged in its place)",
+    )
     # command tasks
     objective: str = Field(default="", description="one command for dev and final (older form)")
     objectives: dict[Literal["dev", "final"], Objective] = Field(default_factory=dict)
@@ -203,6 +209,13 @@ class TaskSpec(BaseModel):
     @property
     def reference_path(self) -> Path:
         return self.root / "reference.py"
+
+    def dims(self) -> set[str]:
+        """The named sizes of the dev cases and the final domain."""
+        out = {k for c in self.dev_cases for k in c.shape}
+        if self.final is not None:
+            out |= set(self.final.ranges) | set(self.final.choices)
+        return out
 
     @property
     def workspace_template(self) -> Path:
@@ -272,7 +285,12 @@ def load_task(name_or_dir: str | Path) -> TaskSpec:
             f"{root} has no task.toml.",
             next_step="a task folder needs task.toml and task.md (see tasks/rmsnorm_gate)",
         )
-    return parse_task(toml_path.read_text(), root)
+    task = parse_task(toml_path.read_text(), root)
+    if task.declare is not None:
+        problems = task.declare.folder_problems(root)
+        if problems:
+            raise UsageError(f"{toml_path}: {problems[0]}", next_step="fix the task folder")
+    return task
 
 
 def parse_task(text: str, root: Path) -> TaskSpec:
