@@ -177,6 +177,14 @@ async def terminate_group(process: Process, grace_s: float = KILL_GRACE_S) -> No
         await process.wait()
 
 
+async def release(process: Process) -> None:
+    """Close the process's pipes and reap it (bounded, shielded). A pipe left open keeps
+    asyncio's transport alive past its event loop, and the collector then fails on it
+    wherever it runs (tests/conftest.py collects per test file to catch that)."""
+    with anyio.move_on_after(KILL_GRACE_S, shield=True):
+        await process.aclose()
+
+
 async def _drain(stream, sink: bytearray, limit: int, on_line: LineSink | None = None) -> None:
     if stream is None:
         return
@@ -311,6 +319,8 @@ class LocalExecutor(Executor):
             with anyio.CancelScope(shield=True):
                 await terminate_group(process)
             raise
+        finally:
+            await release(process)
         return CommandResult(
             argv=list(argv),
             exit_code=None if timed_out else process.returncode,
@@ -402,6 +412,8 @@ __all__ = [
     "OnWait",
     "emit_line",
     "inherited_env",
+    "kill_group",
+    "release",
     "start_failure",
     "terminate_group",
 ]

@@ -15,7 +15,7 @@ import anyio
 from pydantic import BaseModel
 
 from ..errors import EnvironmentProblem
-from ..execution.executor import kill_group, terminate_group
+from ..execution.executor import kill_group, release, terminate_group
 
 OUTPUT_CAP_BYTES = 4 << 20
 TAIL_BYTES = 64 << 10
@@ -128,6 +128,7 @@ async def run_process(
     finally:
         out.close()
         err.close()
+        await release(process)
         if on_exit is not None:
             on_exit(process.pid)
     return ProcessOutcome(
