@@ -242,6 +242,7 @@ class LocalInteractive(InteractiveProcess):
         self._killed = True
         with anyio.CancelScope(shield=True):
             await terminate_group(self.process)
+            await release(self.process)
 
 
 class LocalExecutor(Executor):

@@ -28,7 +28,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from .. import gpu
 from ..catalog import QUALIFY_CLIENT_MODULE, SERVERS_MODULE
 from ..errors import UsageError
-from ..execution.executor import inherited_env, terminate_group
+from ..execution.executor import inherited_env, release, terminate_group
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
@@ -275,6 +275,8 @@ class ProtocolSession:
         self.dead = True
         if self.process is not None and self.process.returncode is None:
             await terminate_group(self.process, grace_s=1.0)
+        if self.process is not None:
+            await release(self.process)
 
     async def close(self) -> None:
         """Ask the driver to stop the server and report its noise; bounded, then kill."""
@@ -301,6 +303,7 @@ class ProtocolSession:
                     os.killpg(self.process.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+                await release(self.process)
 
     def stderr_tail(self, lines: int = 25) -> str:
         text = ""
