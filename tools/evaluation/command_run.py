@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import UsageError
 from ..execution.executor import CommandResult
 from ..execution.launcher import Launcher, Slot, sandbox_level
+from ..gpu import wire
 from ..task.spec import PLACEHOLDER_RE
 
 MAX_OUTPUT_KEYS = 40
@@ -79,10 +80,9 @@ async def run_sandboxed(
     first, _, rest = res.stdout.partition("\n")
     if first.startswith('{"event": "sandbox"'):
         res = res.model_copy(update={"stdout": rest})
-        try:
-            level = sandbox_level(json.loads(first))
-        except json.JSONDecodeError:
-            pass
+        report = wire.json_object(first)
+        if report is not None:
+            level = sandbox_level(report)
     return res, level
 
 
@@ -96,11 +96,8 @@ def parse_output(stdout: str, score_key: str) -> tuple[dict[str, Any] | None, st
     for chunk in chunks:
         if not chunk.startswith("{"):
             continue
-        try:
-            obj = json.loads(chunk)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
+        obj = wire.json_object(chunk)  # hostile: size and nesting bounded, objects only
+        if obj is not None:
             if score_key in obj:
                 return obj, ""
             fallback = fallback or obj

@@ -43,6 +43,9 @@ SCORE_PY = textwrap.dedent(
     cases = []
     if a.cases_file:
         cases = json.load(open(a.cases_file))["cases"]
+    if text == "nest":  # hostile: one JSON line nested past the parser's recursion limit
+        print('{"best": 1.0, "x": ' + "[" * 100000 + "]" * 100000 + "}")
+        sys.exit(0)
     if text == "fail":
         shape = ",".join(f"rows={c['rows']}" for c in cases) or "dev"
         print(json.dumps({"status": "failed", "best": None, "error": f"bad kernel on {shape}",
@@ -202,6 +205,18 @@ async def test_the_final_objective_is_the_bound_tasks_fed_hidden_cases_it_cannot
     assert v.verdict == "rejected" and "rows=" not in text and "bad kernel" not in text
     assert {r["code"] for r in v.reasons} >= {"objective_error", "objective_exit"}
     assert "`error`" in v.reasons[0]["detail"] and "cases[0]" in v.reasons[0]["detail"]
+
+
+@pytest.mark.anyio
+async def test_a_final_objective_nested_past_the_recursion_limit_gets_a_reason(tmp_path, settings):
+    """Before: json.loads raised RecursionError out of command_verify (the final verify
+    crashed); the objective's JSON is read with one depth-checked reader (wire.json_object)."""
+    ws = ws_of(tmp_path, settings)
+    (ws.root / "solution.txt").write_text("nest\n")
+    v = await final(ws, settings)
+    assert v.verdict == "rejected" and [r["code"] for r in v.reasons] == ["no_score"]
+    run = await dev(ws, settings)
+    assert run.status == "failed" and "no JSON object" in run.reason
 
 
 @pytest.mark.anyio
