@@ -14,6 +14,7 @@ from rich.table import Table
 from harnesslab.tools.evaluation.command import CommandRun, run_command_objective
 from harnesslab.tools.execution.launcher import build_launcher
 from harnesslab.tools.integrity.command_verify import CommandVerdict, command_verify
+from harnesslab.tools.integrity.verdict_view import public_command_verdict
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.storage import read_jsonl
 from harnesslab.tools.state.workspace import Workspace
@@ -78,11 +79,6 @@ def eval_command(ws: Workspace, args: argparse.Namespace, settings: Settings, pr
     return 0 if run.status == "passed" else 1
 
 
-def public_command_verdict(v: CommandVerdict) -> dict[str, Any]:
-    """What an agent may see of a command verdict: no hidden case, no objective output."""
-    return v.model_dump(mode="json")  # the model holds neither; kept as one place to say so
-
-
 def verify_command(ws: Workspace, args: argparse.Namespace, settings: Settings, progress) -> int:
     async def go() -> CommandVerdict:
         launcher = build_launcher(settings)
@@ -97,8 +93,8 @@ def verify_command(ws: Workspace, args: argparse.Namespace, settings: Settings, 
     hidden = _hidden_record(ws, v.record_id) if args.reveal_cases else None
     if args.json:
         shown = public_command_verdict(v)
-        if hidden is not None:
-            shown["hidden"] = hidden
+        if hidden is not None:  # the operator's: the whole verdict and what the store kept
+            shown = {**v.model_dump(mode="json"), "hidden": hidden}
         print(json.dumps(shown))
         return 0 if v.verdict == "passed" else 1
     out = console()
@@ -126,4 +122,4 @@ def _hidden_record(ws: Workspace, record_id: str | None) -> dict[str, Any] | Non
     return None
 
 
-__all__ = ["eval_command", "public_command_verdict", "verify_command"]
+__all__ = ["eval_command", "verify_command"]

@@ -183,13 +183,15 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     verdict = run_async(go)
     # Without the operator's flag the output is what guarded_final_verify shows an agent: no
     # hidden shape, no per-case time or bandwidth (tools/integrity/verdict_view.py says why).
+    # Nor anything the candidate's run chose: an error value, which case failed, a time.
     reveal = args.reveal_cases
     if args.json:
         print(verdict.model_dump_json() if reveal else json.dumps(public_verdict(verdict)))
     else:
-        shown = verdict.result if reveal else public_result(verdict.result)
+        shown = verdict.result if reveal else public_result(verdict)
         print_eval(shown, f"verify (hidden set {verdict.case_set})")
-        print(f"verdict: {verdict.verdict}")
-        for r in verdict.reasons:
+        print(f"verdict: {verdict.verdict} (certifies: {verdict.certifies})")
+        reasons = verdict.reasons if reveal else public_verdict(verdict)["reasons"]
+        for r in reasons:
             print(f"  {r['code']}: {r['detail']}")
     return 0 if verdict.verdict == "passed" else 1

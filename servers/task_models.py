@@ -190,14 +190,14 @@ class ProbeOut(BaseModel):
 
 
 class HiddenCase(BaseModel):
-    """A hidden case as the agent sees it: no shape, and no per-case time (a time next to the
-    kernel's known bandwidth estimates the shape); score_us is the sum over cases."""
+    """A hidden case as the agent sees it: no shape, no per-case time (a time next to the
+    kernel's known bandwidth estimates the shape), no error value (the candidate chooses it);
+    every case shows the verdict (which one failed is not said); score_us is over all cases."""
 
     index: int
     dtype: str
     status: str
     passed: bool
-    max_abs_err: float | None = None
     reason: str = ""
 
 
@@ -212,6 +212,17 @@ class VerifyOut(BaseModel):
     best_final_score_us: float | None
     is_new_best: bool
     meaningful: bool | None
+    certifies: str = Field(
+        default="nothing",
+        description="what a passed verdict certifies: correctness_and_speed (GPU: the recorded "
+        "Triton launches replayed without agent Python), outputs (CPU interpreter: correct "
+        "outputs only; who computed them is not verified), task_verifier (a command task's own "
+        "final objective), nothing",
+    )
+    unverified: list[str] = Field(
+        default_factory=list,
+        description="claims this verdict could not verify (the candidate process's own reports)",
+    )
     cases: list[HiddenCase] = Field(description="per hidden case, shapes withheld")
     evidence: dict[str, Any]
     next_step: str

@@ -229,26 +229,22 @@ async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> Ve
     v = await guarded_verify(
         state.workspace, state.launcher, state.settings, rotate=args.rotate, progress=reporter(ctx)
     )
+    # Only the public view leaves the server: no hidden shape, and nothing the candidate's run
+    # chose (tools/integrity/verdict_view.py).
+    shown = public_verdict(v)
     cases = [
         HiddenCase(
-            index=i,
-            dtype=c.dtype,
-            status=c.status,
-            passed=c.passed,
-            max_abs_err=c.max_abs_err,
-            reason=c.reason[:300],
+            index=i, dtype=c["dtype"], status=c["status"], passed=c["passed"], reason=c["reason"]
         )
-        for i, c in enumerate(v.result.cases[:MAX_CASES_SHOWN])
+        for i, c in enumerate(shown["result"]["cases"][:MAX_CASES_SHOWN])
     ]
-    # The hidden shapes are the server's secret: no case names or shapes leave the server.
-    evidence = public_verdict(v)["evidence"]
     if v.verdict == "passed":
         nxt = "verified; keep optimizing, rank_history(mode='final') shows the final ranking"
     else:
         nxt = "rejected: read reasons; numerical_probe and run_objective reproduce most failures"
     return VerifyOut(
         verdict=v.verdict,
-        reasons=v.reasons[:MAX_CASES_SHOWN],
+        reasons=shown["reasons"][:MAX_CASES_SHOWN],
         score_us=v.score_us,
         score=v.score_us,
         score_unit=kind_of(state.workspace.task).score_label(state.workspace.task, "final"),
@@ -257,8 +253,10 @@ async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> Ve
         best_final_score_us=v.best_final_score_us,
         is_new_best=v.is_new_best,
         meaningful=v.meaningful,
+        certifies=v.certifies,
+        unverified=v.unverified,
         cases=cases,
-        evidence=json.loads(json.dumps(evidence, default=str)),
+        evidence=json.loads(json.dumps(shown["evidence"], default=str)),
         next_step=nxt,
     )
 
@@ -284,6 +282,7 @@ async def _verify_command(state: ServerState, args: VerifyIn, ctx: Context | Non
         best_final_score_us=v.best_final_score if v.unit == "us" else None,
         is_new_best=v.is_new_best,
         meaningful=v.meaningful,
+        certifies=v.certifies,
         cases=[],
         evidence={
             "candidate": v.candidate,
@@ -420,8 +419,10 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         description=(
             "Score the candidate on hidden final cases drawn from a secret seed, in a fresh runner "
             "with a pristine harness, several fresh input sets per case; compare with the best "
-            "final result. Returns the verdict with reasons and evidence (hidden shapes are never "
-            "shown). Appends to the ledger. Costs ~10-30 GPU seconds. Command tasks run their "
+            "final result. Returns the verdict, one reason code, what it certifies and evidence; "
+            "never a hidden shape, a per-case time or error, or which case failed (reproduce "
+            "failures with run_objective and numerical_probe). Appends to the ledger. Costs "
+            "~10-30 GPU seconds. Command tasks run their "
             "final objective instead (the task's own verifier, never your copy of it). Next: keep "
             "optimizing, or restore_best_checkpoint(mode='final') at the end."
         ),

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import UsageError
 from ..execution.executor import CommandResult
 from ..execution.launcher import Launcher, Slot, sandbox_level
+from ..gpu import wire
 from ..task.spec import PLACEHOLDER_RE
 
 MAX_OUTPUT_KEYS = 40
@@ -79,10 +80,9 @@ async def run_sandboxed(
     first, _, rest = res.stdout.partition("\n")
     if first.startswith('{"event": "sandbox"'):
         res = res.model_copy(update={"stdout": rest})
-        try:
-            level = sandbox_level(json.loads(first))
-        except json.JSONDecodeError:
-            pass
+        report = wire.json_object(first)
+        if report is not None:
+            level = sandbox_level(report)
     return res, level
 
 
@@ -96,11 +96,8 @@ def parse_output(stdout: str, score_key: str) -> tuple[dict[str, Any] | None, st
     for chunk in chunks:
         if not chunk.startswith("{"):
             continue
-        try:
-            obj = json.loads(chunk)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
+        obj = wire.json_object(chunk)  # hostile: size and nesting bounded, objects only
+        if obj is not None:
             if score_key in obj:
                 return obj, ""
             fallback = fallback or obj
@@ -205,9 +202,10 @@ def missing_module_hint(module: str | None, python: str) -> str:
 def verdict_reason(
     res: CommandResult, obj: dict[str, Any] | None, why: str, timeout_s: float, python: str
 ) -> list[dict[str, str]]:
-    """Why a final run failed, as {code, detail} written by the harness: which of the
-    objective's error fields are set and in how many cases, never their text (the run was fed
-    the hidden cases; its messages could carry them)."""
+    """Why a final run failed, as {code, detail} in the harness's fixed words: that the
+    objective reported an error or a failure, exited nonzero, timed out. Never its text, nor
+    which fields or cases, nor its exit status: the run was fed the hidden cases, and each of
+    those is a value it chooses (the store's hidden results keep its output for the operator)."""
     reasons: list[dict[str, str]] = []
     if res.timed_out:
         reasons.append(
@@ -216,46 +214,26 @@ def verdict_reason(
                 "detail": f"the final objective timed out after {timeout_s:.0f}s and was killed",
             }
         )
-    errors = error_fields(obj)
-    if errors:
-        top = sorted({p for p, _ in errors if not p.startswith("cases[")})
-        in_cases = sorted({p.split("]", 1)[0] + "]" for p, _ in errors if p.startswith("cases[")})
-        bits = []
-        if top:
-            bits.append("sets " + ", ".join(f"`{p}`" for p in top))
-        if in_cases:
-            bits.append(f"reports errors in {len(in_cases)} case(s): {', '.join(in_cases[:16])}")
+    if error_fields(obj):
         reasons.append(
             {
                 "code": "objective_error",
-                "detail": "the final objective's JSON "
-                + " and ".join(bits)
-                + " (their text is withheld: it was computed on the hidden cases; run the dev "
-                "objective to see messages)",
+                "detail": "the final objective's JSON reports an error (which fields and cases, "
+                "and their text, are withheld: they were computed on the hidden cases; run the "
+                "dev objective to see messages)",
             }
         )
     elif obj is not None and says_failed(obj):
-        status = obj.get("status")
-        shown = {
-            "status": status
-            if isinstance(status, str) and status.lower() in FAILED_STATUSES
-            else None,
-            "verified": obj.get("verified") if isinstance(obj.get("verified"), bool) else None,
-            "passed": obj.get("passed") if isinstance(obj.get("passed"), bool) else None,
-        }
-        said = ", ".join(f"{k}={v!r}" for k, v in shown.items() if v is not None)
         reasons.append(
             {
                 "code": "objective_failed",
-                "detail": f"the final objective's JSON reports a failure ({said})",
+                "detail": "the final objective's JSON reports a failure (its status, verified "
+                "or passed field)",
             }
         )
     if not res.timed_out and res.exit_code != 0:
         reasons.append(
-            {
-                "code": "objective_exit",
-                "detail": f"the final objective exited with {res.exit_code}",
-            }
+            {"code": "objective_exit", "detail": "the final objective exited with a nonzero status"}
         )
     if _MISSING_MODULE.search(res.stderr):
         reasons.append({"code": "missing_module", "detail": missing_module_hint(None, python)})

@@ -65,10 +65,7 @@ def case_events_progress(total: int, progress: Progress | None):
                 await maybe
         if ev.get("event") in ("case", "config", "probe") and progress is not None:
             done[0] += 1
-            if ev.get("event") == "case" and "name" not in ev:  # a hidden case: index only
-                label = f"case {done[0]} of {total}"
-            else:
-                label = ev.get("name") or ev.get("probe") or f"config {ev.get('index')}"
+            label = ev.get("name") or ev.get("probe") or f"config {ev.get('index')}"
             maybe = progress(done[0], total, f"{label}: {ev.get('status', '')}")
             if maybe is not None:
                 await maybe
@@ -208,8 +205,11 @@ def record(
     *,
     case_set: str,
     hidden: list[dict[str, Any]] | None = None,
+    store_only: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> EvalResult:
-    """A kernel run's record (record_run); fills the best/delta fields of `result`."""
+    """A kernel run's record (record_run); fills the best/delta fields of `result`. `extra`:
+    more ledger fields; `hidden`, `store_only`: kept in the store only (record_run)."""
     entry = {
         "config": result.config,
         "meaningful": result.meaningful,
@@ -225,6 +225,7 @@ def record(
         },
         "seed": result.seed,
         "geomean_pct_of_copy_bw": result.geomean_pct_of_copy_bw,
+        **(extra or {}),
     }
     done = record_run(
         ws,
@@ -235,6 +236,7 @@ def record(
         status=result.status,
         score=result.score_us,
         hidden=hidden,
+        store_only=store_only,
     )
     result.record_id, result.best_score_us = done.record_id, done.best_score
     result.delta_vs_best_pct, result.is_new_best = done.delta_vs_best_pct, done.is_new_best

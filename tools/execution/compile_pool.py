@@ -12,13 +12,13 @@ slot's warm worker, under the GPU lock (evaluation/sweep.py, phase 2).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..errors import ExecutorError
+from ..gpu import wire
 from ..task.spec import TaskSpec
 
 if TYPE_CHECKING:
@@ -95,10 +95,9 @@ class CompilePool:
 
         async def line_in(line: str) -> None:
             if line.startswith('{"event": "result"'):
-                try:
-                    result.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
+                obj = wire.json_object(line)  # the worker imports the candidate: hostile
+                if obj is not None:
+                    result.append(obj)
 
         try:
             done, timed_out = await self.launcher.serve(worker, req, timeout_s, line_in)

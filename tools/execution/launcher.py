@@ -23,7 +23,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import EnvironmentProblem, ExecutorError
-from ..gpu import STAGED, TASK
+from ..gpu import STAGED, TASK, wire
 from ..settings import Settings
 from ..task.spec import TaskSpec
 from .backends import build_executors
@@ -350,11 +350,8 @@ class Launcher:
         sandbox: dict[str, Any] = {}
 
         async def line_in(line: str) -> None:
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                return
-            if isinstance(ev, dict):
+            ev = wire.json_object(line)  # the runner shares its stdout with the candidate
+            if ev is not None:
                 if ev.get("event") == "sandbox":
                     sandbox.update({k: v for k, v in ev.items() if k != "event"})
                     return
@@ -503,10 +500,7 @@ class Launcher:
                 if line is None:
                     break
                 if '"sandbox"' in line:
-                    try:
-                        worker.sandbox = json.loads(line)
-                    except json.JSONDecodeError:
-                        pass
+                    worker.sandbox = wire.json_object(line) or {}
                     worker.sandbox.pop("event", None)
                     continue
                 if '"ready"' in line:

@@ -150,6 +150,9 @@ def python_paths() -> list[str]:
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     paths.update(v for k, v in sysconfig.get_paths().items() if k != "scripts")
     paths.add(os.path.dirname(os.path.realpath(sys.executable)))
+    # Folders a .pth file adds (a venv layered on a shared base venv): the target imports from
+    # them as this process does (both run with -I, so the agent cannot extend this list).
+    paths.update(p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p))
     return sorted(p for p in paths if p and os.path.exists(p))
 
 

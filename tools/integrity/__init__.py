@@ -1,12 +1,13 @@
 """Guarded final verification: hidden cases, the static scan, the verdict judged from raw
-measurements (reason codes in verify.REASONS), what of it an agent may see (verdict_view), and
+measurements (reason codes in reasons.REASONS), what of it an agent may see (verdict_view), and
 the cheat corpus (cheats/: cpu/, gpu/ and honest/ kernels, package data) it is tested against.
 
 Side of the trust boundary: trusted; hidden cases never leave it.
 """
 
+from .reasons import REASONS
 from .scan import scan_workspace
 from .verdict_view import public_verdict
-from .verify import REASONS, Verdict, guarded_verify
+from .verify import Verdict, guarded_verify
 
 __all__ = ["REASONS", "Verdict", "guarded_verify", "public_verdict", "scan_workspace"]

@@ -7,7 +7,9 @@ static scan (hard rejects stop here) -> the runner's guarded "verify" mode in a 
 another, timed interleaved) -> the verdict computed HERE from raw measurements (per-call checks,
 samples, wall clocks, bytes, copy bandwidth); nothing the candidate prints is read as a verdict.
 
-Every reason is {code, detail}; the codes are listed in REASONS.
+Every reason is {code, detail}; the codes are listed in REASONS (reasons.py). The Verdict
+holds the full figures for the operator; what an agent may read of it is
+tools/integrity/verdict_view.py's (no number or choice of the candidate's run).
 """
 
 from __future__ import annotations
@@ -15,15 +17,10 @@ from __future__ import annotations
 import secrets
 from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel, Field
 
-from ..evaluation.objective import (
-    Progress,
-    case_events_progress,
-    kernel_request,
-    record,
-    require_kernel_task,
-)
+from ..evaluation.objective import Progress, kernel_request, record, report, require_kernel_task
 from ..evaluation.results import CaseResult, EnvInfo, EvalResult
 from ..execution.launcher import RUNNER_FILES, Launcher, RunnerCall, runner_digest
 from ..gpu.runner import geomean, order_stats, score_of
@@ -32,7 +29,9 @@ from ..state.checkpoints import Checkpoints
 from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
 from ..state.workspace import Workspace
 from ..task.spec import Case
+from .reasons import CERTIFIES, CPU_UNVERIFIED, GPU_UNVERIFIED, REASONS, SANDBOX_REFUSED
 from .scan import scan_workspace
+from .verdict_view import public_reasons, public_rows
 
 # A new best must beat the incumbent by 1% (geomean over cases, A B B A in one verify): the
 # same kernel under a new hash measured 0.998x of itself on an H100 (2026-11-23), so a smaller
@@ -45,51 +44,7 @@ PLAUSIBLE_PCT_OF_COPY = 125.0  # minimal bytes faster than this share of copy ba
 # ms, and up to ~530 us more, most likely a process waking from sleep: both now spin).
 WALL_SLACK = 1.25
 WALL_SLACK_US = 250.0
-
-REASONS: dict[str, str] = {
-    "runner_failed": "the guarded runner produced no result (crash, kill, timeout)",
-    "harness_tampered": "the candidate's process answered something that is not the protocol",
-    "forged_result": "the result does not echo this verification's nonce",
-    "import_failed": "kernel.py could not be imported in the candidate process",
-    "candidate_crashed": "the candidate process died or raised during a call",
-    "timeout": "the candidate process did not answer in time",
-    "candidate_error": "the entry function raised",
-    "wrong_output": "an output is outside tolerance, NaN/Inf, or not fully written",
-    "wrong_output_timed": "a call inside a timed sample produced a wrong output",
-    "wrong_shape": "output shape, dtype or device differs from the reference's",
-    "precision": "wide-range inputs fail: math not in fp32 (e.g. fp16 accumulation)",
-    "not_plain_tensor": "the output is not a plain torch.Tensor (a subclass, or not a tensor)",
-    "output_aliases_input": "the output shares storage with an input",
-    "output_reused": "the output is an earlier call's storage (stale-buffer reuse)",
-    "inputs_modified": "the call changed its inputs",
-    "no_triton_launch": "no @triton.jit function of kernel.py ran during the call",
-    "foreign_kernel": "kernels not defined in kernel.py ran (aten/cuBLAS/other Triton code)",
-    "torch_compute": "aten compute ops ran outside the Triton kernels",
-    "host_compute": "tensor data went to the host (numpy, tolist, HtoD/DtoH copies)",
-    "side_stream": "kernels ran on more than one stream",
-    "background_thread": "threads started by the candidate were alive after a call",
-    "monkey_patch": "timers, synchronize, launch hooks or library classes were replaced",
-    "introspection": "frame, gc or ctypes tricks, or dunder access",
-    "dynamic_code": "exec/eval/compile/__import__ or computed attribute names",
-    "subprocess": "the candidate started or signalled processes",
-    "reads_verifier_files": "the candidate opened the verifier's files or state",
-    "exfiltration": "the candidate wrote files outside its folder or opened a connection",
-    "reads_outside_workspace": "static: a file read outside the candidate's own folder",
-    "env_probe": "static: reads HARNESSLAB/VERIFY/BENCH-like environment variables",
-    "mode_sniffing": "static: branches on verify/benchmark/final-like strings",
-    "forbidden_call": "static: calls the reference's math in torch (task.toml [integrity])",
-    "private_api": "static: private torch/triton internals (torch._C, triton.runtime.jit, ...)",
-    "stream_creation": "static: creates or switches CUDA streams / graphs",
-    "concurrency": "static: threading, multiprocessing, asyncio, fork",
-    "harness_access": "static: imports the runner, guard or harnesslab",
-    "implausible_speed": "faster than its minimal bytes over the measured copy bandwidth",
-    "timing_mismatch": "the parent's wall clock disagrees with the child's device time",
-    "null_control": "a null output (zeros / input copy) passed the checker: case is void",
-    "unreplayable": "the wrapper does work the replay cannot reproduce (torch copies or casts, "
-    "memory from before the call, launches outside Triton)",
-    "forged_recording": "the candidate's process sent a recording that breaks the schema",
-    "sandbox_unavailable": "no sandbox can be applied on the GPU host (no Landlock): refused",
-}
+HEARTBEAT_S = 10.0  # a verify's progress: one fixed message this often (never per case)
 
 
 class Verdict(BaseModel):
@@ -111,10 +66,20 @@ class Verdict(BaseModel):
     incumbent: dict[str, Any] | None = Field(
         default=None, description="ABBA comparison with the best final checkpoint"
     )
-    certifies: Literal["correctness", "correctness_and_speed", "nothing"] = Field(
+    certifies: Literal["outputs", "correctness_and_speed", "nothing"] = Field(
         default="nothing",
-        description="what this verdict certifies: on the Triton CPU interpreter a kernel body "
-        "is Python, so only correctness; on a GPU the trusted replay also certifies the timing",
+        description="what a passed verdict certifies: "
+        + "; ".join(f"{k}: {v}" for k, v in CERTIFIES.items()),
+    )
+    unverified: list[str] = Field(
+        default_factory=list,
+        description="claims this verdict could not verify (reasons.UNVERIFIED): their only "
+        "evidence is the candidate's own process",
+    )
+    ran_on_hidden_cases: bool = Field(
+        default=False,
+        description="the candidate ran on hidden inputs (false: the static scan or the host "
+        "refused it first, and its reasons come from the source alone)",
     )
     sandbox: str = Field(
         default="none",
@@ -177,8 +142,9 @@ def judge_case(
         "dtype": str(case.get("dtype")),
         "passed": False,
     }
-    errs = [c.get("max_abs_err") for c in calls if c.get("max_abs_err") is not None]
-    row["max_abs_err"] = max(errs) if errs else None
+    for key in ("max_abs_err", "max_rel_err"):  # the operator's figures (never public)
+        errs = [c[key] for c in calls if isinstance(c.get(key), int | float)]
+        row[key] = max(errs) if errs else None
     timing = _timing(case, "candidate", meaningful) if not reasons else None
     if timing is None and meaningful and not reasons:
         add("runner_failed", "the case passed its checks but has no timing samples")
@@ -282,10 +248,7 @@ def judge(
         )
         return "error", [*reasons, {"code": "runner_failed", "detail": why}], [], {}
     if raw.get("error_code") == "sandbox_unavailable":
-        return "error", [{"code": "sandbox_unavailable", "detail": (
-            "no sandbox (Landlock) can be applied on the GPU host, so agent-written code would "
-            "run unconfined: refused. Run on a Linux kernel with Landlock, or set "
-            "HARNESSLAB_ALLOW_UNSANDBOXED=1 to verify anyway")}], [], {}  # fmt: skip
+        return "error", [{"code": "sandbox_unavailable", "detail": SANDBOX_REFUSED}], [], {}
     if raw.get("nonce") != nonce:
         return "error", [*reasons, {"code": "forged_result", "detail": "nonce mismatch"}], [], {}
     for code, detail in (raw.get("load", {}).get("candidate") or {}).get("codes", []):
@@ -369,6 +332,7 @@ async def guarded_verify(
     incumbent = prior["hash"] if prior and prior.get("hash") not in (None, digest) else None
     raw: dict[str, Any] = {}
     wall_s = 0.0
+    ran = False
     if scan.rejects and enforce_scan:  # hard rejects stop here: the candidate never runs
         verdict, rows = "rejected", list[CaseResult]()
         reasons = [{"code": f.code, "detail": f"{f.where()}: {f.detail}"} for f in scan.rejects]
@@ -388,11 +352,10 @@ async def guarded_verify(
         if incumbent and ckpt.exists(incumbent):
             inc_files = ckpt.files(incumbent)
             request["baseline_dir"] = f"@stage/{launcher.stage_candidate(inc_files, incumbent)}"
-        call = await launcher.call(
-            request, task=ws.task, on_event=case_events_progress(len(cases), progress), fresh=True
-        )
+        call = await _call_quietly(launcher, request, ws, progress)
         verdict, reasons, rows, stats = judge(call, cases, nonce)
         raw, wall_s = call.result or {}, call.wall_s
+        ran = [r["code"] for r in reasons] != ["sandbox_unavailable"]
     cand_level = ((raw.get("sandbox") or {}).get("candidate") or {}).get("level")
     env = EnvInfo.model_validate({**(raw.get("env") or {}), "sandbox": cand_level or "none"})
     passed = verdict == "passed" and bool(rows)
@@ -416,14 +379,34 @@ async def guarded_verify(
     comparison = None
     if "cases" in raw and incumbent:
         comparison = compare_incumbent(raw, env.meaningful, incumbent)
+    certifies = _certifies(raw, env.meaningful) if passed else "nothing"
     if save:
-        # Per-case results with the hidden shapes stay in the trusted store; the ledger's view
-        # in the workspace shows the aggregate score only.
+        # The ledger gets what an agent may see of this verdict (inspect_context shows its
+        # reason); per-case figures with the hidden shapes, and the full reasons, stay in the
+        # store's hidden results for the operator.
         hidden = [
             {**c.model_dump(), **row.model_dump(exclude_none=True, exclude={"name"})}
             for c, row in zip(cases, rows, strict=False)
         ]
-        record(ws, result, files, case_set=cs, hidden=hidden)
+        shown = public_reasons(reasons, ran)
+        ledger_row = result.model_copy(
+            update={
+                "reason": shown[0]["detail"] if shown else "",
+                "cases": public_rows(rows, verdict),
+            }
+        )
+        record(
+            ws,
+            ledger_row,
+            files,
+            case_set=cs,
+            hidden=hidden,
+            store_only={"reasons": reasons, "checks": stats},
+            extra={"certifies": certifies},
+        )
+        result.record_id, result.best_score_us = ledger_row.record_id, ledger_row.best_score_us
+        result.delta_vs_best_pct = ledger_row.delta_vs_best_pct
+        result.is_new_best = ledger_row.is_new_best
         if comparison and comparison["meaningful"] and prior and passed:
             # "Better" means better on the same machine state: the ABBA comparison decides.
             result.is_new_best = comparison["faster"]
@@ -447,7 +430,6 @@ async def guarded_verify(
         sandbox=raw.get("sandbox"),
     )
     cand_sandbox = (raw.get("sandbox") or {}).get("candidate") or {}
-    certifies = raw.get("certifies") if verdict == "passed" else "nothing"
     return Verdict(
         verdict=verdict,  # type: ignore[arg-type]
         reasons=reasons,
@@ -461,15 +443,66 @@ async def guarded_verify(
         incumbent=comparison,
         result=result,
         evidence=evidence,
-        certifies=(
-            "correctness"
-            if certifies == "correctness"
-            else "correctness_and_speed"
-            if certifies == "correctness_and_speed"
-            else "nothing"
-        ),
+        certifies=certifies,
+        unverified=(GPU_UNVERIFIED if certifies == "correctness_and_speed" else CPU_UNVERIFIED)
+        if passed
+        else [],
+        ran_on_hidden_cases=ran,
         sandbox=str(cand_sandbox.get("level") or "none"),
     )
 
 
-__all__ = ["REASONS", "Verdict", "guarded_verify", "judge", "judge_case", "wall_mismatch"]
+def _certifies(
+    raw: dict[str, Any], meaningful: bool
+) -> Literal["outputs", "correctness_and_speed"]:
+    """What a passed verdict certifies: the GPU replay's proof only where the runner says it
+    replayed and its environment is a GPU's; on the Triton CPU interpreter the outputs alone
+    (who computed them is the candidate process's own claim there)."""
+    if raw.get("certifies") == "correctness_and_speed" and meaningful:
+        return "correctness_and_speed"
+    return "outputs"
+
+
+async def _call_quietly(
+    launcher: Launcher, request: dict[str, Any], ws: Workspace, progress: Progress | None
+) -> RunnerCall:
+    """The guarded runner, with progress that says nothing of the hidden cases: the launcher's
+    own waits (the GPU lock, an allocation) and a fixed message every HEARTBEAT_S. The runner's
+    per-case events are not forwarded: how many cases ran before a rejection, and when, would
+    be the candidate's choice."""
+
+    async def waits(ev: dict[str, Any]) -> None:
+        if ev.get("event") == "waiting":
+            await report(progress, 0, 1, str(ev.get("message")))
+
+    async def heartbeat() -> None:
+        waited = 0.0
+        while True:
+            await report(progress, 0, 1, f"guarded verify running ({waited:.0f} s)")
+            await anyio.sleep(HEARTBEAT_S)
+            waited += HEARTBEAT_S
+
+    if progress is None:
+        return await launcher.call(request, task=ws.task, on_event=waits, fresh=True)
+    done: list[RunnerCall | Exception] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(heartbeat)
+        try:
+            done.append(await launcher.call(request, task=ws.task, on_event=waits, fresh=True))
+        except Exception as exc:  # raised below as itself, not inside an ExceptionGroup
+            done.append(exc)
+        tg.cancel_scope.cancel()
+    if isinstance(done[0], Exception):
+        raise done[0]
+    return done[0]
+
+
+__all__ = [
+    "CERTIFIES",
+    "REASONS",
+    "Verdict",
+    "guarded_verify",
+    "judge",
+    "judge_case",
+    "wall_mismatch",
+]

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import EnvironmentProblem, ExecutorError, UsageError
 from ..execution.launcher import Launcher, Slot
-from ..gpu import LAB
+from ..gpu import LAB, wire
 from ..state.storage import atomic_write_text
 from ..task.kinds import kind_of
 from ..task.spec import load_task, tasks_root
@@ -155,9 +155,8 @@ async def _run_part(
 
     async def line_in(line: str) -> None:
         if on_progress is not None and line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
+            event = wire.json_object(line)
+            if event is None:
                 return
             maybe = on_progress(event)
             if maybe is not None:

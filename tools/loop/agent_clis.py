@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EnvironmentProblem
+from ..gpu import wire
 from ..state.projection import ServerEntry, codex_entry, toml_key, toml_value
 from .turn import AgentRunner, Turn, read_lines
 
@@ -50,15 +51,8 @@ def _has(args: list[str], *prefixes: str) -> bool:
 
 
 def _json_objects(lines: list[str]) -> list[dict[str, Any]]:
-    out = []
-    for line in lines:
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
+    """The JSON objects among an agent CLI's output lines (hostile: wire's depth-checked reader)."""
+    return [obj for obj in map(wire.json_object, lines) if obj is not None]
 
 
 class CliRunner(AgentRunner):

@@ -89,6 +89,7 @@ class Trial(BaseModel):
         default=0, description="calls of generated servers' tools (not the task/meta servers)"
     )
     meaningful: bool = False
+    certifies: str = Field(default="", description="what its last verified score certifies")
     wall_s: float = 0.0
 
 
@@ -204,6 +205,7 @@ async def run_trial(
     scores = [it.get("score") or {} for it in summary["iterations"]]
     trial.verdict = str((scores[-1] if scores else {}).get("verdict", ""))
     trial.meaningful = any(bool(sc.get("meaningful")) for sc in scores)
+    trial.certifies = str((scores[-1] if scores else {}).get("certifies") or "")
     best = summary.get("best")
     trial.score = best["score_us"] if best else None
     if summary.get("status") == "agent_failed":

@@ -26,6 +26,7 @@ import anyio
 from ..errors import HarnesslabError, UsageError
 from ..execution.launcher import Launcher, build_launcher
 from ..integrity.command_verify import command_verify
+from ..integrity.verdict_view import public_verdict
 from ..integrity.verify import guarded_verify
 from ..settings import Settings
 from ..state.checkpoints import Checkpoints
@@ -153,18 +154,22 @@ class Loop:
                     candidate=cv.candidate,
                     case_set=cv.case_set,
                     meaningful=bool(cv.meaningful),
+                    certifies=cv.certifies,
                     reasons=[r["detail"] for r in cv.reasons][:8],
                 )
             else:
                 v = await guarded_verify(self.ws, self.launcher, self.settings, rotate=rotate)
-                inc = getattr(v, "incumbent", None) or {}
+                # The run's summary and prompts are the agent's to read: the public view only.
+                shown = public_verdict(v)
+                inc = shown.get("incumbent") or {}
                 out = Score(
                     verdict=v.verdict,
                     score_us=v.score_us if v.verdict == "passed" else None,
                     candidate=str(v.evidence.get("candidate") or "") or None,
                     case_set=v.case_set,
                     meaningful=v.meaningful,
-                    reasons=[r.get("detail", "") for r in v.reasons][:8],
+                    certifies=v.certifies,
+                    reasons=[r.get("detail", "") for r in shown["reasons"]][:8],
                     incumbent=inc.get("hash"),
                     speedup_vs_incumbent=inc.get("speedup"),
                     faster_than_incumbent=inc.get("faster"),

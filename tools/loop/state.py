@@ -93,6 +93,9 @@ class Score(BaseModel):
     candidate: str | None = None
     case_set: str = ""
     meaningful: bool = False
+    certifies: str = Field(
+        default="", description="what the verdict certifies (correctness_and_speed, outputs, ...)"
+    )
     reasons: list[str] = Field(default_factory=list)
     error: str = ""
     wall_s: float = 0.0

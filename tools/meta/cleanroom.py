@@ -29,6 +29,7 @@ from .. import gpu
 from ..catalog import QUALIFY_CLIENT_MODULE, SERVERS_MODULE
 from ..errors import UsageError
 from ..execution.executor import inherited_env, release, terminate_group
+from ..gpu import wire
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
@@ -167,11 +168,8 @@ def sandboxed(
 def sandbox_report(stdout: str) -> tuple[dict[str, Any], str]:
     """(the sandbox's report, the rest of stdout) from a sandboxed command's output."""
     first, _, rest = stdout.partition("\n")
-    try:
-        report = json.loads(first)
-    except ValueError:
-        return {}, stdout
-    if not isinstance(report, dict) or report.get("event") != "sandbox":
+    report = wire.json_object(first)
+    if report is None or report.get("event") != "sandbox":
         return {}, stdout
     return {k: v for k, v in report.items() if k != "event"}, rest
 
@@ -264,11 +262,7 @@ class ProtocolSession:
             except (anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound, OSError):
                 self.dead = True
                 return None
-            try:
-                reply = json.loads(line)
-            except json.JSONDecodeError:
-                return None
-            return reply if isinstance(reply, dict) else None
+            return wire.json_object(line)  # the generated server's: hostile
         return None
 
     async def kill(self) -> None:

@@ -304,11 +304,8 @@ class CustomWorker:
 
     def _started(self, line: bytes) -> None:
         """The sandbox's own report (its first line, written before the worker runs)."""
-        try:
-            report = json.loads(line)
-        except ValueError:
-            report = None
-        if not isinstance(report, dict) or report.get("event") != "sandbox":
+        report = wire.json_object(line)
+        if report is None or report.get("event") != "sandbox":
             raise WorkerGone("the custom tools' sandbox did not start")
         self.sandbox = {k: v for k, v in report.items() if k != "event"}
         if self.report is not None:

@@ -32,7 +32,6 @@ a repair prompt). The per-check logic lives in tools/meta/qualify_checks.py.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import time
@@ -42,6 +41,7 @@ from pathlib import Path
 import anyio
 
 from ..errors import UsageError
+from ..gpu import wire
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json, atomic_write_text
@@ -292,10 +292,9 @@ def _worker_level(path: Path) -> str:
     levels = []
     if path.is_file():
         for line in path.read_text(errors="replace").splitlines():
-            try:
-                levels.append(json.loads(line))
-            except ValueError:
-                continue
+            report = wire.json_object(line)
+            if report is not None:
+                levels.append(report)
     if not levels:
         return "not started"
     rank = {"full": 2, "partial": 1}

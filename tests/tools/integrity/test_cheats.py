@@ -49,7 +49,9 @@ HONEST: dict[str, tuple[Path, dict[str, int] | None]] = {
 def expectation(path: Path) -> dict[str, str]:
     """`key: value` lines of a corpus file's docstring: expect (the verdict's code), runtime (the
     code without the static scan, or `harmless`: the file gives itself away with a wrong output
-    whenever its attack works, so passing proves the attack failed), gpu (a code only a GPU can
+    whenever its attack works, so passing proves the attack failed; or `uncertified`: the attack
+    may pass on the CPU interpreter, where the candidate's own reports cannot be believed, but
+    the verdict must not certify that a Triton kernel did the work), gpu (a code only a GPU can
     show), absent (a path that must not exist afterwards), no_process (a command-line marker no
     process may carry afterwards)."""
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
@@ -129,7 +131,7 @@ def test_every_corpus_file_names_a_known_reason_code() -> None:
         exp = expectation(path)
         assert "expect" in exp, f"{path.name}: no 'expect:' line in its docstring"
         for key in ("expect", "runtime", "gpu"):
-            if key in exp and exp[key] != "harmless":
+            if key in exp and exp[key] not in ("harmless", "uncertified"):
                 assert exp[key] in REASONS, f"{path.name}: {exp[key]} is not in verify.REASONS"
 
 
@@ -165,9 +167,13 @@ def test_runtime_guard_catches_the_cheat_without_the_scan(tmp_path: Path, path: 
     if want == "harmless":  # the sandbox stopped the attack: the kernel stayed correct...
         assert not codes(v) & {"wrong_output", "precision"}, v.reasons
         if v.verdict == "passed":
-            assert v.sandbox == "full" and v.certifies == "correctness"
+            assert v.sandbox == "full" and v.certifies == "outputs"
         else:  # ...and what it tried may also have been seen (fork, kill: subprocess)
             assert codes(v) <= observed_codes(), v.reasons
+    elif want == "uncertified":  # a forged self-report may pass, but claims nothing of Triton
+        assert v.verdict == "rejected" or (
+            v.certifies == "outputs" and "triton_did_the_work" in v.unverified
+        ), (v.verdict, v.certifies, v.reasons)
     else:
         assert v.verdict == "rejected", v.reasons
         assert want in codes(v), v.reasons

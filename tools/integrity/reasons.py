@@ -1,0 +1,95 @@
+"""The guarded verify's vocabulary: reason codes with the harness's own sentence for each, and
+what a verdict certifies. A public verdict's reason is one of these sentences, never text or a
+number the candidate's run produced (tools/integrity/verdict_view.py).
+
+Side of the trust boundary: trusted (harness-written text only).
+"""
+
+from __future__ import annotations
+
+REASONS: dict[str, str] = {
+    "runner_failed": "the guarded runner produced no result (crash, kill, timeout)",
+    "harness_tampered": "the candidate's process answered something that is not the protocol",
+    "forged_result": "the result does not echo this verification's nonce",
+    "import_failed": "kernel.py could not be imported in the candidate process",
+    "candidate_crashed": "the candidate process died or raised during a call",
+    "timeout": "the candidate process did not answer in time",
+    "candidate_error": "the entry function raised",
+    "wrong_output": "an output is outside tolerance, NaN/Inf, or not fully written",
+    "wrong_output_timed": "a call inside a timed sample produced a wrong output",
+    "wrong_shape": "output shape, dtype or device differs from the reference's",
+    "precision": "wide-range inputs fail: math not in fp32 (e.g. fp16 accumulation)",
+    "not_plain_tensor": "the output is not a plain torch.Tensor (a subclass, or not a tensor)",
+    "output_aliases_input": "the output shares storage with an input",
+    "output_reused": "the output is an earlier call's storage (stale-buffer reuse)",
+    "inputs_modified": "the call changed its inputs",
+    "no_triton_launch": "no @triton.jit function of kernel.py ran during the call",
+    "foreign_kernel": "kernels not defined in kernel.py ran (aten/cuBLAS/other Triton code)",
+    "torch_compute": "aten compute ops ran outside the Triton kernels",
+    "host_compute": "tensor data went to the host (numpy, tolist, HtoD/DtoH copies)",
+    "side_stream": "kernels ran on more than one stream",
+    "background_thread": "threads started by the candidate were alive after a call",
+    "monkey_patch": "timers, synchronize, launch hooks or library classes were replaced",
+    "introspection": "frame, gc or ctypes tricks, or dunder access",
+    "dynamic_code": "exec/eval/compile/__import__ or computed attribute names",
+    "subprocess": "the candidate started or signalled processes",
+    "reads_verifier_files": "the candidate opened the verifier's files or state",
+    "exfiltration": "the candidate wrote files outside its folder or opened a connection",
+    "reads_outside_workspace": "static: a file read outside the candidate's own folder",
+    "env_probe": "static: reads HARNESSLAB/VERIFY/BENCH-like environment variables",
+    "mode_sniffing": "static: branches on verify/benchmark/final-like strings",
+    "forbidden_call": "static: calls the reference's math in torch (task.toml [integrity])",
+    "private_api": "static: private torch/triton internals (torch._C, triton.runtime.jit, ...)",
+    "stream_creation": "static: creates or switches CUDA streams / graphs",
+    "concurrency": "static: threading, multiprocessing, asyncio, fork",
+    "harness_access": "static: imports the runner, guard or harnesslab",
+    "implausible_speed": "faster than its minimal bytes over the measured copy bandwidth",
+    "timing_mismatch": "the parent's wall clock disagrees with the child's device time",
+    "null_control": "a null output (zeros / input copy) passed the checker: case is void",
+    "unreplayable": "the wrapper does work the replay cannot reproduce (torch copies or casts, "
+    "memory from before the call, launches outside Triton)",
+    "forged_recording": "the candidate's process sent a recording that breaks the schema",
+    "sandbox_unavailable": "no sandbox can be applied on the GPU host (no Landlock): refused",
+}
+
+# The host's own refusal text (no candidate ran): shown as it is, since it says what to do.
+SANDBOX_REFUSED = (
+    "no sandbox (Landlock) can be applied on the GPU host, so agent-written code would run "
+    "unconfined: refused. Run on a Linux kernel with Landlock, or set "
+    "HARNESSLAB_ALLOW_UNSANDBOXED=1 to verify anyway"
+)
+
+# What a passed verdict certifies (`Verdict.certifies`), per path.
+CERTIFIES: dict[str, str] = {
+    "correctness_and_speed": "GPU: the outputs on every hidden case came from replaying the "
+    "candidate's recorded Triton launches in a process with no agent Python (no torch math, no "
+    "host code), were checked by the trusted parent, and the timing is the replay's",
+    "outputs": "Triton CPU interpreter: the outputs on every hidden case and check were correct, "
+    "compared by the trusted parent; who computed them (a Triton kernel or torch) is NOT "
+    "certified, nor is any timing: the candidate's own process reports its launches there, and "
+    "can forge that report",
+    "nothing": "the verdict did not pass",
+}
+
+# What a verdict leaves unverified (`Verdict.unverified`): claims whose only evidence is the
+# candidate's own process. Their codes still reject (a candidate can only hurt itself by
+# reporting them); their absence proves nothing.
+UNVERIFIED: dict[str, str] = {
+    "triton_did_the_work": "that Triton kernels of kernel.py, not torch or host code, computed "
+    "the outputs (the CPU interpreter's launch counts come from the candidate's process)",
+    "process_policy": "the candidate process's reports about itself: torch_compute, "
+    "host_compute, foreign_kernel, background_thread, monkey_patch, introspection, subprocess, "
+    "dynamic_code, exfiltration, harness_access",
+    "speed": "the timing (the interpreter's wall clock of Python says nothing of a GPU)",
+}
+CPU_UNVERIFIED = ["triton_did_the_work", "process_policy", "speed"]
+GPU_UNVERIFIED = ["process_policy"]
+
+__all__ = [
+    "CERTIFIES",
+    "CPU_UNVERIFIED",
+    "GPU_UNVERIFIED",
+    "REASONS",
+    "SANDBOX_REFUSED",
+    "UNVERIFIED",
+]
