@@ -30,6 +30,8 @@ def test_init_then_eval_json_then_verify_json_succeed_on_the_cpu(tmp_path):
     assert ev.returncode == 0, ev.stderr
     result = json.loads(ev.stdout)
     assert result["status"] == "passed" and result["meaningful"] is False
+    # --json keeps stdout to the JSON; progress still shows, on stderr
+    assert "eval: started" in ev.stderr and "[1/1] 1024x1024_fp16: passed" in ev.stderr
     # --reveal-cases: the operator's flag (tests/trust/test_hidden_cases.py: without it, no
     # shape is printed)
     ver = run_cli("verify", "-w", str(ws), "--json", "--reveal-cases", tmp_path=tmp_path)

@@ -343,4 +343,4 @@ def test_run_tables_label_scores_with_the_tasks_key_unit_and_direction():
     text = console.export_text()
     # Before: "verified score us", "hidden cases" and -50% for a higher-is-better 100 -> 150.
     assert "throughput (GB/s)" in text and "score us" not in text and "hidden cases" not in text
-    assert "50.0% better" in text
+    assert "1.50x better than the baseline" in text and "%" not in text
