@@ -194,20 +194,28 @@ def dev_reason(
 
 
 def missing_module_hint(module: str | None, python: str) -> str:
-    what = f"module {module!r}" if module else "a module it imports"
+    what = f"has no module {module!r}" if module else "is missing a module it imports"
     return (
-        f"the objective's Python has no {what}: a bare `python3` resolves on the server's PATH "
+        f"the objective's Python {what}: a bare `python3` resolves on the server's PATH "
         f"(often not your venv); write {{python}} in task.toml's objective for the toolkit's "
         f"interpreter ({python}), or an absolute path to one that has it"
     )
 
 
 def verdict_reason(
-    res: CommandResult, obj: dict[str, Any] | None, why: str, timeout_s: float, python: str
+    res: CommandResult,
+    obj: dict[str, Any] | None,
+    why: str,
+    timeout_s: float,
+    python: str,
+    *,
+    hidden: bool = True,
 ) -> list[dict[str, str]]:
     """Why a final run failed, as {code, detail} written by the harness: which of the
-    objective's error fields are set and in how many cases, never their text (the run was fed
-    the hidden cases; its messages could carry them)."""
+    objective's error fields are set and in how many cases, never their text when the run was
+    fed hidden cases (its messages could carry them). A run on the verifier's own fixed cases
+    (`hidden=False`) had nothing to hide: its error text is quoted, marked as its own words
+    ("CUDA is not available" was withheld before, leaving nothing to act on)."""
     reasons: list[dict[str, str]] = []
     if res.timed_out:
         reasons.append(
@@ -225,13 +233,18 @@ def verdict_reason(
             bits.append("sets " + ", ".join(f"`{p}`" for p in top))
         if in_cases:
             bits.append(f"reports errors in {len(in_cases)} case(s): {', '.join(in_cases[:16])}")
+        if hidden:
+            said = (
+                " (their text is withheld: it was computed on the hidden cases; run the dev "
+                "objective to see messages)"
+            )
+        else:
+            quoted = " | ".join(f"{p}: {_text(v)}" for p, v in error_fields(obj, names=True))
+            said = f"; in its own words: {quoted[:MAX_ERROR_TEXT]}"
         reasons.append(
             {
                 "code": "objective_error",
-                "detail": "the final objective's JSON "
-                + " and ".join(bits)
-                + " (their text is withheld: it was computed on the hidden cases; run the dev "
-                "objective to see messages)",
+                "detail": "the final objective's JSON " + " and ".join(bits) + said,
             }
         )
     elif obj is not None and says_failed(obj):
@@ -251,14 +264,18 @@ def verdict_reason(
             }
         )
     if not res.timed_out and res.exit_code != 0:
+        tail = "" if hidden else res.stderr_tail(3).replace("\n", " | ").strip()[-300:]
         reasons.append(
             {
                 "code": "objective_exit",
-                "detail": f"the final objective exited with {res.exit_code}",
+                "detail": f"the final objective exited with {res.exit_code}"
+                + (f"; its stderr ends: {tail}" if tail else ""),
             }
         )
-    if _MISSING_MODULE.search(res.stderr):
-        reasons.append({"code": "missing_module", "detail": missing_module_hint(None, python)})
+    missing = _MISSING_MODULE.search(res.stderr)
+    if missing:
+        module = None if hidden else missing.group(1)
+        reasons.append({"code": "missing_module", "detail": missing_module_hint(module, python)})
     if not reasons and why:
         reasons.append({"code": "no_score", "detail": _harness_why(why)})
     return reasons

@@ -209,6 +209,13 @@ async def test_without_a_domain_the_final_objective_runs_its_own_cases(tmp_path,
     ws = ws_of(tmp_path, settings, final_domain=False)
     v = await final(ws, settings)
     assert v.verdict == "passed" and v.hidden_cases == 0 and v.case_set == "final-fixed"
+    # Its own fixed cases hide nothing: a failure's text is quoted (HarnessGym's "CUDA is not
+    # available" was withheld as "computed on the hidden cases").
+    (ws.root / "solution.txt").write_text("fail\n")
+    v = await final(ws, settings)
+    detail = v.reasons[0]["detail"]
+    assert v.verdict == "rejected" and "withheld" not in detail
+    assert "error: bad kernel on dev" in detail and "num_warps=3 invalid" in detail
 
 
 def test_a_bare_python3_that_lacks_a_module_is_named_in_the_reason(tmp_path, settings):
