@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.errors import UsageError
-from harnesslab.tools.loop.compare import Arm, CompareConfig, compare
+from harnesslab.tools.errors import HarnesslabError, UsageError
+from harnesslab.tools.loop.compare import Arm, CompareConfig, compare, finished_trials
 from harnesslab.tools.settings import Settings
 
 from .cli_support import add_executor_args, command, run_async
@@ -46,6 +46,15 @@ def _args(p: argparse.ArgumentParser) -> None:
         help="a trial of an arm with generated servers counts only if it called one of them",
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish the compare started in --out (same settings; its finished trials are kept)",
+    )
+    again.add_argument(
+        "--force", action="store_true", help="start over in a used --out (its trials are removed)"
+    )
     p.add_argument("--json", action="store_true", help="print report.json on stdout")
     add_executor_args(p)
 
@@ -93,9 +102,21 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  {ev['message']}", file=sys.stderr, flush=True)
 
     async def go():
-        return await compare(config, settings, on_event=progress)
+        return await compare(
+            config, settings, on_event=progress, resume=args.resume, force=args.force
+        )
 
-    report = run_async(go)
+    try:
+        report = run_async(go)
+    except (HarnesslabError, KeyboardInterrupt):
+        kept = len(finished_trials(args.out)) if args.out.is_dir() else 0
+        if kept:
+            print(
+                f"{kept} finished trial(s) are kept in {args.out}: the same command with "
+                "--resume runs the rest",
+                file=sys.stderr,
+            )
+        raise
     if args.json:
         print(report.model_dump_json())
         return 0

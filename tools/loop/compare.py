@@ -16,6 +16,7 @@ trusted store (the bundle its qualification passed, re-hashed), never from works
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import shutil
@@ -33,7 +34,8 @@ from ..meta.qualification import bundle_roots
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.secrets_store import adopt_secret, workspace_secret
-from ..state.trusted_store import private_dir
+from ..state.storage import append_jsonl, read_jsonl
+from ..state.trusted_store import TrustedStore, private_dir
 from ..state.workspace import Workspace, init_workspace, open_workspace
 from ..task.kinds import kind_of
 from ..task.spec import load_task
@@ -44,6 +46,8 @@ from .servers import META_SERVER, TASK_SERVER
 from .state import RunConfig, RunStore
 
 EventSink = Callable[[dict[str, Any]], None]
+CONFIG_FILE = "compare.json"  # the compare's settings, for --resume
+TRIALS_FILE = "trials.jsonl"  # one line per finished trial, written as it finishes
 BOOTSTRAP_RESAMPLES = 4000
 MIN_TRIALS_FOR_CI = 3
 
@@ -168,12 +172,26 @@ def _harness_calls(calls: dict[str, int]) -> int:
     )
 
 
+def trial_root(config: CompareConfig, arm: Arm, index: int) -> Path:
+    return config.out / "trials" / f"{arm.name}-{index + 1}"
+
+
+def discard_trial(root: Path, settings: Settings) -> None:
+    """Remove a trial's workspace and its trusted store: a trial run again at the same path
+    must not inherit the old one's ledger, best pointer or servers."""
+    if root.exists():
+        shutil.rmtree(TrustedStore.location(settings, root.resolve()), ignore_errors=True)
+        shutil.rmtree(root)
+
+
 async def run_trial(
     config: CompareConfig, arm: Arm, index: int, secret: dict[str, Any], settings: Settings
 ) -> Trial:
-    root = config.out / "trials" / f"{arm.name}-{index + 1}"
+    root = trial_root(config, arm, index)
     if root.exists():
-        raise UsageError(f"{root} exists.", next_step="use a new --out folder")
+        raise UsageError(
+            f"{root} exists.", next_step="pass --resume to finish the compare, or --force"
+        )
     ws = init_workspace(config.task, root, settings)
     adopt_secret(settings, ws.root, secret)  # every trial on the same hidden case set
     servers: list[str] = []
@@ -303,12 +321,69 @@ def difference(a: ArmSummary, b: ArmSummary, trials: list[Trial], higher: bool, 
 # -- the run ----------------------------------------------------------------------------------
 
 
+def finished_trials(out: Path) -> list[Trial]:
+    """The trials an earlier run of this compare finished (trials.jsonl, one per line)."""
+    return [Trial.model_validate(rec) for rec in read_jsonl(out / TRIALS_FILE)]
+
+
+def prepare_out(config: CompareConfig, settings: Settings, *, resume: bool, force: bool) -> None:
+    """An empty --out, or one this compare may reuse: --resume keeps the finished trials of the
+    same compare (its config must match), --force starts over (trials, report and the hidden
+    case set)."""
+    out = config.out
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if force:
+        for trial in (out / "trials").glob("*") if (out / "trials").is_dir() else []:
+            discard_trial(trial, settings)
+        for item in out.iterdir():
+            if item.is_dir():
+                shutil.rmtree(item)
+            else:
+                item.unlink()
+        return
+    done = finished_trials(out)
+    started = out / CONFIG_FILE
+    if not resume:
+        what = (
+            f"holds a compare with {len(done)} of {2 * config.trials} trials finished"
+            if started.is_file()
+            else "is not empty"
+        )
+        raise UsageError(
+            f"{out} {what}.",
+            next_step="pass --resume to finish that compare (its finished trials are kept), "
+            "--force to start over in it, or a new --out folder",
+        )
+    if not started.is_file():
+        raise UsageError(
+            f"{out} holds no compare to resume (no {CONFIG_FILE}).",
+            next_step="pass --force to start over in it, or a new --out folder",
+        )
+    before = json.loads(started.read_text())
+    now = config.model_dump(mode="json")
+    changed = sorted(
+        k for k in {*before, *now} if k not in ("trials", "out") and before.get(k) != now.get(k)
+    )
+    if changed:
+        raise UsageError(
+            f"--resume: {out} was started with other settings ({', '.join(changed)}).",
+            next_step="repeat the first command's settings with --resume, or pass --force",
+        )
+
+
 async def compare(
-    config: CompareConfig, settings: Settings, *, on_event: EventSink | None = None
+    config: CompareConfig,
+    settings: Settings,
+    *,
+    on_event: EventSink | None = None,
+    resume: bool = False,
+    force: bool = False,
 ) -> CompareReport:
-    """Run every trial (A and B alternating, so drift hits both) and write the report."""
-    if config.out.exists() and any(config.out.iterdir()):
-        raise UsageError(f"{config.out} is not empty.", next_step="use a new --out folder")
+    """Run every trial (A and B alternating, so drift hits both) and write the report. Each
+    finished trial is appended to trials.jsonl at once: `resume` runs only the others (a trial
+    that was cut short starts again from scratch); `force` starts over in a used --out."""
+    prepare_out(config, settings, resume=resume, force=force)
     names = [a.name for a in config.arms]
     if len(set(names)) != 2:
         raise UsageError(f"the two arms need two names (got {names}).")
@@ -323,17 +398,28 @@ async def compare(
                     "another workspace with --harness-from)",
                 )
     config.out.mkdir(parents=True, exist_ok=True)
-    # One hidden case set for every trial: a secret of the compare's own, adopted by each.
+    (config.out / CONFIG_FILE).write_text(config.model_dump_json(indent=1))
+    # One hidden case set for every trial: a secret of the compare's own, adopted by each (a
+    # resumed compare keeps it; --force draws a new one).
     anchor = config.out / ".secret-anchor"
     anchor.mkdir(exist_ok=True)
-    secret = workspace_secret(settings, anchor)
+    secret = workspace_secret(settings, anchor, rotate=force)
     started = time.perf_counter()
+    done = {(t.arm, t.index): t for t in finished_trials(config.out)} if resume else {}
     trials: list[Trial] = []
     for i in range(config.trials):
         for arm in config.arms:
+            kept = done.get((arm.name, i + 1))
+            if kept is not None:
+                trials.append(kept)
+                if on_event:
+                    on_event({"kind": "trial_done", "message": f"{_trial_line(kept)} (kept)"})
+                continue
+            discard_trial(trial_root(config, arm, i), settings)  # cut short before: again
             if on_event:
                 on_event({"kind": "trial", "message": f"{arm.name} trial {i + 1}/{config.trials}"})
             trial = await run_trial(config, arm, i, secret, settings)
+            append_jsonl(config.out / TRIALS_FILE, trial.model_dump(mode="json"))
             trials.append(trial)
             if on_event:
                 on_event({"kind": "trial_done", "message": _trial_line(trial), "trial": trial})
@@ -405,6 +491,7 @@ __all__ = [
     "adopt_servers",
     "bootstrap_difference",
     "compare",
+    "finished_trials",
     "quantile",
     "run_trial",
 ]
