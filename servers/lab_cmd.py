@@ -10,7 +10,6 @@ Exit codes: 0 report written, 2 usage or environment error."""
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -86,7 +85,7 @@ def cmd_lab(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  miss: {line}")
     if summary.plot_error:
         print(summary.plot_error, file=sys.stderr)
-    print(json.dumps({"files": summary.files}))
+    print(f"files in {args.out}: {', '.join(summary.files)}")
     return 0
 
 
