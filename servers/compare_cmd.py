@@ -10,10 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from harnesslab.tools.errors import HarnesslabError, UsageError
-from harnesslab.tools.loop.compare import Arm, CompareConfig, compare, finished_trials
+from harnesslab.tools.loop.compare import (
+    Arm,
+    CompareConfig,
+    CompareReport,
+    compare,
+    finished_trials,
+)
+from harnesslab.tools.loop.compare_report import difference_line
 from harnesslab.tools.settings import Settings
 
 from .cli_support import add_executor_args, command, run_async
+from .report import INTERPRETER_NOTE, console, fit_table
 from .run_cmd import duration_s, durations_s
 
 RUNNERS = ["exec", "claude", "codex", "autopilot"]
@@ -120,15 +128,39 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(report.model_dump_json())
         return 0
-    from harnesslab.tools.loop.compare_report import markdown  # noqa: PLC0415
-
-    text = markdown(report)
-    print(text.split("## Trials")[0].rstrip())
-    print(
-        f"\nreport: {report.files.get('markdown')} (+ report.json"
-        + (", scores.png)" if "plot" in report.files else ")")
-    )
+    print_compare(report)
     return 0
+
+
+def print_compare(report: CompareReport) -> None:
+    """The arms side by side (scores only where timings mean something), the difference, and
+    where the full report is."""
+    out = console()
+    better = "higher" if report.higher_is_better else "lower"
+    unit = f" ({report.unit})" if report.unit else ""
+    out.print(
+        f"compare {report.task}: {report.score_key}{unit}, {better} is better, hidden case set "
+        f"{report.case_set or '-'}"
+    )
+    scores = report.meaningful is not False
+    rows = [
+        [a.arm, a.runner, ", ".join(a.servers) or "-", f"{a.valid} of {a.trials}",
+         _g(a.median) if scores else "", f"{_g(a.p10)}..{_g(a.p90)}" if scores else "",
+         _g(a.best) if scores else "", _g(a.tool_calls_median), _g(a.harness_calls_median)]
+        for a in report.arms
+    ]  # fmt: skip
+    columns = ["arm", "runner", "servers", "valid", "median", "p10..p90", "best", "tool calls",
+               "harness calls"]  # fmt: skip
+    out.print(fit_table("", columns, rows))
+    if not scores:
+        out.print(INTERPRETER_NOTE)
+    out.print(difference_line(report, numbers=scores))
+    plot = ", scores.png" if "plot" in report.files else ""
+    out.print(f"report: {report.files.get('markdown')} (+ report.json{plot})")
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.6g}"
 
 
 __all__ = ["cmd_compare"]

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 from rich.console import Console
+from rich.markup import escape
 
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.loop.driver import resume_run, start_run
@@ -114,12 +115,12 @@ class Progress:
             sc = ev.get("score") or {}
             color = "green" if sc.get("verdict") == "passed" else "red"
             value = f"{sc['score_us']:.1f}" if sc.get("score_us") is not None else "-"
-            why = f" {(sc.get('error') or '; '.join(sc.get('reasons') or []))[:120]}"
+            why = f" {escape(sc.get('error') or '; '.join(sc.get('reasons') or []))}"
             msg = f"{msg.split(':')[0]}: [{color}]{sc.get('verdict')}[/{color}] {value}{why if sc.get('verdict') != 'passed' else ''}"
         elif kind == "turn":
             out = ev.get("outcome") or {}
             msg += f" in {out.get('duration_s', 0):.1f}s" + (
-                f" - {out['error'][:160]}" if out.get("error") else ""
+                f" - {escape(out['error'])}" if out.get("error") else ""
             )
         if kind != "phase":
             self.console.print(f"{stamp} {msg}", highlight=False)

@@ -122,3 +122,42 @@ def test_on_a_gpu_the_run_tables_word_both_comparisons_alike():
     assert "1.15x slower" in text  # ABBA: the incumbent took 0.87x this candidate's time
     result = render(result_table(run_summary(True)), width=100)
     assert "1.40x faster than the baseline" in " ".join(result.split())
+
+
+def compare_report(meaningful: bool | None):
+    from harnesslab.tools.loop.compare import Arm, CompareReport, Trial, difference, summarize_arm
+
+    trials = [Trial(arm=arm, index=i, workspace="w", score=s, valid=True)
+              for arm, scores in (("plain", [100.0, 104.0, 98.0]), ("harnessed", [80.0, 83.0, 79.0]))
+              for i, s in enumerate(scores, 1)]  # fmt: skip
+    a = summarize_arm(Arm(name="plain"), trials[:3], [], higher=False)
+    b = summarize_arm(Arm(name="harnessed"), trials[3:], ["srv"], higher=False)
+    return CompareReport(
+        task="rmsnorm_gate", case_set="final-1", score_key="score_us", unit="us",
+        higher_is_better=False, meaningful=meaningful, config={}, arms=[a, b],
+        difference=difference(a, b, trials, higher=False, seed=0), trials=trials,
+        files={"markdown": "cmp/report.md"},
+    )  # fmt: skip
+
+
+def test_compare_on_the_interpreter_shows_validity_but_claims_no_winner_at_80_columns():
+    from harnesslab.servers.compare_cmd import print_compare
+
+    text = render(lambda out: _with_console(out, print_compare, compare_report(False)))
+    header = next(ln for ln in text.splitlines() if ln.lstrip().startswith("arm"))
+    assert "3 of 3" in text and "median" not in header and " is better (" not in text
+    assert "not compared" in text and "-20" not in text and "cmp/report.md" in text
+    assert max(len(ln.rstrip()) for ln in text.splitlines()) <= 80
+    on_gpu = render(lambda out: _with_console(out, print_compare, compare_report(True)))
+    assert "median" in on_gpu and "harnessed is better" in on_gpu
+
+
+def _with_console(out, fn, *args):
+    import harnesslab.servers.compare_cmd as cmd
+
+    real = cmd.console
+    cmd.console = lambda: out
+    try:
+        fn(*args)
+    finally:
+        cmd.console = real

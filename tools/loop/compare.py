@@ -22,7 +22,7 @@ import random
 import shutil
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,10 @@ class Trial(BaseModel):
     harness_calls: int = Field(
         default=0, description="calls of generated servers' tools (not the task/meta servers)"
     )
-    meaningful: bool = False
+    meaningful: bool | None = Field(
+        default=False,
+        description="whether its timings mean anything (None: its objective does not say)",
+    )
     wall_s: float = 0.0
 
 
@@ -166,6 +169,12 @@ def adopt_servers(source: Workspace, dest: Workspace, settings: Settings) -> lis
     return adopted
 
 
+def said(flags: Iterable[bool | None]) -> bool | None:
+    """Meaningful when any says so, not when one says not, unknown when none says."""
+    seen = [f for f in flags if f is not None]
+    return any(seen) if seen else None
+
+
 def _harness_calls(calls: dict[str, int]) -> int:
     return sum(
         n for key, n in calls.items() if key.split(".", 1)[0] not in (TASK_SERVER, META_SERVER)
@@ -221,7 +230,7 @@ async def run_trial(
     trial.attempts = [str((it.get("attempt") or {}).get("status")) for it in summary["iterations"]]
     scores = [it.get("score") or {} for it in summary["iterations"]]
     trial.verdict = str((scores[-1] if scores else {}).get("verdict", ""))
-    trial.meaningful = any(bool(sc.get("meaningful")) for sc in scores)
+    trial.meaningful = said(sc.get("meaningful") for sc in scores)
     best = summary.get("best")
     trial.score = best["score_us"] if best else None
     if summary.get("status") == "agent_failed":
@@ -441,7 +450,7 @@ async def compare(
         score_key=obj.score_key or "score" if obj else "score_us",
         unit=(obj.unit or "") if obj else "us",
         higher_is_better=higher,
-        meaningful=any(t.meaningful for t in trials if t.valid),
+        meaningful=said(t.meaningful for t in trials if t.valid),
         config=config.model_dump(mode="json"),
         arms=arms,
         difference=difference(arms[0], arms[1], trials, higher, config.seed),
