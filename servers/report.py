@@ -41,7 +41,8 @@ def console() -> Console:
     """stdout at the terminal's width; piped output (CI logs, agents) at $COLUMNS when set,
     else 160 columns rather than 80 folded ones."""
     wide = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
-    return Console(width=160 if wide else None, highlight=False)
+    # No markup: reasons and names are text from runs ("x[idx]" is not a style tag).
+    return Console(width=160 if wide else None, highlight=False, markup=False)
 
 
 def versus(
