@@ -1,7 +1,8 @@
 """Progress of a long CLI command on stderr, from the same `(done, total, message)` events the
 MCP tools send as progress notifications: a rich bar (done/total, elapsed, time left) on a
 terminal, one plain line per event otherwise (CI logs, pipes). stdout keeps only the result, so
-`--json` output stays clean while progress still shows. A count never passes its total."""
+`--json` output stays clean while progress still shows. A count never passes its total.
+Presentation only: it decides nothing."""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ written out in full under them, and scores compared only where the timings mean 
   under the table, wrapped at the terminal's width.
 - `versus` is the one wording of a comparison: "1.62x slower than the best", never a signed
   percentage whose sign the reader has to decode.
+
+Side of the trust boundary: presentation only (the operator's terminal); it decides nothing.
 """
 
 from __future__ import annotations
@@ -63,13 +65,12 @@ def versus(
     better = value > ref if higher_is_better else value < ref
     words = ("faster", "slower") if timing and not higher_is_better else ("better", "worse")
     word = words[0] if better else words[1]
+    same = f"the same as {ref_name}" if ref_name else "the same"
     if value <= 0 or ref <= 0:
-        if value == ref:
-            return f"the same as {ref_name}".strip()
-        return f"{abs(value - ref):.4g} {word}{than}"
+        return same if value == ref else f"{abs(value - ref):.4g} {word}{than}"
     ratio = max(value, ref) / min(value, ref)
     if ratio - 1 < SAME_WITHIN:
-        return f"the same as {ref_name} (within {100 * SAME_WITHIN:.1f}%)".replace("  ", " ")
+        return f"{same} (within {100 * SAME_WITHIN:.1f}%)"
     return f"{ratio:.2f}x {word}{than}"
 
 
