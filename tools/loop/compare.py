@@ -476,6 +476,8 @@ def _case_set(trials: list[Trial], settings: Settings) -> str:
 
 def _trial_line(t: Trial) -> str:
     score = "-" if t.score is None else f"{t.score:.6g}"
+    if t.score is not None and t.meaningful is False:
+        score += " (timings not meaningful)"
     return f"{t.arm} {t.index}: {'valid' if t.valid else 'INVALID'} score {score}" + (
         f" ({t.invalid_reason})" if t.invalid_reason else ""
     )
