@@ -116,7 +116,9 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         report = run_async(go)
-    except (HarnesslabError, KeyboardInterrupt):
+    except (HarnesslabError, KeyboardInterrupt) as exc:
+        if isinstance(exc, UsageError):  # refused before any trial ran: the error says it all
+            raise
         kept = len(finished_trials(args.out)) if args.out.is_dir() else 0
         if kept:
             print(
