@@ -2,14 +2,22 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# torch comes from PyTorch's CPU wheel index: on Linux, PyPI's default torch wheel is the CUDA
+# build, which pulls multi-GB CUDA wheels. A GPU host wants that one: `make install TORCH_INDEX=`
+# (PyPI's default build), or a CUDA index (TORCH_INDEX=https://download.pytorch.org/whl/cu130).
+TORCH ?= 2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: demo test lint install
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# CPU build of torch first, so nothing pulls the multi-GB CUDA wheels.
-	$(PY) -m pip install -q torch==2.13.0
+	# torch first and alone, from TORCH_INDEX as well as pip's own configuration (a local wheel
+	# or mirror that has it wins; an unreachable index costs a few seconds, not the install).
+	# Its dependencies come with the next line, from pip's usual indexes.
+	$(PY) -m pip install -q --no-deps --retries 1 --timeout 30 torch==$(TORCH) \
+		$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 

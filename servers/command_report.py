@@ -9,8 +9,6 @@ import argparse
 import json
 from typing import Any
 
-from rich.table import Table
-
 from harnesslab.tools.evaluation.command import CommandRun, run_command_objective
 from harnesslab.tools.execution.launcher import build_launcher
 from harnesslab.tools.integrity.command_verify import CommandVerdict, command_verify
@@ -20,8 +18,9 @@ from harnesslab.tools.state.storage import read_jsonl
 from harnesslab.tools.state.workspace import Workspace
 from harnesslab.tools.task.kinds import kind_of
 
+from .cli_progress import CliProgress
 from .cli_support import run_async
-from .report import console
+from .report import TIME_UNITS, console, fit_table, print_reasons, versus
 
 
 def _f(x: float | None) -> str:
@@ -34,10 +33,10 @@ def _meaningful(m: bool | None) -> str:
     return "timings meaningful" if m else "timings NOT meaningful (the objective says so)"
 
 
-def eval_command(ws: Workspace, args: argparse.Namespace, settings: Settings, progress) -> int:
+def eval_command(ws: Workspace, args: argparse.Namespace, settings: Settings) -> int:
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
 
-    async def go() -> CommandRun:
+    async def go(progress: CliProgress) -> CommandRun:
         launcher = build_launcher(settings)
         try:
             return await run_command_objective(
@@ -51,36 +50,38 @@ def eval_command(ws: Workspace, args: argparse.Namespace, settings: Settings, pr
         finally:
             await launcher.aclose()
 
-    run = run_async(go)
+    with CliProgress("eval") as progress:
+        run = run_async(go, progress)
     if args.json:
         print(run.model_dump_json())
         return 0 if run.status == "passed" else 1
     label = kind_of(ws.task).score_label(ws.task, "dev")
     out = console()
-    t = Table(
-        title=f"eval (dev objective): {run.status}, {run.score_key} {_f(run.score)} "
-        f"{run.unit}".rstrip(),
-        title_justify="left",
-    )
-    for col in ("", "value"):
-        t.add_column(col, overflow="fold")
-    t.add_row("score", f"{_f(run.score)} ({label})")
-    t.add_row("timings", _meaningful(run.meaningful))
-    if run.reason:
-        t.add_row("reason", run.reason)
-    t.add_row(
-        "exit", f"{run.exit_code}{' (timed out)' if run.timed_out else ''} in {run.wall_s:.1f}s"
-    )
-    t.add_row("sandbox", run.sandbox)
-    t.add_row("candidate", run.candidate)
-    out.print(t)
-    if run.delta_vs_best_pct is not None:
-        out.print(f"vs best so far ({_f(run.best_score)}): {run.delta_vs_best_pct:+.1f}%")
+    title = f"eval (dev objective): {run.status}, {run.score_key} {_f(run.score)} {run.unit}"
+    rows = [
+        ["score", f"{_f(run.score)} ({label})"],
+        ["timings", _meaningful(run.meaningful)],
+        ["exit", f"{run.exit_code}{' (timed out)' if run.timed_out else ''} in {run.wall_s:.1f}s"],
+        ["sandbox", run.sandbox],
+        ["candidate", run.candidate],
+    ]
+    out.print(fit_table(title.rstrip(), ["", "value"], rows))
+    print_reasons(out, [("reason", run.reason)] if run.reason else [])
+    if run.meaningful is not False and run.score is not None:  # never on meaningless timings
+        vs = versus(
+            run.score,
+            run.best_score,
+            ref_name="the best so far",
+            higher_is_better=run.higher_is_better,
+            timing=run.unit in TIME_UNITS,
+        )
+        if vs:
+            out.print(f"{vs} ({_f(run.best_score)} {run.unit})".replace(" )", ")"))
     return 0 if run.status == "passed" else 1
 
 
-def verify_command(ws: Workspace, args: argparse.Namespace, settings: Settings, progress) -> int:
-    async def go() -> CommandVerdict:
+def verify_command(ws: Workspace, args: argparse.Namespace, settings: Settings) -> int:
+    async def go(progress: CliProgress) -> CommandVerdict:
         launcher = build_launcher(settings)
         try:
             return await command_verify(
@@ -89,7 +90,8 @@ def verify_command(ws: Workspace, args: argparse.Namespace, settings: Settings, 
         finally:
             await launcher.aclose()
 
-    v = run_async(go)
+    with CliProgress("verify") as progress:
+        v = run_async(go, progress)
     hidden = _hidden_record(ws, v.record_id) if args.reveal_cases else None
     if args.json:
         shown = public_command_verdict(v)
@@ -104,8 +106,16 @@ def verify_command(ws: Workspace, args: argparse.Namespace, settings: Settings, 
         f"{v.score_key} {_f(v.score)} {v.unit}".rstrip()
     )
     out.print(f"score: {v.score_label()}; {_meaningful(v.meaningful)}; sandbox {v.sandbox}")
-    if v.best_final_score is not None:
-        out.print(f"best final before: {_f(v.best_final_score)}; new best: {v.is_new_best}")
+    vs = versus(
+        v.score,
+        v.best_final_score,
+        ref_name="the best final score before",
+        higher_is_better=v.higher_is_better,
+        timing=v.unit in TIME_UNITS,
+    )
+    if vs and v.meaningful is not False:  # never on meaningless timings
+        new = ": a new best" if v.is_new_best else ""
+        out.print(f"{vs} ({_f(v.best_final_score)} {v.unit}".rstrip() + f"){new}")
     print(f"verdict: {v.verdict}")
     for r in [*v.reasons, *v.warnings]:
         print(f"  {r['code']}: {r['detail']}")

@@ -19,17 +19,10 @@ from harnesslab.tools.state.workspace import init_workspace, open_workspace
 from harnesslab.tools.task.kinds import kind_of
 from harnesslab.tools.task.spec import list_tasks
 
+from .cli_progress import CliProgress
 from .cli_support import add_executor_args, command, run_async
 from .command_report import eval_command, verify_command
 from .report import print_eval
-
-
-def progress_printer(enabled: bool):
-    def cb(done: float, total: float, message: str) -> None:
-        if enabled:
-            print(f"  [{int(done)}/{int(total)}] {message}", file=sys.stderr, flush=True)
-
-    return cb
 
 
 def workspace_args(p: argparse.ArgumentParser) -> None:
@@ -127,10 +120,10 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     ws = open_workspace(args.workspace, settings)
     if not kind_of(ws.task).runs_kernel:  # the task's dev objective, with its own units
-        return eval_command(ws, args, settings, progress_printer(not args.json))
+        return eval_command(ws, args, settings)
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
 
-    async def go():
+    async def go(progress: CliProgress):
         launcher = build_launcher(settings)
         try:
             return await run_objective(
@@ -139,12 +132,13 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
                 cases=cases,
                 warmup=args.warmup,
                 repeats=args.repeats,
-                progress=progress_printer(not args.json),
+                progress=progress,
             )
         finally:
             await launcher.aclose()
 
-    result = run_async(go)
+    with CliProgress("eval") as progress:
+        result = run_async(go, progress)
     if args.json:
         print(result.model_dump_json())
     else:
@@ -169,18 +163,19 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     ws = open_workspace(args.workspace, settings)
     if not kind_of(ws.task).runs_kernel:  # the task's final objective, guarded
-        return verify_command(ws, args, settings, progress_printer(not args.json))
+        return verify_command(ws, args, settings)
 
-    async def go():
+    async def go(progress: CliProgress):
         launcher = build_launcher(settings)
         try:
             return await guarded_verify(
-                ws, launcher, settings, rotate=args.rotate, progress=progress_printer(not args.json)
+                ws, launcher, settings, rotate=args.rotate, progress=progress
             )
         finally:
             await launcher.aclose()
 
-    verdict = run_async(go)
+    with CliProgress("verify") as progress:
+        verdict = run_async(go, progress)
     # Without the operator's flag the output is what guarded_final_verify shows an agent: no
     # hidden shape, no per-case time or bandwidth (tools/integrity/verdict_view.py says why).
     # Nor anything the candidate's run chose: an error value, which case failed, a time.

@@ -9,11 +9,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.errors import UsageError
-from harnesslab.tools.loop.compare import Arm, CompareConfig, compare
+from harnesslab.tools.errors import HarnesslabError, UsageError
+from harnesslab.tools.loop.compare import (
+    Arm,
+    CompareConfig,
+    CompareReport,
+    compare,
+    finished_trials,
+)
+from harnesslab.tools.loop.compare_report import difference_line
 from harnesslab.tools.settings import Settings
 
 from .cli_support import add_executor_args, command, run_async
+from .report import INTERPRETER_NOTE, console, fit_table
 from .run_cmd import duration_s, durations_s
 
 RUNNERS = ["exec", "claude", "codex", "autopilot"]
@@ -46,6 +54,15 @@ def _args(p: argparse.ArgumentParser) -> None:
         help="a trial of an arm with generated servers counts only if it called one of them",
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish the compare started in --out (same settings; its finished trials are kept)",
+    )
+    again.add_argument(
+        "--force", action="store_true", help="start over in a used --out (its trials are removed)"
+    )
     p.add_argument("--json", action="store_true", help="print report.json on stdout")
     add_executor_args(p)
 
@@ -93,21 +110,59 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  {ev['message']}", file=sys.stderr, flush=True)
 
     async def go():
-        return await compare(config, settings, on_event=progress)
+        return await compare(
+            config, settings, on_event=progress, resume=args.resume, force=args.force
+        )
 
-    report = run_async(go)
+    try:
+        report = run_async(go)
+    except (HarnesslabError, KeyboardInterrupt) as exc:
+        if isinstance(exc, UsageError):  # refused before any trial ran: the error says it all
+            raise
+        kept = len(finished_trials(args.out)) if args.out.is_dir() else 0
+        if kept:
+            print(
+                f"{kept} finished trial(s) are kept in {args.out}: the same command with "
+                "--resume runs the rest",
+                file=sys.stderr,
+            )
+        raise
     if args.json:
         print(report.model_dump_json())
         return 0
-    from harnesslab.tools.loop.compare_report import markdown  # noqa: PLC0415
-
-    text = markdown(report)
-    print(text.split("## Trials")[0].rstrip())
-    print(
-        f"\nreport: {report.files.get('markdown')} (+ report.json"
-        + (", scores.png)" if "plot" in report.files else ")")
-    )
+    print_compare(report)
     return 0
+
+
+def print_compare(report: CompareReport) -> None:
+    """The arms side by side (scores only where timings mean something), the difference, and
+    where the full report is."""
+    out = console()
+    better = "higher" if report.higher_is_better else "lower"
+    unit = f" ({report.unit})" if report.unit else ""
+    out.print(
+        f"compare {report.task}: {report.score_key}{unit}, {better} is better, hidden case set "
+        f"{report.case_set or '-'}"
+    )
+    scores = report.meaningful is not False
+    rows = [
+        [a.arm, a.runner, ", ".join(a.servers) or "-", f"{a.valid} of {a.trials}",
+         _g(a.median) if scores else "", f"{_g(a.p10)}..{_g(a.p90)}" if scores else "",
+         _g(a.best) if scores else "", _g(a.tool_calls_median), _g(a.harness_calls_median)]
+        for a in report.arms
+    ]  # fmt: skip
+    columns = ["arm", "runner", "servers", "valid", "median", "p10..p90", "best", "tool calls",
+               "harness calls"]  # fmt: skip
+    out.print(fit_table("", columns, rows))
+    if not scores:
+        out.print(INTERPRETER_NOTE)
+    out.print(difference_line(report, numbers=scores))
+    plot = ", scores.png" if "plot" in report.files else ""
+    out.print(f"report: {report.files.get('markdown')} (+ report.json{plot})")
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.6g}"
 
 
 __all__ = ["cmd_compare"]

@@ -9,11 +9,14 @@ import sys
 from functools import partial
 from pathlib import Path
 
+from rich.table import Table
+
 from harnesslab.tools.doctor import run_doctor
 from harnesslab.tools.meta.client_setup import ClientName
 from harnesslab.tools.settings import Settings
 
 from .cli_support import add_executor_args, command, run_async
+from .report import console
 
 MARK = {"ok": "ok     ", "missing": "MISSING", "skipped": "skipped"}
 
@@ -59,10 +62,14 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(report.model_dump()))
     else:
+        # One row per check; a long detail or fix wraps under itself (80 columns).
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
         for c in report.checks:
-            print(f"{MARK[c.status]}  {c.name:<14} {c.detail}")
-            if c.fix:
-                print(f"{'':9}{'':14} fix: {c.fix}")
+            grid.add_row(MARK[c.status], c.name, c.detail + (f"\nfix: {c.fix}" if c.fix else ""))
+        console().print(grid)
         missing = sum(c.status == "missing" for c in report.checks)
         print("all set" if report.ok else f"{missing} missing", file=sys.stderr)
     return 0 if report.ok else 1

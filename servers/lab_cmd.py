@@ -10,7 +10,6 @@ Exit codes: 0 report written, 2 usage or environment error."""
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -39,9 +38,11 @@ def _lab_args(p: argparse.ArgumentParser) -> None:
     add_executor_args(p)
 
 
-def _progress(enabled: bool):
+def _progress():
+    """One line per measured row on stderr (with --json too: stdout holds only the JSON)."""
+
     def show(event: dict[str, Any]) -> None:
-        if enabled and "strategy" in event:
+        if "strategy" in event:
             value = event.get("tflops") if event.get("tflops") else event.get("pct_of_copy_bw")
             print(f"  {event.get('task')} {event.get('case')} {event.get('strategy')}: "
                   f"{event.get('status')} {event.get('median_us') or 0:.1f} us ({value or 0:.0f})",
@@ -69,7 +70,7 @@ def cmd_lab(args: argparse.Namespace, settings: Settings) -> int:
         async def go() -> dict[str, Any]:
             launcher = build_launcher(settings)
             try:
-                return await run_lab(launcher, opts, args.out, on_progress=_progress(not args.json))
+                return await run_lab(launcher, opts, args.out, on_progress=_progress())
             finally:
                 await launcher.aclose()
 
@@ -86,7 +87,7 @@ def cmd_lab(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  miss: {line}")
     if summary.plot_error:
         print(summary.plot_error, file=sys.stderr)
-    print(json.dumps({"files": summary.files}))
+    print(f"files in {args.out}: {', '.join(summary.files)}")
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.loop.driver import resume_run, start_run
@@ -25,6 +25,7 @@ from harnesslab.tools.state.workspace import is_workspace, open_workspace
 from harnesslab.tools.task.spec import list_tasks
 
 from .cli_support import add_executor_args, command, run_async, temp_workspace_dir
+from .report import TIME_UNITS, FitTable, fit_table, versus
 from .report import console as stdout_console
 
 AGENT_FAILED_EXIT = 3  # the run finished, but no agent attempt ran to completion
@@ -114,12 +115,12 @@ class Progress:
             sc = ev.get("score") or {}
             color = "green" if sc.get("verdict") == "passed" else "red"
             value = f"{sc['score_us']:.1f}" if sc.get("score_us") is not None else "-"
-            why = f" {(sc.get('error') or '; '.join(sc.get('reasons') or []))[:120]}"
+            why = f" {escape(sc.get('error') or '; '.join(sc.get('reasons') or []))}"
             msg = f"{msg.split(':')[0]}: [{color}]{sc.get('verdict')}[/{color}] {value}{why if sc.get('verdict') != 'passed' else ''}"
         elif kind == "turn":
             out = ev.get("outcome") or {}
             msg += f" in {out.get('duration_s', 0):.1f}s" + (
-                f" - {out['error'][:160]}" if out.get("error") else ""
+                f" - {escape(out['error'])}" if out.get("error") else ""
             )
         if kind != "phase":
             self.console.print(f"{stamp} {msg}", highlight=False)
@@ -137,94 +138,111 @@ def _unit(summary: dict[str, Any]) -> str:
     return f"{key} ({unit})" if unit else key
 
 
-def _vs(value: float | None, base: float | None, higher: bool) -> str:
-    """Change against the baseline, signed so that + is better."""
-    if value is None or not base:
+def _vs(value: float | None, base: float | None, summary: dict[str, Any], than: str = "") -> str:
+    """'1.40x faster' (than `than`); '' where timings mean nothing (the interpreter)."""
+    if not summary.get("meaningful"):
         return ""
-    gain = 100 * (value - base) / base * (1 if higher else -1)
-    return f"{abs(gain):.1f}% {'better' if gain >= 0 else 'worse'}"
+    timing = _unit(summary) == "score us" or summary.get("unit") in TIME_UNITS
+    higher = bool(summary.get("higher_is_better"))
+    return versus(value, base, ref_name=than, higher_is_better=higher, timing=timing)
 
 
-def _speedup(sc: dict[str, Any]) -> str:
+def _speedup(sc: dict[str, Any], meaningful: bool) -> str:
+    """The guarded verify's A B B A comparison with the best so far (incumbent time over this
+    candidate's: > 1 is faster), in the same words; '' on the interpreter."""
     x = sc.get("speedup_vs_incumbent")
-    return "" if x is None else f"{x:.2f}x vs {str(sc.get('incumbent') or '')[:8]}"
+    if not meaningful or not x:
+        return ""
+    return versus(1.0, x, ref_name="")
 
 
-def iterations_table(summary: dict[str, Any]) -> Table:
+def _build(build: dict[str, Any], servers: list[dict[str, Any]]) -> str:
+    what = build.get("skipped") or build.get("status", "-")
+    built = ", ".join(f"{s['name']} {s['status']}" for s in servers)
+    return f"{what}: {built}" if built else what
+
+
+def iterations_table(summary: dict[str, Any]) -> FitTable:
     base = (summary.get("baseline") or {}).get("score_us")
-    note = "" if summary.get("meaningful") else " (Triton CPU interpreter: timings not meaningful)"
-    t = Table(
-        title=f"run {summary['run_id']}: {summary['status']} - {summary['stop_reason']}{note}",
-        title_justify="left",
-    )
+    meaningful = bool(summary.get("meaningful"))
+    note = "" if meaningful else " (Triton CPU interpreter: timings not meaningful)"
     unit = _unit(summary)
-    columns = ("iteration", "attempt", f"verified {unit}", "vs baseline", "ABBA vs best")
-    for col in (*columns, "new best", "build", "servers"):
-        t.add_column(col, overflow="fold")
-    t.add_row("baseline", "-", _score(base), "", "", "", "", "")
+    columns = ["iter", "attempt", f"verified {unit}", "vs baseline", "vs best (ABBA)"]
+    columns += ["new best", "build: servers"]
+    rows = [["base", "-", _score(base), "", "", "", ""]]
     for it in summary["iterations"]:
         sc = it.get("score") or {}
         att = it.get("attempt") or {}
         value = sc.get("score_us")
         build = it.get("build") or {}
-        t.add_row(
-            str(it["iteration"]),
-            f"{att.get('status', '-')} {att.get('duration_s', 0):.0f}s",
-            _score(value) if value is not None else sc.get("verdict", "-"),
-            _vs(value, base, bool(summary.get("higher_is_better"))),
-            _speedup(sc),
-            "yes" if it.get("new_best") else "",
-            build.get("skipped") or build.get("status", "-"),
-            ", ".join(f"{s['name']} ({s['status']})" for s in it.get("servers", [])),
+        rows.append(
+            [
+                str(it["iteration"]),
+                f"{att.get('status', '-')} {att.get('duration_s', 0):.0f}s",
+                _score(value) if value is not None else sc.get("verdict", "-"),
+                _vs(value, base, summary),
+                _speedup(sc, meaningful),
+                "yes" if it.get("new_best") else "",
+                _build(build, it.get("servers", [])),
+            ]
         )
-    return t
+    title = f"run {summary['run_id']}: {summary['status']} - {summary['stop_reason']}{note}"
+    return fit_table(title, columns, rows)
 
 
-def result_table(summary: dict[str, Any]) -> Table:
+def result_table(summary: dict[str, Any]) -> FitTable:
     base = summary.get("baseline") or {}
     best = summary.get("best") or {}
     final = summary.get("final") or {}
-    imp = summary.get("improvement_pct")
-    t = Table(title="result", title_justify="left")
     hidden = "hidden cases" if summary.get("unit", "us") == "us" else "final objective"
-    for col in ("", _unit(summary), "note"):
-        t.add_column(col, overflow="fold")
-    t.add_row(f"baseline ({hidden})", _score(base.get("score_us")), base.get("verdict", "-"))
-    t.add_row(
-        f"best (same {hidden})",
-        _score(best.get("score_us")),
-        f"iteration {best.get('iteration', '-')}, checkpoint {best.get('candidate', '-')}"
-        + (f", {abs(imp):.1f}% {'better' if imp >= 0 else 'worse'} than baseline" if imp else "")
-        + (", restored into the workspace" if summary.get("restored") else ""),
+    vs = _vs(best.get("score_us"), base.get("score_us"), summary, than="the baseline")
+    rows = [[f"baseline ({hidden})", _score(base.get("score_us")), base.get("verdict", "-")]]
+    rows.append(
+        [
+            f"best (same {hidden})",
+            _score(best.get("score_us")),
+            f"iteration {best.get('iteration', '-')}, checkpoint {best.get('candidate', '-')}"
+            + (f", {vs}" if vs else "")
+            + (", restored into the workspace" if summary.get("restored") else ""),
+        ]
     )
-    t.add_row(
-        f"final ({'NEW ' if final.get('case_set') != best.get('case_set') else ''}{hidden})",
-        _score(final.get("score_us")),
-        f"{final.get('verdict', '-')} on {final.get('case_set', '-')}"
-        + (
-            f": {final.get('error') or '; '.join(final.get('reasons') or [])}"[:200]
-            if final.get("verdict") not in (None, "passed")
-            else ""
-        ),
+    failed = final.get("verdict") not in (None, "passed")
+    rows.append(
+        [
+            f"final ({'NEW ' if final.get('case_set') != best.get('case_set') else ''}{hidden})",
+            _score(final.get("score_us")),
+            f"{final.get('verdict', '-')} on {final.get('case_set', '-')}"
+            + (
+                f": {final.get('error') or '; '.join(final.get('reasons') or [])}" if failed else ""
+            ),
+        ]
     )
     built = {s["name"]: s["status"] for it in summary["iterations"] for s in it.get("servers", [])}
     if built:
-        t.add_row("servers", "", ", ".join(f"{name} ({status})" for name, status in built.items()))
+        rows.append(
+            ["servers", "", ", ".join(f"{name} ({status})" for name, status in built.items())]
+        )
     calls = summary.get("tool_calls") or {}
     if calls:
-        t.add_row(
-            "tool calls", str(sum(calls.values())), ", ".join(f"{k} x{v}" for k, v in calls.items())
+        rows.append(
+            [
+                "tool calls",
+                str(sum(calls.values())),
+                ", ".join(f"{k} x{v}" for k, v in calls.items()),
+            ]
         )
     gpu = summary.get("gpu_work_s") or {}
     if gpu:
-        t.add_row(
-            "GPU-backed work",
-            f"{gpu.get('total', 0):.0f} s",
-            f"tools {gpu.get('tools', 0):.0f} s + scoring {gpu.get('scoring', 0):.0f} s "
-            f"of {summary.get('wall_s', 0):.0f} s wall",
+        rows.append(
+            [
+                "GPU-backed work",
+                f"{gpu.get('total', 0):.0f} s",
+                f"tools {gpu.get('tools', 0):.0f} s + scoring {gpu.get('scoring', 0):.0f} s "
+                f"of {summary.get('wall_s', 0):.0f} s wall",
+            ]
         )
-    t.add_row("workspace", "", f"{summary['workspace']} ({summary.get('wall_s', 0):.0f}s)")
-    return t
+    rows.append(["workspace", "", f"{summary['workspace']} ({summary.get('wall_s', 0):.0f}s)"])
+    return fit_table("result", ["", _unit(summary), "note"], rows)
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -331,7 +349,7 @@ async def _until_signalled(runner_coro, progress: Progress) -> dict[str, Any] | 
     return summary
 
 
-def _go(args: argparse.Namespace, settings: Settings, runner_coro) -> int:
+def _go(args: argparse.Namespace, settings: Settings, runner_coro, epilogue=None) -> int:
     with Progress(True) as progress:  # stderr: --json output on stdout stays clean
         try:
             summary = run_async(_until_signalled, runner_coro, progress)
@@ -349,6 +367,8 @@ def _go(args: argparse.Namespace, settings: Settings, runner_coro) -> int:
         print(json.dumps(summary))
     else:
         print_summary(summary)
+    if epilogue is not None:
+        epilogue(summary)
     if summary.get("status") == "agent_failed":
         print(f"error: the agent never worked: {summary['stop_reason']}", file=sys.stderr)
         print(
@@ -439,6 +459,7 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     _demo_args,
 )
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    temp = args.workspace is None
     root = args.workspace or temp_workspace_dir() / "ws"
     args.workspace = root
     config = RunConfig(
@@ -450,11 +471,34 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         build_timeout_s=180.0,
         gpu=_gpu_settings(settings),
     )
+    print(f"demo workspace: {root}", file=sys.stderr)
 
     async def start(progress: Progress) -> dict[str, Any]:
         return await start_run(config, settings, on_event=progress)
 
-    return _go(args, settings, start)
+    return _go(
+        args,
+        settings,
+        start,
+        epilogue=lambda summary: demo_epilogue(root, summary, args.json, temp=temp),
+    )
+
+
+def demo_epilogue(root: Path, summary: dict[str, Any], as_json: bool, *, temp: bool) -> None:
+    """Where the demo left its workspace, and what it is good for next."""
+    registered = sorted(
+        {s["name"] for it in summary["iterations"] for s in it.get("servers", [])
+         if s.get("status") == "registered"}
+    )  # fmt: skip
+    lines = [f"the demo's workspace is kept: {root}", f"  look around: harnesslab eval -w {root}"]
+    if registered:
+        lines.append(
+            f"  does its server ({', '.join(registered)}) help? harnesslab compare --task "
+            f"rmsnorm_gate --harness-from {root} --trials 3 --out cmp"
+        )
+    if temp:
+        lines.append(f"  remove it: rm -rf {root.parent}")
+    print("\n".join(lines), file=sys.stderr if as_json else sys.stdout)
 
 
 __all__ = ["cmd_demo", "cmd_run", "duration_s", "iterations_table", "result_table"]

@@ -52,7 +52,7 @@ async def check_executor(ws: Workspace, settings: Settings) -> Check:
         await launcher.aclose()
     if report.ok:
         notes = [n.message for h in report.hosts for n in h.notes]
-        return Check(name="executor", status="ok", detail=" ".join([report.summary, *notes]))
+        return Check(name="executor", status="ok", detail="; ".join([report.summary, *notes]))
     problems = [p for h in report.hosts for p in h.problems]
     return Check(
         name="executor",

@@ -227,7 +227,7 @@ Requirements:
 
 - Run `python3 verifier.py --json --mode final` before claiming a robust improvement.
 - Record the numeric `best_us` score in `.harnessgym/.../result.json` under `metrics.best_us`.
-- If running from a non-GPU workstation:
+- If running from a non-GPU workstation, use `remote_h100.py` to sync and run on the CUDA host:
 
 ```bash
 python3 remote_h100.py -- python3 benchmark.py --json --mode dev
@@ -242,6 +242,8 @@ export HARNESSGYM_GPU_PORT=22
 export HARNESSGYM_GPU_KEY=~/.ssh/id_ed25519
 export HARNESSGYM_GPU_WORKSPACE=rmsnorm
 ```
+
+- On non-GPU workstations, use `remote_h100.py`; the MCP tool chooses remote automatically.
 """
 
 
@@ -274,6 +276,8 @@ def test_import_harnessgym_converts_the_example_layout_and_the_task_runs(tmp_pat
     assert "remote_h100.py" not in brief and "HARNESSGYM_GPU_HOST" not in brief
     assert "HARNESSLAB_GPU_HOST" in brief and "HARNESSLAB_SSH_KEY" in brief
     assert ".harnessgym" not in brief and "the result file the loop's prompt names" in brief
+    assert "`the result file" not in brief  # prose, not a path in backticks
+    assert brief.count("no wrapper script is needed") == 2 and "remote wrapper" not in brief
     assert not (out / "remote_h100.py").exists() and not (out / ".harnessgym").exists()
     for what in (
         "remote_h100.py",

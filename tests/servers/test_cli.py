@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -30,6 +31,8 @@ def test_init_then_eval_json_then_verify_json_succeed_on_the_cpu(tmp_path):
     assert ev.returncode == 0, ev.stderr
     result = json.loads(ev.stdout)
     assert result["status"] == "passed" and result["meaningful"] is False
+    # --json keeps stdout to the JSON; progress still shows, on stderr
+    assert "eval: started" in ev.stderr and "[1/1] 1024x1024_fp16: passed" in ev.stderr
     # --reveal-cases: the operator's flag (tests/trust/test_hidden_cases.py: without it, no
     # shape is printed)
     ver = run_cli("verify", "-w", str(ws), "--json", "--reveal-cases", tmp_path=tmp_path)
@@ -52,10 +55,16 @@ def test_unknown_task_exits_2_naming_the_known_tasks(tmp_path):
     assert "unknown task 'nope'" in res.stderr and "rmsnorm_gate" in res.stderr
 
 
-def test_missing_workspace_exits_2_with_the_fix(tmp_path):
-    res = run_cli("eval", "-w", str(tmp_path / "missing"), tmp_path=tmp_path)
+def test_missing_workspace_exits_2_with_the_fix_and_the_fix_runs_as_written(tmp_path):
+    missing = tmp_path / "missing"
+    res = run_cli("eval", "-w", str(missing), tmp_path=tmp_path)
     assert res.returncode == 2
-    assert "does not exist" in res.stderr and "harnesslab init" in res.stderr
+    assert "does not exist" in res.stderr
+    fix = re.search(r"harnesslab (init [^\n(]*)", res.stderr)
+    assert fix is not None, res.stderr
+    assert fix.group(1).split() == ["init", "-w", str(missing)]
+    made = run_cli(*fix.group(1).split(), tmp_path=tmp_path)
+    assert made.returncode == 0 and "deprecated" not in made.stderr, made.stderr
 
 
 def test_failing_candidate_exits_1_and_out_of_range_config_exits_2(tmp_path):

@@ -117,6 +117,11 @@ async def exercise_every_tool(state, server, *, mode: str) -> None:
         assert not sw.is_error, text_of(sw)
         assert sw.structured_content["tried"] == 2 and sw.structured_content["ok"] == 2
         assert len(progress) >= 2  # one per config
+        # The runner streams each config's cases too: progress counts configs, one total,
+        # strictly growing (MCP), ending at the total and never past it.
+        done = [d for d, _, _ in progress]
+        assert done == sorted(set(done)) and len({t for _, t, _ in progress}) == 1
+        assert done[-1] == progress[-1][1] == 2
 
         pr = await call(client, "numerical_probe", {"probes": ["zero_rows"], "dtypes": ["float16"]})
         assert not pr.is_error, text_of(pr)

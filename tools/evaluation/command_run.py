@@ -191,21 +191,30 @@ def dev_reason(
 
 
 def missing_module_hint(module: str | None, python: str) -> str:
-    what = f"module {module!r}" if module else "a module it imports"
+    what = f"has no module {module!r}" if module else "is missing a module it imports"
     return (
-        f"the objective's Python has no {what}: a bare `python3` resolves on the server's PATH "
+        f"the objective's Python {what}: a bare `python3` resolves on the server's PATH "
         f"(often not your venv); write {{python}} in task.toml's objective for the toolkit's "
         f"interpreter ({python}), or an absolute path to one that has it"
     )
 
 
 def verdict_reason(
-    res: CommandResult, obj: dict[str, Any] | None, why: str, timeout_s: float, python: str
+    res: CommandResult,
+    obj: dict[str, Any] | None,
+    why: str,
+    timeout_s: float,
+    python: str,
+    *,
+    hidden: bool = True,
 ) -> list[dict[str, str]]:
     """Why a final run failed, as {code, detail} in the harness's fixed words: that the
-    objective reported an error or a failure, exited nonzero, timed out. Never its text, nor
-    which fields or cases, nor its exit status: the run was fed the hidden cases, and each of
-    those is a value it chooses (the store's hidden results keep its output for the operator)."""
+    objective reported an error or a failure, exited nonzero, timed out. On hidden cases never its
+    text, nor which fields or cases, nor its exit status: the run was fed the hidden cases, and
+    each of those is a value it chooses (the store's hidden results keep its output for the
+    operator). A run on the verifier's own fixed cases (`hidden=False`) had nothing to hide: its
+    error text is quoted, marked as its own words ("CUDA is not available" was withheld before,
+    leaving nothing to act on)."""
     reasons: list[dict[str, str]] = []
     if res.timed_out:
         reasons.append(
@@ -215,12 +224,18 @@ def verdict_reason(
             }
         )
     if error_fields(obj):
+        if hidden:
+            said = (
+                " (which fields and cases, and their text, are withheld: they were computed on "
+                "the hidden cases; run the dev objective to see messages)"
+            )
+        else:
+            quoted = " | ".join(f"{p}: {_text(v)}" for p, v in error_fields(obj, names=True))
+            said = f"; in its own words: {quoted[:MAX_ERROR_TEXT]}"
         reasons.append(
             {
                 "code": "objective_error",
-                "detail": "the final objective's JSON reports an error (which fields and cases, "
-                "and their text, are withheld: they were computed on the hidden cases; run the "
-                "dev objective to see messages)",
+                "detail": "the final objective's JSON reports an error" + said,
             }
         )
     elif obj is not None and says_failed(obj):
@@ -232,11 +247,19 @@ def verdict_reason(
             }
         )
     if not res.timed_out and res.exit_code != 0:
+        tail = "" if hidden else res.stderr_tail(3).replace("\n", " | ").strip()[-300:]
         reasons.append(
-            {"code": "objective_exit", "detail": "the final objective exited with a nonzero status"}
+            {
+                "code": "objective_exit",
+                "detail": "the final objective exited with a nonzero status"
+                + ("" if hidden else f" ({res.exit_code})")
+                + (f"; its stderr ends: {tail}" if tail else ""),
+            }
         )
-    if _MISSING_MODULE.search(res.stderr):
-        reasons.append({"code": "missing_module", "detail": missing_module_hint(None, python)})
+    missing = _MISSING_MODULE.search(res.stderr)
+    if missing:
+        module = None if hidden else missing.group(1)
+        reasons.append({"code": "missing_module", "detail": missing_module_hint(module, python)})
     if not reasons and why:
         reasons.append({"code": "no_score", "detail": _harness_why(why)})
     return reasons

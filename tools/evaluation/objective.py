@@ -55,20 +55,28 @@ async def report(progress: Progress | None, done: float, total: float, message: 
             await maybe
 
 
-def case_events_progress(total: int, progress: Progress | None):
+def case_events_progress(total: int, progress: Progress | None, unit: str = "case"):
+    """The runner's streamed events as `progress(done, total, message)`: one step per event of
+    `unit` ("case"; "config" for a sweep, whose runner also streams each config's cases;
+    "probe"), never past `total`; "waiting" (for the GPU, for a Slurm allocation) says why
+    nothing moves."""
     done = [0]
 
     async def on_event(ev: dict[str, Any]) -> None:
-        if ev.get("event") == "waiting" and progress is not None:
-            maybe = progress(done[0], total, str(ev.get("message")))
-            if maybe is not None:
-                await maybe
-        if ev.get("event") in ("case", "config", "probe") and progress is not None:
-            done[0] += 1
-            label = ev.get("name") or ev.get("probe") or f"config {ev.get('index')}"
-            maybe = progress(done[0], total, f"{label}: {ev.get('status', '')}")
-            if maybe is not None:
-                await maybe
+        kind = ev.get("event")
+        if progress is None or kind not in ("waiting", unit):
+            return
+        if kind == "waiting":
+            await report(progress, done[0], total, str(ev.get("message")))
+            return
+        done[0] = min(done[0] + 1, total)
+        if kind == "case" and "name" not in ev:  # a hidden case: index only
+            label = f"case {done[0]} of {total}"
+        elif kind == "config":
+            label = f"config {done[0]} of {total}"
+        else:
+            label = ev.get("name") or ev.get("probe") or kind
+        await report(progress, done[0], total, f"{label}: {ev.get('status', '')}")
 
     return on_event
 

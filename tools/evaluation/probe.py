@@ -131,7 +131,7 @@ async def numerical_probe(
     )
     total = len(wanted) * len(wanted_dtypes)
     call = await launcher.call(
-        request, task=ws.task, on_event=case_events_progress(total, progress)
+        request, task=ws.task, on_event=case_events_progress(total, progress, unit="probe")
     )
     rows = (call.result or {}).get("probes")
     if rows is None:  # import failure or a killed runner: salvage the streamed probes

@@ -205,10 +205,11 @@ async def sweep(
     slots = launcher.slots[: max(1, len(to_time))]
     shares = [to_time[i :: len(slots)] for i in range(len(slots))]
     calls: list[RunnerCall | None] = [None] * len(slots)
-    # progress values only grow (MCP): phase 2 counts on after phase 1's configs
-    on_event = case_events_progress(
-        len(to_time), phase(progress, len(configs) if compiled else 0, 1)
-    )
+    # Progress only grows and keeps its total (MCP): with phase 1, the total is 2 x configs and
+    # phase 2 counts on from 2 x configs - the configs it times (a config that failed to compile
+    # is done after phase 1).
+    offset = 2 * len(configs) - len(to_time) if compiled else 0
+    on_event = case_events_progress(len(to_time), phase(progress, offset, 1), unit="config")
 
     async def time_share(i: int) -> None:
         calls[i] = await launcher.call(

@@ -155,7 +155,12 @@ class CompilePool:
                     return
                 if progress is not None and entry is not None:
                     done = sum(e is not None for e in entries)
-                    maybe = progress(done, len(configs), f"compiled config {k}: {entry['status']}")
+                    maybe = progress(
+                        done,
+                        len(configs),
+                        f"compiled {done} of {len(configs)} configs (config {k + 1}: "
+                        f"{entry['status']})",
+                    )
                     if maybe is not None:
                         await maybe
 

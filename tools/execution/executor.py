@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
@@ -260,9 +261,17 @@ class LocalExecutor(Executor):
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        # Interactive processes started here and not yet killed: aclose() ends them, so none
+        # outlives the executor (an open one's asyncio transport, collected after its event
+        # loop closed, printed "RuntimeError: Event loop is closed" at a program's exit).
+        self._live: weakref.WeakSet[LocalInteractive] = weakref.WeakSet()
 
     def path(self, *parts: str) -> str:
         return str(self.root.joinpath(*parts))
+
+    async def aclose(self) -> None:
+        for proc in list(self._live):
+            await proc.kill()
 
     async def run(
         self,
@@ -353,7 +362,9 @@ class LocalExecutor(Executor):
         finally:
             if not isinstance(err, int):
                 err.close()
-        return LocalInteractive(process)
+        proc = LocalInteractive(process)
+        self._live.add(proc)
+        return proc
 
     async def sync_tree(
         self, local_dir: Path, remote_dir: str, *, skip: Collection[str] = ()

@@ -494,22 +494,23 @@ class Launcher:
         )
         worker = Worker(proc, runner_digest(), task.name)
         ready = False
-        with anyio.move_on_after(min(timeout_s, 180)):
-            while True:  # the sandbox's report comes first, then the runner's "ready"
-                line = await proc.receive_line()
-                if line is None:
-                    break
-                if '"sandbox"' in line:
-                    worker.sandbox = wire.json_object(line) or {}
-                    worker.sandbox.pop("event", None)
-                    continue
-                if '"ready"' in line:
-                    ready = True
-                    break
-        if not ready:
-            await proc.kill()
-            return None
-        return worker
+        try:
+            with anyio.move_on_after(min(timeout_s, 180)):
+                while True:  # the sandbox's report comes first, then the runner's "ready"
+                    line = await proc.receive_line()
+                    if line is None:
+                        break
+                    if '"sandbox"' in line:
+                        worker.sandbox = wire.json_object(line) or {}
+                        worker.sandbox.pop("event", None)
+                        continue
+                    if '"ready"' in line:
+                        ready = True
+                        break
+        finally:
+            if not ready:  # timed out, died, or the caller was cancelled: nothing left running
+                await proc.kill()
+        return worker if ready else None
 
     async def serve(
         self, worker: Worker, req: dict[str, Any], timeout_s: float, line_in

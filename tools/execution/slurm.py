@@ -10,7 +10,9 @@ or project filesystem, as on every Slurm cluster).
 
 - The allocation is a holding batch job (`sbatch --gres=gpu:P --nodes=M`, partition, account,
   QoS, time limit and constraint from the settings) submitted on first use; while it is pending,
-  `connect(on_wait=...)` says so with Slurm's own reason ("pending: Resources"). Its script
+  `connect(on_wait=...)` says so with Slurm's own reason ("pending: Resources"); a reason
+  that says it can never start as asked (PartitionConfig, BadConstraints, ...) cancels it at
+  once with Slurm's words and the flag to change (slurm_request.py). Its script
   ends the job by itself once no step has run in it for `slurm_idle_s`, so even a server killed
   with SIGKILL leaves nothing in `squeue`; `aclose()` cancels it at once.
 - Every command is a job step (`srun --jobid J --overlap`); warm runners are long-lived steps
@@ -53,6 +55,7 @@ from .executor import (
     start_failure,
 )
 from .health import HostHealth, Problem, probe_host
+from .slurm_request import never_error, never_starts
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +250,12 @@ class SlurmExecutor(Executor):
             if state == "RUNNING" and nodes:
                 job.nodes = await self._hostnames(nodes)
                 return
+            if state == "PENDING" and never_starts(reason):  # waiting would end at a timeout
+                self._job = None
+                await self._cancel_job(job.job_id)
+                argv = allocation_argv(self.settings, _HOLD, 1)
+                raise await never_error(self._client, self.settings, self.host, job.job_id,
+                                        reason, argv)  # fmt: skip
             if state in ("PENDING", "CONFIGURING", "RUNNING"):
                 message = f"pending: {reason}" if state == "PENDING" else state.lower()
                 if message != told and reason != "None":

@@ -82,8 +82,23 @@ def _finite(x: float | None) -> float | None:
     return x
 
 
+MAX_REASON = 2000  # characters of an exception's first line kept in a reason
+
+
 class CaseTimeout(Exception):
     pass
+
+
+def caused_by(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`exc` or the first exception of type `kind` that (directly or not) caused it."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 @contextlib.contextmanager
@@ -108,6 +123,9 @@ def deadline(seconds: float | None):
 
 def one_line(exc: BaseException, candidate_dir: str | None = None) -> str:
     """A one-line reason, pointing at the candidate's own file and line when possible."""
+    late = caused_by(exc, CaseTimeout)
+    if late is not None:  # the deadline, however wrapped (the interpreter re-raises it)
+        return f"timeout: case {late}"
     where = ""
     tb = traceback.extract_tb(exc.__traceback__)
     for frame in reversed(tb):
@@ -117,7 +135,9 @@ def one_line(exc: BaseException, candidate_dir: str | None = None) -> str:
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f" at {os.path.basename(exc.filename)}:{exc.lineno}"
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = f"{type(exc).__name__}{where}: {msg}"[:400]
+    text = f"{type(exc).__name__}{where}: {msg}"
+    if len(text) > MAX_REASON:  # said, not silently cut mid-word
+        text = f"{text[:MAX_REASON]}... ({len(text) - MAX_REASON} more characters)"
     for needle, hint in HINTS.items():
         if needle in str(exc):
             text += f" (hint: {hint})"
@@ -619,11 +639,11 @@ class Evaluator:
                 if timing:
                     with self.phases("timing", self.env.sync):
                         res.update(self.time_case(fn, shape, dtype, idx))
-        except CaseTimeout as exc:
-            res.update(status="timeout", reason=f"timeout: case {exc}")
-            return res
         except Exception as exc:
-            res.update(status="error", reason=one_line(exc, cand_dir))
+            # The Triton interpreter re-raises what a kernel body raised, the deadline too, as
+            # InterpreterError(repr(e)) from e.
+            timed_out = caused_by(exc, CaseTimeout) is not None
+            res.update(status="timeout" if timed_out else "error", reason=one_line(exc, cand_dir))
             return res
         finally:
             if self.env.device == "cuda":

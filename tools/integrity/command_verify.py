@@ -206,7 +206,11 @@ async def command_verify(
     else:
         failed = res.timed_out or res.exit_code != 0 or score is None
         failed = failed or (parsed is not None and says_failed(parsed))
-        reasons = verdict_reason(res, parsed, why, timeout_s, python) if failed else []
+        reasons = (
+            verdict_reason(res, parsed, why, timeout_s, python, hidden=payload is not None)
+            if failed
+            else []
+        )
         if failed and not reasons:
             reasons = [{"code": "no_score", "detail": "the final objective gave no score"}]
         verdict = "rejected" if failed else "passed"

@@ -9,6 +9,7 @@ pyplot state).
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,13 @@ def _metric(task: dict[str, Any], row: dict[str, Any]) -> float | None:
     return row.get("tflops") if task["metric"] == "tflops" else row.get("gbps")
 
 
+def perf_top(values: list[float], copy_gbps: float | None) -> float:
+    """The perf plot's y limit: room above the highest point and above the copy line (it sat on
+    the top border, where it could not be told from the frame)."""
+    highest = max([*values, copy_gbps or 0.0, 0.0])
+    return highest * 1.12 if highest > 0 else 1.0
+
+
 def write_plots(results: dict[str, Any], out: Path) -> list[str]:
     """<task>_perf.png and <task>_speedup.png per task; returns the file names."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -87,10 +95,12 @@ def write_plots(results: dict[str, Any], out: Path) -> list[str]:
             ax = fig.add_subplot(1, 1, 1)
             strategies = [s for s in task["strategies"] if kind == "perf" or s != EAGER]
             width = 0.8 / max(1, len(strategies))
+            plotted: list[float] = []
             for i, s in enumerate(strategies):
                 by_case = {r["case"]: r for r in rows if r["strategy"] == s}
                 if kind == "perf":
                     ys = [_metric(task, by_case[c]) if c in by_case else None for c in cases]
+                    plotted += [y for y in ys if y is not None]
                     ax.plot(x, [math.nan if y is None else y for y in ys], marker="o", label=s)
                 else:
                     ys = [speedup(rows, by_case[c]) if c in by_case else None for c in cases]
@@ -98,8 +108,10 @@ def write_plots(results: dict[str, Any], out: Path) -> list[str]:
                            [0.0 if y is None else y for y in ys], width, label=s)  # fmt: skip
             if kind == "perf":
                 unit = "TFLOP/s" if task["metric"] == "tflops" else "GB/s"
-                if task["metric"] != "tflops" and copy_gbps:
-                    ax.axhline(copy_gbps, color="gray", linestyle="--", label="1 GiB copy")
+                copy_line = copy_gbps if task["metric"] != "tflops" and copy_gbps else None
+                if copy_line:
+                    ax.axhline(copy_line, color="gray", linestyle="--", label="1 GiB copy")
+                ax.set_ylim(0, perf_top(plotted, copy_line))
                 ax.set_ylabel(unit)
                 ax.set_title(f"{name}: {unit} per case (higher is better)")
             else:
@@ -273,12 +285,15 @@ def misses(claims: list[Claim]) -> list[str]:
 
 
 def build_report(results: dict[str, Any], out: Path, *, command: str = "") -> ReportSummary:
-    """Write report.md, results.csv and the plots into `out`; return what was written."""
+    """Write report.md, results.csv, results.json and the plots into `out`; return what was
+    written. results.json is always there, so every report can be rebuilt from its folder
+    (`harnesslab lab --from-results OUT/results.json`)."""
     out.mkdir(parents=True, exist_ok=True)
     info = results.get("info", {})
     meaningful = bool(info.get("meaningful"))
     write_csv(results, out / "results.csv")
-    files = ["report.md", "results.csv"]
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    files = ["report.md", "results.csv", "results.json"]
     plot_error = ""
     try:
         plots = write_plots(results, out)
@@ -337,6 +352,7 @@ __all__ = [
     "ReportSummary",
     "build_report",
     "peers_section",
+    "perf_top",
     "speedup",
     "write_csv",
     "write_plots",

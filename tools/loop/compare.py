@@ -16,12 +16,13 @@ trusted store (the bundle its qualification passed, re-hashed), never from works
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import shutil
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ from ..meta.qualification import bundle_roots
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.secrets_store import adopt_secret, workspace_secret
-from ..state.trusted_store import private_dir
+from ..state.storage import append_jsonl, read_jsonl
+from ..state.trusted_store import TrustedStore, private_dir
 from ..state.workspace import Workspace, init_workspace, open_workspace
 from ..task.kinds import kind_of
 from ..task.spec import load_task
@@ -44,6 +46,8 @@ from .servers import META_SERVER, TASK_SERVER
 from .state import RunConfig, RunStore
 
 EventSink = Callable[[dict[str, Any]], None]
+CONFIG_FILE = "compare.json"  # the compare's settings, for --resume
+TRIALS_FILE = "trials.jsonl"  # one line per finished trial, written as it finishes
 BOOTSTRAP_RESAMPLES = 4000
 MIN_TRIALS_FOR_CI = 3
 
@@ -88,7 +92,10 @@ class Trial(BaseModel):
     harness_calls: int = Field(
         default=0, description="calls of generated servers' tools (not the task/meta servers)"
     )
-    meaningful: bool = False
+    meaningful: bool | None = Field(
+        default=False,
+        description="whether its timings mean anything (None: its objective does not say)",
+    )
     certifies: str = Field(default="", description="what its last verified score certifies")
     wall_s: float = 0.0
 
@@ -163,18 +170,38 @@ def adopt_servers(source: Workspace, dest: Workspace, settings: Settings) -> lis
     return adopted
 
 
+def said(flags: Iterable[bool | None]) -> bool | None:
+    """Meaningful when any says so, not when one says not, unknown when none says."""
+    seen = [f for f in flags if f is not None]
+    return any(seen) if seen else None
+
+
 def _harness_calls(calls: dict[str, int]) -> int:
     return sum(
         n for key, n in calls.items() if key.split(".", 1)[0] not in (TASK_SERVER, META_SERVER)
     )
 
 
+def trial_root(config: CompareConfig, arm: Arm, index: int) -> Path:
+    return config.out / "trials" / f"{arm.name}-{index + 1}"
+
+
+def discard_trial(root: Path, settings: Settings) -> None:
+    """Remove a trial's workspace and its trusted store: a trial run again at the same path
+    must not inherit the old one's ledger, best pointer or servers."""
+    if root.exists():
+        shutil.rmtree(TrustedStore.location(settings, root.resolve()), ignore_errors=True)
+        shutil.rmtree(root)
+
+
 async def run_trial(
     config: CompareConfig, arm: Arm, index: int, secret: dict[str, Any], settings: Settings
 ) -> Trial:
-    root = config.out / "trials" / f"{arm.name}-{index + 1}"
+    root = trial_root(config, arm, index)
     if root.exists():
-        raise UsageError(f"{root} exists.", next_step="use a new --out folder")
+        raise UsageError(
+            f"{root} exists.", next_step="pass --resume to finish the compare, or --force"
+        )
     ws = init_workspace(config.task, root, settings)
     adopt_secret(settings, ws.root, secret)  # every trial on the same hidden case set
     servers: list[str] = []
@@ -204,7 +231,7 @@ async def run_trial(
     trial.attempts = [str((it.get("attempt") or {}).get("status")) for it in summary["iterations"]]
     scores = [it.get("score") or {} for it in summary["iterations"]]
     trial.verdict = str((scores[-1] if scores else {}).get("verdict", ""))
-    trial.meaningful = any(bool(sc.get("meaningful")) for sc in scores)
+    trial.meaningful = said(sc.get("meaningful") for sc in scores)
     trial.certifies = str((scores[-1] if scores else {}).get("certifies") or "")
     best = summary.get("best")
     trial.score = best["score_us"] if best else None
@@ -305,12 +332,69 @@ def difference(a: ArmSummary, b: ArmSummary, trials: list[Trial], higher: bool, 
 # -- the run ----------------------------------------------------------------------------------
 
 
+def finished_trials(out: Path) -> list[Trial]:
+    """The trials an earlier run of this compare finished (trials.jsonl, one per line)."""
+    return [Trial.model_validate(rec) for rec in read_jsonl(out / TRIALS_FILE)]
+
+
+def prepare_out(config: CompareConfig, settings: Settings, *, resume: bool, force: bool) -> None:
+    """An empty --out, or one this compare may reuse: --resume keeps the finished trials of the
+    same compare (its config must match), --force starts over (trials, report and the hidden
+    case set)."""
+    out = config.out
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if force:
+        for trial in (out / "trials").glob("*") if (out / "trials").is_dir() else []:
+            discard_trial(trial, settings)
+        for item in out.iterdir():
+            if item.is_dir():
+                shutil.rmtree(item)
+            else:
+                item.unlink()
+        return
+    done = finished_trials(out)
+    started = out / CONFIG_FILE
+    if not resume:
+        what = (
+            f"holds a compare with {len(done)} of {2 * config.trials} trials finished"
+            if started.is_file()
+            else "is not empty"
+        )
+        raise UsageError(
+            f"{out} {what}.",
+            next_step="pass --resume to finish that compare (its finished trials are kept), "
+            "--force to start over in it, or a new --out folder",
+        )
+    if not started.is_file():
+        raise UsageError(
+            f"{out} holds no compare to resume (no {CONFIG_FILE}).",
+            next_step="pass --force to start over in it, or a new --out folder",
+        )
+    before = json.loads(started.read_text())
+    now = config.model_dump(mode="json")
+    changed = sorted(
+        k for k in {*before, *now} if k not in ("trials", "out") and before.get(k) != now.get(k)
+    )
+    if changed:
+        raise UsageError(
+            f"--resume: {out} was started with other settings ({', '.join(changed)}).",
+            next_step="repeat the first command's settings with --resume, or pass --force",
+        )
+
+
 async def compare(
-    config: CompareConfig, settings: Settings, *, on_event: EventSink | None = None
+    config: CompareConfig,
+    settings: Settings,
+    *,
+    on_event: EventSink | None = None,
+    resume: bool = False,
+    force: bool = False,
 ) -> CompareReport:
-    """Run every trial (A and B alternating, so drift hits both) and write the report."""
-    if config.out.exists() and any(config.out.iterdir()):
-        raise UsageError(f"{config.out} is not empty.", next_step="use a new --out folder")
+    """Run every trial (A and B alternating, so drift hits both) and write the report. Each
+    finished trial is appended to trials.jsonl at once: `resume` runs only the others (a trial
+    that was cut short starts again from scratch); `force` starts over in a used --out."""
+    prepare_out(config, settings, resume=resume, force=force)
     names = [a.name for a in config.arms]
     if len(set(names)) != 2:
         raise UsageError(f"the two arms need two names (got {names}).")
@@ -325,17 +409,28 @@ async def compare(
                     "another workspace with --harness-from)",
                 )
     config.out.mkdir(parents=True, exist_ok=True)
-    # One hidden case set for every trial: a secret of the compare's own, adopted by each.
+    (config.out / CONFIG_FILE).write_text(config.model_dump_json(indent=1))
+    # One hidden case set for every trial: a secret of the compare's own, adopted by each (a
+    # resumed compare keeps it; --force draws a new one).
     anchor = config.out / ".secret-anchor"
     anchor.mkdir(exist_ok=True)
-    secret = workspace_secret(settings, anchor)
+    secret = workspace_secret(settings, anchor, rotate=force)
     started = time.perf_counter()
+    done = {(t.arm, t.index): t for t in finished_trials(config.out)} if resume else {}
     trials: list[Trial] = []
     for i in range(config.trials):
         for arm in config.arms:
+            kept = done.get((arm.name, i + 1))
+            if kept is not None:
+                trials.append(kept)
+                if on_event:
+                    on_event({"kind": "trial_done", "message": f"{_trial_line(kept)} (kept)"})
+                continue
+            discard_trial(trial_root(config, arm, i), settings)  # cut short before: again
             if on_event:
                 on_event({"kind": "trial", "message": f"{arm.name} trial {i + 1}/{config.trials}"})
             trial = await run_trial(config, arm, i, secret, settings)
+            append_jsonl(config.out / TRIALS_FILE, trial.model_dump(mode="json"))
             trials.append(trial)
             if on_event:
                 on_event({"kind": "trial_done", "message": _trial_line(trial), "trial": trial})
@@ -357,7 +452,7 @@ async def compare(
         score_key=obj.score_key or "score" if obj else "score_us",
         unit=(obj.unit or "") if obj else "us",
         higher_is_better=higher,
-        meaningful=any(t.meaningful for t in trials if t.valid),
+        meaningful=said(t.meaningful for t in trials if t.valid),
         config=config.model_dump(mode="json"),
         arms=arms,
         difference=difference(arms[0], arms[1], trials, higher, config.seed),
@@ -383,6 +478,8 @@ def _case_set(trials: list[Trial], settings: Settings) -> str:
 
 def _trial_line(t: Trial) -> str:
     score = "-" if t.score is None else f"{t.score:.6g}"
+    if t.score is not None and t.meaningful is False:
+        score += " (timings not meaningful)"
     return f"{t.arm} {t.index}: {'valid' if t.valid else 'INVALID'} score {score}" + (
         f" ({t.invalid_reason})" if t.invalid_reason else ""
     )
@@ -407,6 +504,7 @@ __all__ = [
     "adopt_servers",
     "bootstrap_difference",
     "compare",
+    "finished_trials",
     "quantile",
     "run_trial",
 ]

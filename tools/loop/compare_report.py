@@ -14,6 +14,24 @@ def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.6g}"
 
 
+def difference_line(r: CompareReport, *, bold: bool = False, numbers: bool = True) -> str:
+    """median(B) - median(A) with its interval and verdict; on meaningless timings (the Triton
+    interpreter) no winner is claimed, and with numbers=False no figure either."""
+    d = r.difference
+    of = f"**{d.get('of', 'difference')}**" if bold else d.get("of", "difference")
+    if r.meaningful is False and not numbers:
+        return f"{of}: not compared, the timings are not meaningful (no GPU)"
+    ci = d.get("ci95")
+    verdict = d.get("verdict", "")
+    if r.meaningful is False and d.get("value") is not None:
+        verdict = "no verdict: the timings are not meaningful (no GPU)"
+    return (
+        f"{of}: {_f(d.get('value'))}"
+        + (f" (95% bootstrap interval {_f(ci[0])} .. {_f(ci[1])})" if ci else "")
+        + f" - {verdict}"
+    )
+
+
 def markdown(r: CompareReport) -> str:
     better = "higher" if r.higher_is_better else "lower"
     unit = f" ({r.unit})" if r.unit else ""
@@ -22,7 +40,7 @@ def markdown(r: CompareReport) -> str:
         "",
         f"Score: `{r.score_key}`{unit}, {better} is better, each trial verified by the guarded "
         f"path on one hidden case set (`{r.case_set or '-'}`) shared by every trial."
-        + ("" if r.meaningful else " Timings are NOT meaningful (no GPU)."),
+        + (" Timings are NOT meaningful (no GPU)." if r.meaningful is False else ""),
         "",
         "| arm | runner | generated servers | trials | valid | invalid | median | p10 | p90 "
         "| best | median tool calls | median harness calls |",
@@ -34,13 +52,9 @@ def markdown(r: CompareReport) -> str:
             f"{a.invalid} | {_f(a.median)} | {_f(a.p10)} | {_f(a.p90)} | {_f(a.best)} | "
             f"{_f(a.tool_calls_median)} | {_f(a.harness_calls_median)} |"
         )
-    d = r.difference
-    ci = d.get("ci95")
     lines += [
         "",
-        f"**{d.get('of', 'difference')}**: {_f(d.get('value'))}"
-        + (f" (95% bootstrap interval {_f(ci[0])} .. {_f(ci[1])})" if ci else "")
-        + f" - {d.get('verdict', '')}",
+        difference_line(r, bold=True),
         "",
         "## Trials",
         "",
@@ -89,4 +103,4 @@ def plot(r: CompareReport, path: Path) -> Path | None:
     return path
 
 
-__all__ = ["markdown", "plot"]
+__all__ = ["difference_line", "markdown", "plot"]

@@ -127,7 +127,7 @@ class TrustedStore:
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(
                 f"{self.binding_path} is damaged.",
-                next_step="re-bind the workspace with `harnesslab init --task NAME --force DIR`",
+                next_step="re-bind the workspace: harnesslab init --task NAME --force -w WORKSPACE",
             ) from exc
         return data if isinstance(data, dict) else None
 

@@ -114,7 +114,8 @@ class Workspace:
         if not self.root.is_dir():
             raise UsageError(
                 f"workspace {self.root} does not exist (deleted?).",
-                next_step="create one with `harnesslab init --task NAME DIR`",
+                next_step=f"create it again: harnesslab init -w {self.root} (--task NAME for "
+                "another task than rmsnorm_gate)",
             )
 
     def describe(self) -> dict[str, Any]:
@@ -157,7 +158,7 @@ def _bound_task(store: TrustedStore, binding: dict[str, Any]) -> TaskSpec:
     if not isinstance(name, str):
         raise UsageError(
             f"{store.binding_path} names no task.",
-            next_step="re-bind with `harnesslab init --task NAME --force DIR`",
+            next_step="re-bind it: harnesslab init --task NAME --force -w WORKSPACE",
         )
     return load_task(name)
 
@@ -219,7 +220,8 @@ def open_workspace(root: Path, settings: Settings, *, task: str | Path | None = 
     if not root.is_dir():
         raise UsageError(
             f"workspace {root} does not exist.",
-            next_step="create one with `harnesslab init --task rmsnorm_gate DIR`",
+            next_step=f"create it: harnesslab init -w {root} (--task NAME for another task "
+            "than rmsnorm_gate)",
         )
     root = root.resolve()
     store = TrustedStore(settings, root)
@@ -229,8 +231,8 @@ def open_workspace(root: Path, settings: Settings, *, task: str | Path | None = 
         if task is not None and not _same_task(spec, task):
             raise UsageError(
                 f"{root} is bound to task {spec.name!r}, not {str(task)!r}.",
-                next_step=f"use --task {spec.name}, or re-bind with `harnesslab init --task "
-                f"{task} --force {root}`",
+                next_step=f"use --task {spec.name}, or re-bind it: harnesslab init --task "
+                f"{task} --force -w {root}",
             )
     else:
         if task is not None:
@@ -273,7 +275,8 @@ def _legacy_task(root: Path) -> TaskSpec:
     if not wf.is_file(root, TASK_VIEW):
         raise UsageError(
             f"{root} is not a harnesslab workspace (no task binding, no task.toml).",
-            next_step="create one with `harnesslab init --task rmsnorm_gate DIR`",
+            next_step=f"make it one: harnesslab init -w {root} (--task NAME for another task "
+            "than rmsnorm_gate; --force if it holds files)",
         )
     recorded = wf.read_json(root, TASK_VIEW)
     name = recorded.get("task") if isinstance(recorded, dict) else None

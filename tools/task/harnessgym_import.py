@@ -21,6 +21,7 @@ import ast
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -175,10 +176,19 @@ def _params(source: str, function: str) -> list[str] | None:
     return None
 
 
-def rewrite_brief(text: str, report: ImportReport) -> str:
-    """task.md with HarnessGym's references turned into harnesslab's (each change listed)."""
+NO_WRAPPER = (
+    "harnesslab runs the objectives on the GPU host itself (whoever starts harnesslab names it "
+    "with `--gpu-host` or HARNESSLAB_GPU_HOST): no wrapper script is needed"
+)
 
-    def sub(pattern: str, repl: str, what: str, flags: int = 0) -> None:
+
+def rewrite_brief(text: str, report: ImportReport, dropped: list[str] | None = None) -> str:
+    """task.md with HarnessGym's references turned into harnesslab's (each change listed); a
+    line that still names a `dropped` file (the remote wrapper the import leaves out) says what
+    harnesslab does instead."""
+
+    def sub(pattern: str, repl: str | Callable[[re.Match[str]], str], what: str,
+            flags: int = 0) -> None:  # fmt: skip
         nonlocal text
         new, n = re.subn(pattern, repl, text, flags=flags)
         if n:
@@ -190,8 +200,16 @@ def rewrite_brief(text: str, report: ImportReport) -> str:
     for old, new in ENV_MAP.items():
         if new:
             sub(rf"\b{old}\b", new, f"{old} -> {new}")
-    sub(r"\.harnessgym/(?:\.\.\./)?(?:[\w./-]*/)?result\.json", "the result file the loop's prompt "
-        "names", "result.json path -> the loop's result file")  # fmt: skip
+    sub(r"`?\.harnessgym/(?:\.\.\./)?(?:[\w./-]*/)?result\.json`?", "the result file the loop's "
+        "prompt names", "result.json path -> the loop's result file")  # fmt: skip
+    for name in dropped or []:
+        bullet = r"^(?P<lead>[ \t]*(?:[-*]|\d+\.)?[ \t]*)"
+        sub(bullet + rf"[^\n]*\b{re.escape(name)}\b[^\n]*?(?P<colon>:?)[ \t]*$",
+            lambda m: m["lead"] + NO_WRAPPER + (". The commands themselves:" if m["colon"] else ""),
+            f"{name} (not imported) -> harnesslab's GPU host", re.MULTILINE)  # fmt: skip
+    sub(r"^[^\n]*\bthe remote wrapper\b[^\n]*?(?P<colon>:?)[ \t]*$",
+        r"To reach the GPU host, whoever starts harnesslab sets\g<colon>",
+        "remote wrapper settings -> harnesslab's", re.MULTILINE)  # fmt: skip
     sub(r"\.harnessgym\b", ".harnesslab", ".harnessgym -> .harnesslab")
     sub(r"\bHarnessGym\b", "harnesslab", "HarnessGym -> harnesslab")
     sub(r"^python3?\s+(?=\S+\.py)", "python ", "python3 -> python", re.MULTILINE)
@@ -336,7 +354,7 @@ def _write_command_task(
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-    (out / "task.md").write_text(rewrite_brief(brief, report))
+    (out / "task.md").write_text(rewrite_brief(brief, report, dropped=wrappers))
     toml = "\n".join(
         [
             f"# Imported from HarnessGym ({report.source}) by `harnesslab import harnessgym`.",

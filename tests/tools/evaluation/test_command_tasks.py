@@ -230,6 +230,13 @@ async def test_without_a_domain_the_final_objective_runs_its_own_cases(tmp_path,
     ws = ws_of(tmp_path, settings, final_domain=False)
     v = await final(ws, settings)
     assert v.verdict == "passed" and v.hidden_cases == 0 and v.case_set == "final-fixed"
+    # Its own fixed cases hide nothing: a failure's text is quoted (HarnessGym's "CUDA is not
+    # available" was withheld as "computed on the hidden cases").
+    (ws.root / "solution.txt").write_text("fail\n")
+    v = await final(ws, settings)
+    detail = v.reasons[0]["detail"]
+    assert v.verdict == "rejected" and "withheld" not in detail
+    assert "error: bad kernel on dev" in detail and "num_warps=3 invalid" in detail
 
 
 def test_a_bare_python3_that_lacks_a_module_is_named_in_the_reason(tmp_path, settings):
@@ -364,4 +371,4 @@ def test_run_tables_label_scores_with_the_tasks_key_unit_and_direction():
     text = console.export_text()
     # Before: "verified score us", "hidden cases" and -50% for a higher-is-better 100 -> 150.
     assert "throughput (GB/s)" in text and "score us" not in text and "hidden cases" not in text
-    assert "50.0% better" in text
+    assert "1.50x better than the baseline" in text and "%" not in text

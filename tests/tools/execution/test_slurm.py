@@ -121,6 +121,27 @@ async def test_a_pending_allocation_is_reported_with_slurms_reason_then_runs(
     assert result.status == "passed"
 
 
+async def test_a_request_the_cluster_can_never_satisfy_fails_at_once_with_the_fix(
+    slurm_cluster: Cluster, tmp_path: Path
+) -> None:
+    """The default 8 CPUs per GPU on a node with 2 CPUs: Slurm queues the job for ever
+    (PartitionConfig). It waited until the command's own timeout; now it fails in seconds,
+    cancelled, saying why and which setting fits."""
+    settings = slurm_settings(slurm_cluster, tmp_path / "state", slurm_cpus_per_gpu=8)
+    (ex,) = build_executors(settings)
+    try:
+        with anyio.fail_after(30), pytest.raises(ExecutorError) as raised:
+            await ex.connect()
+    finally:
+        await ex.aclose()
+    err = raised.value
+    assert "never start" in err.message and "PartitionConfig" in err.message
+    assert "Requested node configuration is not available" in err.message  # Slurm's words
+    assert "at most 2 CPUs and 2 GPUs" in err.message
+    assert "HARNESSLAB_SLURM_CPUS_PER_GPU=1" in (err.next_step or "")
+    released(slurm_cluster)
+
+
 async def test_health_shows_partitions_free_gpus_and_a_pending_job(
     launcher: Launcher, tmp_path: Path, slurm_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

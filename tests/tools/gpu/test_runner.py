@@ -134,6 +134,25 @@ async def test_a_hanging_case_times_out_inside_the_runner(tmp_path):
 
 
 @pytest.mark.anyio
+async def test_a_case_that_hangs_inside_a_triton_kernel_reads_as_a_timeout_not_a_repr(tmp_path):
+    """The interpreter wraps whatever a kernel body raises (InterpreterError(repr(e))), the
+    case's deadline included: it was reported as an error reading "CaseTimeout('exceeded
+    2s')" at the launch line."""
+    ws = make_workspace(tmp_path)
+    (ws.root / "kernel.py").write_text(
+        "import torch\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def _spin(out_ptr):\n    i = 0\n    while i >= 0:\n        i += 1\n"
+        "    tl.store(out_ptr, i)\n\n\n"
+        "def rmsnorm_gate(x, gate, weight, eps=1e-5):\n    out = torch.empty_like(x)\n"
+        "    _spin[(1,)](out)\n    return out\n"
+    )
+    res = await run_objective(ws, make_launcher(tmp_path, case_timeout_s=2), cases=SMALL[:1])
+    case = res.cases[0]
+    assert case.status == "timeout", case.reason
+    assert case.reason == "timeout: case exceeded 2s", case.reason
+
+
+@pytest.mark.anyio
 async def test_a_runner_that_hangs_is_killed_with_its_process_group(tmp_path):
     ws = make_workspace(tmp_path)
     # Ignores SIGALRM's exception and spawns a child: the whole group must die.

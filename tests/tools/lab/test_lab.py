@@ -19,7 +19,7 @@ from harnesslab.servers.cli import main as cli_main
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.lab.claims import claims_ledger
 from harnesslab.tools.lab.matrix import LabOptions, lab_argv, load_results, stage_lab
-from harnesslab.tools.lab.report import build_report
+from harnesslab.tools.lab.report import build_report, perf_top
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -154,9 +154,11 @@ def test_report_writes_markdown_csv_and_plots_and_lists_the_misses(tmp_path: Pat
     assert set(summary.files) >= {
         "report.md",
         "results.csv",
+        "results.json",  # every report can be rebuilt from its own folder
         "copyish_perf.png",
         "copyish_speedup.png",
     }
+    assert load_results(tmp_path / "results.json") == synthetic_results()
     for png in ("copyish_perf.png", "copyish_speedup.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (tmp_path / "report.md").read_text()
@@ -179,8 +181,28 @@ def test_from_results_rebuilds_the_report_through_the_cli(tmp_path: Path, capsys
     src = tmp_path / "results.json"
     src.write_text(json.dumps(synthetic_results()))
     assert cli_main(["lab", "--from-results", str(src), "--out", str(tmp_path / "rep")]) == 0
-    assert "claims: 2 supported" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "claims: 2 supported" in out
+    assert "files in " in out and "report.md, results.csv, results.json" in out
+    assert "{" not in out  # text mode prints text, not a raw {"files": [...]}
     assert (tmp_path / "rep" / "report.md").is_file()
+    assert json.loads((tmp_path / "rep" / "results.json").read_text()) == synthetic_results()
+
+
+def test_every_committed_lab_report_can_be_rebuilt_or_says_why_not() -> None:
+    for folder in sorted(p.parent for p in (REPO / "docs" / "lab").glob("*/report.md")):
+        raw = [folder / n for n in ("results.json", "lab_results.json") if (folder / n).is_file()]
+        if raw:
+            load_results(raw[0])
+        else:
+            note = (folder / "README.md").read_text() if (folder / "README.md").is_file() else ""
+            assert "cannot be rebuilt" in note, f"{folder.name}: no results.json and no note"
+
+
+def test_the_copy_line_of_a_perf_plot_sits_below_the_top_border() -> None:
+    assert perf_top([2900.0, 1200.0], 3000.0) >= 3000.0 * 1.1
+    assert perf_top([3300.0], 3000.0) >= 3300.0 * 1.1
+    assert perf_top([], None) > 0
 
 
 def test_load_results_rejects_a_file_that_is_not_a_lab_run(tmp_path: Path) -> None:

@@ -1,22 +1,30 @@
-"""compare's statistics and arms, without running trials (tests/harnessgym runs real ones)."""
+"""compare's statistics, arms and reruns, without running the loop (tests/harnessgym runs real
+trials)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 from harnesslab.servers.cli import parse
 from harnesslab.servers.compare_cmd import arms_from
-from harnesslab.tools.errors import UsageError
+from harnesslab.tools.errors import ExecutorError, UsageError
+from harnesslab.tools.loop import compare as compare_mod
 from harnesslab.tools.loop.compare import (
     Arm,
+    CompareConfig,
     Trial,
     bootstrap_difference,
+    compare,
     difference,
+    finished_trials,
     quantile,
     summarize_arm,
 )
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.workspace import init_workspace
 
 
 def trials(arm: str, scores: list[float | None], invalid: str = "no passing score") -> list[Trial]:
@@ -78,3 +86,55 @@ def test_the_cli_needs_two_different_arms(tmp_path: Path):
     assert (a.name, b.name, b.servers_from) == ("plain", "harnessed", tmp_path)
     a, b = arms_from(parse([*base, "--b-runner", "exec", "--b-agent-cmd", "x {workspace}"]))
     assert (b.name, b.runner, a.runner) == ("b", "exec", "autopilot")
+
+
+class FlakyTrials:
+    """run_trial standing in for the loop: makes the trial's workspace, then fails the calls
+    named in `fail` (a crash mid-trial leaves its folder behind, as the real one does)."""
+
+    def __init__(self, fail: set[int]) -> None:
+        self.fail, self.calls = fail, []
+
+    async def __call__(self, config, arm, index, secret, settings):
+        root = compare_mod.trial_root(config, arm, index)
+        assert not root.exists(), f"{root} was not cleared before the trial ran again"
+        self.calls.append((arm.name, index + 1))
+        ws = init_workspace(config.task, root, settings)
+        if len(self.calls) in self.fail:
+            self.fail.clear()  # once
+            raise ExecutorError("the GPU host went away", kind="dropped")
+        return Trial(arm=arm.name, index=index + 1, workspace=str(ws.root), score=10.0 + index,
+                     valid=True, verdict="passed")  # fmt: skip
+
+
+def test_a_compare_cut_short_resumes_with_its_finished_trials_or_starts_over(
+    tmp_path: Path, monkeypatch
+):
+    settings = Settings(state_dir=tmp_path / "state")
+    config = CompareConfig(
+        task="rmsnorm_gate", out=tmp_path / "cmp", arms=[Arm(name="plain"),
+        Arm(name="b", runner="exec", agent_cmd="x")], trials=2,
+    )  # fmt: skip
+    flaky = FlakyTrials(fail={2})
+    monkeypatch.setattr(compare_mod, "run_trial", flaky)
+    with pytest.raises(ExecutorError):
+        anyio.run(compare, config, settings)
+    assert (tmp_path / "cmp" / "trials" / "b-1").is_dir()  # what broke the rerun before
+    # The same command again says what happened and what to pass.
+    with pytest.raises(UsageError, match=r"1 of 4 trials finished") as refused:
+        anyio.run(compare, config, settings)
+    assert "--resume" in (refused.value.next_step or "")
+    assert "--force" in (refused.value.next_step or "")
+    # --resume with other settings is refused; with the same, only the rest runs.
+    other = config.model_copy(update={"iterations": 2})
+    with pytest.raises(UsageError, match="other settings"):
+        anyio.run(lambda: compare(other, settings, resume=True))
+    flaky.calls.clear()
+    report = anyio.run(lambda: compare(config, settings, resume=True))
+    assert flaky.calls == [("b", 1), ("plain", 2), ("b", 2)]
+    assert len(report.trials) == 4 and all(t.valid for t in report.trials)
+    assert finished_trials(tmp_path / "cmp") == report.trials
+    # --force starts over: every trial runs again.
+    flaky.calls.clear()
+    anyio.run(lambda: compare(config, settings, force=True))
+    assert len(flaky.calls) == 4
