@@ -125,12 +125,18 @@ def run_card(run: RunView) -> str:
         rows,
         "iterations",
     ) if rows else "<p>no iteration yet (scoring the baseline?)</p>"  # fmt: skip
+    # A running run whose loop died (killed, machine rebooted) stays "running": its age tells.
+    stale = (
+        f' (<span data-since="{run.updated_at}">{duration(0)}</span> ago)'
+        if run.status == "running"
+        else ""
+    )
     return (
         f'<div class="run" data-run="{e(run.run_id)}" data-status="{e(run.status)}">'
         f"<h3>{e(run.run_id)} {badge(run.status)}</h3>"
         f"<p>{e(run.task)} · runner {e(run.runner)} · "
         f"{sum(1 for i in run.iterations if not i.running)}/{run.planned} iterations · "
-        f"started {when(run.created_at)} · updated {when(run.updated_at)}</p>"
+        f"started {when(run.created_at)} · updated {when(run.updated_at)}{stale}</p>"
         f"{meaningful}{problem(run.error)}{summary}"
         f'<div class="plots">{score_plot(run, "iteration")}{score_plot(run, "time")}</div>'
         f"{iterations}</div>"

@@ -64,7 +64,7 @@ def score_plot(run: RunView, axis: str) -> str:
         parts.append(
             f'<line class="baseline" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{by:.1f}" y2="{by:.1f}"/>'
         )
-    parts.append(_best_line(points, x, y, run.higher_is_better))
+    parts.append(_best_line(points, x, y))
     for p in scored:
         assert p.score is not None
         cls = f"pt pt-{p.kind}" + (" pt-best" if p.new_best else "")
@@ -113,7 +113,7 @@ def _x_labels(points: list[Point], axis: str, x, run: RunView) -> str:
     base = HEIGHT - BOTTOM + 14
     seen: set[str] = set()
     for p in points:
-        label = (p.label if p.kind == "iteration" else p.label[:4]) if axis == "iteration" else ""
+        label = {"baseline": "base"}.get(p.label, p.label) if axis == "iteration" else ""
         if axis == "time":
             label = _minutes(p.t_s)
         if label in seen:
@@ -130,18 +130,20 @@ def _x_labels(points: list[Point], axis: str, x, run: RunView) -> str:
     return "".join(out)
 
 
-def _best_line(points: list[Point], x, y, higher: bool) -> str:
-    """The best passing score so far, as a step line over the baseline and iterations."""
+def _best_line(points: list[Point], x, y) -> str:
+    """The run's best so far as a step line: the baseline, then each iteration the loop took as
+    a new best (its decision, which may rest on a side-by-side timing, not on these scores)."""
     best: float | None = None
     coords = []
     for p in points:
-        if p.kind == "final" or p.score is None:
+        if p.kind == "final":
             continue
-        if best is None or (p.score > best if higher else p.score < best):
+        if p.score is not None and (p.kind == "baseline" or p.new_best or best is None):
             if best is not None:
                 coords.append(f"{x(p):.1f},{y(best):.1f}")
             best = p.score
-        coords.append(f"{x(p):.1f},{y(best):.1f}")
+        if best is not None:
+            coords.append(f"{x(p):.1f},{y(best):.1f}")
     if len(coords) < 2:
         return ""
     return f'<polyline class="best-line" points="{" ".join(coords)}"/>'

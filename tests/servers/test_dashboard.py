@@ -155,3 +155,21 @@ def test_the_command_refuses_to_serve_off_loopback_without_a_token(
     monkeypatch.delenv("HARNESSLAB_TOKEN", raising=False)
     assert main(["dashboard", "-w", str(tmp_path), "--host", "0.0.0.0"]) == 2
     assert "without a token" in capsys.readouterr().err
+
+
+def test_the_plot_draws_passed_scores_as_points_a_rejected_one_as_a_cross_and_the_loops_best(
+    tmp_path: Path,
+):
+    from harnesslab.servers.dashboard_plot import score_plot  # noqa: PLC0415
+    from harnesslab.tools.dashboard.gather import gather  # noqa: PLC0415
+
+    (run,) = gather(sample_workspace(tmp_path)).runs
+    svg = score_plot(run, "iteration")
+    assert svg.count("<circle") == 2  # the baseline and iteration 1
+    assert 'data-kind="baseline"' in svg and 'data-iteration="1"' in svg
+    assert svg.count('class="pt-failed" data-kind="iteration" data-iteration="2"') == 1
+    # The best line: the baseline, a step down at iteration 1 (the loop's new best), flat after.
+    points = svg.split('class="best-line" points="', 1)[1].split('"', 1)[0].split()
+    ys = [float(p.split(",")[1]) for p in points]
+    assert len(points) == 4 and ys[0] == ys[1] and ys[1] != ys[2] and ys[2] == ys[3]
+    assert "no verified score yet" in score_plot(run.model_copy(update={"points": []}), "time")
