@@ -34,7 +34,7 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 CLI = [sys.executable, "-m", "harnesslab.servers"]
 START_S = 90  # the dashboard's first line (imports on a loaded 2-core machine)
-RUN_S = 300  # the whole run: baseline verify, a <= 60 s attempt, its verify, the final verify
+RUN_S = 300  # the whole run: baseline verify, a <= 30 s attempt, its verify, the final verify
 
 
 def tiny_task(dest: Path) -> Path:
@@ -143,7 +143,7 @@ def test_the_dashboard_follows_a_cpu_run_live_in_a_real_browser(tmp_path: Path):
                 assert "no loop run" in page.locator("#sec-runs").inner_text()
                 run = start(
                     [*CLI, "run", "-w", str(ws), "--task", str(task), "--runner", "autopilot",
-                     "--iterations", "1", "--build", "never", "--attempt-timeout", "60"],
+                     "--iterations", "1", "--build", "never", "--attempt-timeout", "30"],
                     env,
                     tmp_path / "run.log",
                 )  # fmt: skip
