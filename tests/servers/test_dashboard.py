@@ -173,3 +173,34 @@ def test_the_plot_draws_passed_scores_as_points_a_rejected_one_as_a_cross_and_th
     ys = [float(p.split(",")[1]) for p in points]
     assert len(points) == 4 and ys[0] == ys[1] and ys[1] != ys[2] and ys[2] == ys[3]
     assert "no verified score yet" in score_plot(run.model_copy(update={"points": []}), "time")
+
+
+def test_the_lab_section_shows_the_matrix_claims_and_serves_only_the_reports_plots(
+    tmp_path: Path,
+):
+    quick = Path(__file__).resolve().parents[2] / "docs" / "lab" / "2026-11-21-h100-quick"
+    ws = sample_workspace(tmp_path)
+    source = Source(ws.root, settings(tmp_path), labs=[quick])
+    c = TestClient(dashboard_app(source, host="127.0.0.1", token=None), base_url=LOCAL)
+    text = c.get("/dashboard").text
+    assert "Claims ledger" in text and 'class="matrix"' in text
+    assert 'src="/dashboard/file/lab/0/softmax_perf.png"' in text
+    png = c.get("/dashboard/file/lab/0/softmax_perf.png")
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+    assert c.get("/dashboard/file/lab/0/results.json").status_code == 404
+    assert c.get("/dashboard/file/lab/0/..%2F..%2FREADME.md").status_code == 404
+    assert c.get("/dashboard/file/lab/1/softmax_perf.png").status_code == 404
+
+
+def test_the_highlighter_colours_python_and_escapes_everything_it_is_given():
+    from harnesslab.servers.dashboard_highlight import highlight_lines  # noqa: PLC0415
+
+    src = 'def k(x):  # </code><script>alert(1)</script>\n    return "<b>" * 2\n'
+    first, second = highlight_lines("kernel.py", src)
+    assert first.startswith('<span class="hl-kw">def</span> <span class="hl-def">k</span>')
+    assert "<script>" not in first and "&lt;script&gt;" in first and "hl-com" in first
+    assert '<span class="hl-str">&quot;&lt;b&gt;&quot;</span>' in second and "hl-num" in second
+    (json_line,) = highlight_lines("kernel_config.json", '{"num_warps": 4}')
+    assert '<span class="hl-num">4</span>' in json_line
+    unclosed = highlight_lines("kernel.py", 'x = """never closed\n<i>')
+    assert unclosed == ["x = &quot;&quot;&quot;never closed", "&lt;i&gt;"]
