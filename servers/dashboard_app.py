@@ -110,9 +110,15 @@ def dashboard_app(source: Source, *, host: str, token: str | None) -> Starlette:
     """The dashboard's routes under /dashboard, guarded (see the module docstring)."""
     guard = Guard(host, token)
 
-    def guarded(handler: Handler, cache: bool = False) -> Handler:
+    def guarded(handler: Handler, cache: bool = False, public: bool = False) -> Handler:
+        """`handler` behind the guard (`public`: the Host/Origin check only, for the package's
+        own stylesheet, script and icon, which the login page needs too)."""
+
         async def endpoint(request: Request) -> Response:
-            refused = await guard.check(request)
+            if public:
+                refused = await guard.security.validate_request(request, is_post=False)
+            else:
+                refused = await guard.check(request)
             if refused is not None:
                 return _headers(refused)
             try:
@@ -183,7 +189,7 @@ def dashboard_app(source: Source, *, host: str, token: str | None) -> Starlette:
         Route(f"{BASE}/", guarded(page)),
         Route(f"{BASE}/live", guarded(live)),
         Route(f"{BASE}/diff", guarded(diff)),
-        Route(f"{BASE}/static/{{name}}", guarded(static, cache=True)),
+        Route(f"{BASE}/static/{{name}}", guarded(static, cache=True, public=True)),
         Route(f"{BASE}/file/lab/{{index:int}}/{{name}}", guarded(lab_file, cache=True)),
         Route(f"{BASE}/file/compare/{{index:int}}/scores.png", guarded(compare_file, cache=True)),
         Route(f"{BASE}/login", login, methods=["POST"]),

@@ -204,3 +204,10 @@ def test_the_highlighter_colours_python_and_escapes_everything_it_is_given():
     assert '<span class="hl-num">4</span>' in json_line
     unclosed = highlight_lines("kernel.py", 'x = """never closed\n<i>')
     assert unclosed == ["x = &quot;&quot;&quot;never closed", "&lt;i&gt;"]
+
+
+def test_the_login_page_gets_its_stylesheet_but_nothing_else_without_the_token(tmp_path: Path):
+    c = client(tmp_path, token="s3cret")
+    assert c.get("/dashboard/static/dashboard.css").status_code == 200
+    assert c.get("/dashboard/diff?candidate=0123456789abcdef").status_code == 403
+    assert c.get("/dashboard/file/lab/0/x.png").status_code == 403

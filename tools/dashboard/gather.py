@@ -342,11 +342,11 @@ def gather(ws: Workspace, *, runs: list[str] | None = None, now: float | None = 
     """The workspace's part of the page; each section read on its own (see the module doc)."""
     now = time.time() if now is None else now
     page = Dashboard(generated_at=now, workspace=str(ws.root), task=ws.task.name)
+    telemetry_problem = ""
     try:
         records = ws.telemetry_records() if ws.root.is_dir() else []
     except READ_ERRORS as exc:
-        records = []
-        page.tools.problem = f"telemetry cannot be read: {why(exc)}"
+        records, telemetry_problem = [], f"telemetry cannot be read: {why(exc)}"
     try:
         page.runs = runs_view(ws, records, now, runs)
     except READ_ERRORS as exc:
@@ -355,9 +355,8 @@ def gather(ws: Workspace, *, runs: list[str] | None = None, now: float | None = 
         page.ledger = ledger_view(ws)
     except READ_ERRORS as exc:
         page.ledger = LedgerView(problem=f"the ledger cannot be read: {why(exc)}")
-    problem = page.tools.problem
     page.tools = tools_view(records, page.runs)
-    page.tools.problem = problem
+    page.tools.problem = telemetry_problem
     try:
         page.servers = servers_view(ws)
     except READ_ERRORS as exc:
@@ -368,7 +367,7 @@ def gather(ws: Workspace, *, runs: list[str] | None = None, now: float | None = 
         page.missing.append("no loop run yet: start one with `harnesslab run -w WS`")
     if not page.ledger.total and not page.ledger.problem:
         page.missing.append("the ledger is empty: nothing has been scored yet")
-    if not records and not page.tools.problem:
+    if not records and not telemetry_problem:
         page.missing.append("no tool calls recorded yet (telemetry is empty)")
     return page
 
