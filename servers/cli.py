@@ -21,6 +21,7 @@ from harnesslab.tools.settings import Settings
 from . import (
     commands,
     compare_cmd,
+    dashboard_cmd,
     doctor_cmd,
     import_cmd,
     lab_cmd,
@@ -44,6 +45,7 @@ MODULES = (
     compare_cmd,
     import_cmd,
     task_cmd,
+    dashboard_cmd,
 )
 
 _CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")

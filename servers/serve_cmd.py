@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harnesslab.tools.catalog import SERVERS_MODULE, TASK_SERVER
+from harnesslab.tools.dashboard.source import Source
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.meta.client_setup import approve, client_status
 from harnesslab.tools.meta.skills import project_skills
@@ -91,7 +92,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     async def http() -> None:
         try:
-            await serve_http(server, args.host, args.port, token)
+            page = Source(state.workspace.root, settings)  # the operator's, at /dashboard
+            await serve_http(server, args.host, args.port, token, dashboard=page)
         finally:
             await state.aclose()
 
@@ -138,7 +140,11 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-async def serve_http(server: Any, host: str, port: int, token: str | None) -> None:
+async def serve_http(
+    server: Any, host: str, port: int, token: str | None, *, dashboard: Source | None = None
+) -> None:
+    """Serve `server` over streamable HTTP; with `dashboard`, its page at /dashboard too
+    (servers/dashboard_app.py: the same token and Host/Origin checks)."""
     import uvicorn  # noqa: PLC0415
     from mcp.server.transport_security import TransportSecuritySettings  # noqa: PLC0415
 
@@ -148,6 +154,10 @@ async def serve_http(server: Any, host: str, port: int, token: str | None) -> No
     app = server.streamable_http_app(host=host, transport_security=security)
     if token:
         app = BearerAuth(app, token)
+    if dashboard is not None:
+        from .dashboard_app import mount_dashboard  # noqa: PLC0415 - it imports this module
+
+        app = mount_dashboard(app, dashboard, host=host, token=token)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -226,6 +226,7 @@ def record(
         "device": result.env.device,
         "host": result.env.host,
         "gpu_index": result.env.gpu_index,
+        "sandbox": result.env.sandbox,  # as the sandbox's outer process reported it
         "versions": {
             "torch": result.env.torch,
             "triton": result.env.triton,
