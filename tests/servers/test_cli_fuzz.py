@@ -100,9 +100,7 @@ def task_folder(tmp_path: Path, problem: str) -> Path:
     return folder
 
 
-@pytest.mark.parametrize(
-    "problem", [*TOML_PROBLEMS, "folder", "negative-size", "enormous-size"]
-)
+@pytest.mark.parametrize("problem", [*TOML_PROBLEMS, "folder", "negative-size", "enormous-size"])
 @pytest.mark.parametrize("command", ["init", "bind"])
 def test_a_broken_task_toml_is_one_line_naming_it_in_init_and_bind(
     tmp_path, monkeypatch, capsys, command, problem
