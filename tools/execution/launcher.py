@@ -531,7 +531,8 @@ class Launcher:
         )
         worker = Worker(proc, runner_digest(), task.name)
         ready = False
-        with anyio.move_on_after(min(timeout_s, 180)):
+        limit_s = min(timeout_s, 180)
+        with anyio.move_on_after(limit_s) as waited:
             while True:  # the sandbox's report comes first, then the runner's "ready"
                 line = await proc.receive_line()
                 if line is None:
@@ -546,6 +547,15 @@ class Launcher:
                 if '"ready"' in line:
                     ready = True
                     break
+        if not ready and waited.cancelled_caught:  # the host is slow, or the call's limit short
+            await proc.kill()
+            raise ExecutorError(
+                f"{slot.label}: the warm runner did not start within {limit_s:g} s (its log on "
+                f"the host: {slot.executor.path('stage', log)}).",
+                kind="timeout",
+                started=False,
+                next_step="retry; if it repeats, the host is loaded or eval_timeout_s is short",
+            )
         if not ready:
             ending = await proc.ended()
             await proc.kill()
