@@ -28,9 +28,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
 log = logging.getLogger("harnesslab.serve")
 
 SESSION_HEADER = b"mcp-session-id"
+VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.encode()
+# Protocol versions whose requests the SDK serves in sessions (as its session manager routes
+# them); a request naming any other version is stateless and takes no place in the table.
+SESSION_ERAS = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
 # Headers an eviction's DELETE copies from the request that opened the session: what the SDK's
 # transport security checked then (Host, Origin) passes again.
 KEPT_HEADERS = (b"host", b"origin")
@@ -103,11 +110,12 @@ class SessionLimits:
             return
         headers = dict(scope.get("headers") or [])
         sid = headers.get(SESSION_HEADER, b"").decode("latin-1")
+        version = headers.get(VERSION_HEADER, b"").decode("latin-1")
         if sid:
             await self._in_session(sid, scope, receive, send)
-        elif scope.get("method") == "POST":
+        elif scope.get("method") == "POST" and (not version or version in SESSION_ERAS):
             await self._opening(scope, receive, send)
-        else:
+        else:  # a stateless request of a later protocol era: it never opens a session
             await self.app(scope, receive, send)
 
     async def _in_session(self, sid: str, scope: dict[str, Any], receive: Any, send: Any) -> None:

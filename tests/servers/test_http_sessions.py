@@ -29,6 +29,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+MODERN = b"2026-07-28"  # a protocol era whose requests are stateless
+
+
 class FakeSDK:
     """Stands in for the SDK's app: a POST without a session id opens one, DELETE closes it,
     an unknown id is 404. `hold` keeps a request in flight until set."""
@@ -40,8 +43,11 @@ class FakeSDK:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         sid = dict(scope["headers"]).get(b"mcp-session-id", b"").decode()
+        modern = dict(scope["headers"]).get(b"mcp-protocol-version", b"") == MODERN
         headers: list[tuple[bytes, bytes]] = []
-        if not sid:
+        if modern:  # a stateless request: no session
+            status = 200
+        elif not sid:
             sid = uuid.uuid4().hex
             self.open.add(sid)
             headers.append((b"mcp-session-id", sid.encode()))
@@ -69,9 +75,11 @@ class Clock:
 
 
 async def request(
-    app: SessionLimits, client: str, method: str = "POST", sid: str = ""
+    app: SessionLimits, client: str, method: str = "POST", sid: str = "", version: bytes = b""
 ) -> tuple[int, dict[bytes, bytes]]:
     headers = [(b"host", b"127.0.0.1:8765")]
+    if version:
+        headers.append((b"mcp-protocol-version", version))
     if sid:
         headers.append((b"mcp-session-id", sid.encode()))
     scope = {"type": "http", "method": method, "path": "/mcp", "headers": headers,
@@ -153,8 +161,24 @@ async def test_sessions_idle_past_the_timeout_or_closed_no_longer_count_against_
     assert (await request(app, "10.0.0.1"))[0] == 200
 
 
+@pytest.mark.anyio
+async def test_stateless_requests_of_a_later_era_take_no_place_and_evict_nothing():
+    app, sdk, _ = limits(max_sessions=2, per_client=2)
+    for _ in range(2):
+        await request(app, "10.0.0.1")
+    for _ in range(5):  # the table is full and the client at its share: still served
+        assert (await request(app, "10.0.0.1", version=MODERN))[0] == 200
+    assert sdk.deleted == [] and len(app.sessions) == 2
+    assert (await request(app, "10.0.0.1", version=b"2025-06-18"))[0] == 429  # a session era
+
+
 async def open_raw_session(http: httpx2.AsyncClient, url: str) -> int:
     """An initialize POST whose session is never closed (what the flood does)."""
+    return (await raw_session(http, url))[0]
+
+
+async def raw_session(http: httpx2.AsyncClient, url: str) -> tuple[int, str]:
+    """(status, session id) of an initialize POST whose session is left open."""
     body = {
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -163,7 +187,11 @@ async def open_raw_session(http: httpx2.AsyncClient, url: str) -> int:
     headers = {"accept": "application/json, text/event-stream"}
     async with http.stream("POST", url, json=body, headers=headers) as res:
         await res.aread()
-        return res.status_code
+        return res.status_code, res.headers.get("mcp-session-id", "")
+
+
+def client_from(address: str) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(local_address=address))
 
 
 @pytest.mark.anyio
@@ -190,6 +218,43 @@ async def test_a_flood_of_sessions_from_one_client_does_not_lock_out_another(tmp
             server.should_exit = True
     finally:
         await flood.aclose()
+        await state.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_full_table_closes_the_idlest_session_in_the_sdk_and_serves_the_newcomer(
+    tmp_path,
+):
+    ws = kernel_workspace(tmp_path)
+    state = state_for(ws.root, tmp_path, CannedLauncher(settings(tmp_path)))
+    cfg = state.settings.model_copy(
+        update={"http_max_sessions": 4, "http_max_sessions_per_client": 2}
+    )
+    app = http_app(build_task_server(state), "127.0.0.1", None, cfg)
+    sock = listening_socket("127.0.0.1", 0)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    clients = [client_from(f"127.0.0.{i}") for i in (2, 3)]
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, [sock])
+            with anyio.fail_after(60):
+                opened = [await raw_session(c, url) for c in clients for _ in range(2)]
+                assert [status for status, _ in opened] == [200] * 4  # the table is full
+                async with Client(streamable_http_client(url), mode="legacy") as client:
+                    res = await client.call_tool("inspect_context", {})
+                assert not res.is_error
+                # The idlest (the first opened) was closed in the SDK itself: its id is gone.
+                probe = await clients[0].post(
+                    url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
+                    headers={"mcp-session-id": opened[0][1],
+                             "accept": "application/json, text/event-stream"},
+                )  # fmt: skip
+                assert probe.status_code == 404
+            server.should_exit = True
+    finally:
+        for c in clients:
+            await c.aclose()
         await state.aclose()
 
 
