@@ -15,7 +15,9 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from typing import NoReturn
 
-from harnesslab.tools.errors import HarnesslabError
+from pydantic import ValidationError
+
+from harnesslab.tools.errors import HarnesslabError, InfrastructureError, UsageError, agent_text
 from harnesslab.tools.settings import Settings
 
 from . import (
@@ -31,7 +33,7 @@ from . import (
     serve_cmd,
     task_cmd,
 )
-from .cli_support import COMMANDS, HELP, command, settings_from
+from .cli_support import COMMANDS, HELP, command, settings_from, validation_text
 
 # The subcommand modules, in the order `--help` lists them (each declares its commands with
 # cli_support.command; none imports this module).
@@ -119,23 +121,34 @@ def main(argv: list[str] | None = None) -> int:
         build_parser()[0].print_help(sys.stderr)
         return 2
     try:
-        settings = settings_from(args, Settings())
-    except ValueError as exc:  # a bad HARNESSLAB_* variable
-        print(f"error: settings: {exc}", file=sys.stderr)
+        settings = Settings()
+    except ValidationError as exc:  # a bad HARNESSLAB_* variable
+        print(f"error: settings (HARNESSLAB_*): {validation_text(exc)}", file=sys.stderr)
         return 2
     _, handler = COMMANDS[args.command]
     try:
-        return handler(args, settings)
+        return handler(args, settings_from(args, settings))
+    except ValidationError as exc:  # a flag out of the range of what it configures
+        return report_error(args, UsageError(
+            f"{args.command}: {validation_text(exc)}",
+            next_step=f"`harnesslab {args.command} --help` says what each flag takes",
+        ))  # fmt: skip
     except HarnesslabError as exc:
-        if getattr(args, "json", False):
-            print(json.dumps({"status": "error", "error": exc.message, "next_step": exc.next_step}))
-        print(f"error: {exc.message}", file=sys.stderr)
-        if exc.next_step:
-            print(f"next: {exc.next_step}", file=sys.stderr)
-        return exc.exit_code
+        return report_error(args, exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def report_error(args: argparse.Namespace, exc: HarnesslabError) -> int:
+    """An expected failure on stderr (and as JSON with --json); its exit code."""
+    if getattr(args, "json", False):
+        print(json.dumps({"status": "error", "error": exc.message, "next_step": exc.next_step}))
+    text = agent_text(exc) if isinstance(exc, InfrastructureError) else exc.message
+    print(f"error: {text.split(' Next: ')[0]}", file=sys.stderr)
+    if exc.next_step:
+        print(f"next: {exc.next_step}", file=sys.stderr)
+    return exc.exit_code
 
 
 __all__ = ["COMMANDS", "command", "main", "report"]

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from pydantic import ValidationError
 
+from harnesslab.tools.errors import UsageError
 from harnesslab.tools.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
@@ -79,14 +81,33 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace, base: Settings) -> Settings:
+    """`base` with the executor flags applied, each checked like its HARNESSLAB_* variable
+    (--slurm-gpus -5 is a usage error before anything is submitted or allocated)."""
     updates: dict[str, Any] = {}
     for _flag, field in executor_flags():
         value = getattr(args, field, None)
-        if value:
+        if value is not None and value != "":
             updates[field] = value
     if getattr(args, "accept_new_host_key", False):
         updates["accept_new_host_key"] = True
-    return base.model_copy(update=updates)
+    if not updates:
+        return base
+    try:
+        return Settings.model_validate({**base.model_dump(), **updates})
+    except ValidationError as exc:
+        field, _, rest = validation_text(exc).partition("=")
+        raise UsageError(
+            f"--{field.replace('_', '-')}={rest}",
+            next_step="see the command's --help for the allowed values",
+        ) from exc
+
+
+def validation_text(exc: ValidationError) -> str:
+    """A pydantic ValidationError in one line: where, what was given, what is allowed."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "value"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}={err.get('input')!r}: {err['msg']}{more}"[:300]
 
 
 def run_async(fn, *args: Any) -> Any:
@@ -107,4 +128,5 @@ __all__ = [
     "run_async",
     "settings_from",
     "temp_workspace_dir",
+    "validation_text",
 ]

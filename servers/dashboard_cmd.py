@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from harnesslab.tools.settings import Settings
 
 from .cli_support import command, run_async
 from .dashboard_app import dashboard_app
-from .serve_cmd import TOKEN_ENV, is_loopback
+from .serve_cmd import TOKEN_ENV, is_loopback, listening_socket
 
 
 def _dashboard_args(p: argparse.ArgumentParser) -> None:
@@ -71,23 +70,6 @@ def cmd_dashboard(args: argparse.Namespace, settings: Settings) -> int:
     app = dashboard_app(source, host=args.host, token=token)
     run_async(serve, app, args.host, args.port)
     return 0
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port and listening; UsageError when the address cannot be had."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except (OSError, OverflowError) as exc:
-        sock.close()
-        raise UsageError(
-            f"cannot listen on {host}:{port}: {exc}.",
-            next_step="pick another --port (0 = any free one), or an address of this machine",
-        ) from exc
-    return sock
 
 
 async def serve(app: Any, host: str, port: int) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 from harnesslab.tools.catalog import META_SERVER
@@ -16,14 +17,14 @@ from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import open_workspace
 
 from .cli_support import add_executor_args, command, run_async
-from .serve_cmd import TOKEN_ENV, is_loopback
+from .serve_cmd import TOKEN_ENV, is_loopback, port_number
 
 
 def _meta_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-w", "--workspace", type=Path, default=Path("."), help="workspace folder")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="http: address to bind (default loopback)")
-    p.add_argument("--port", type=int, default=8766, help="http: port (0 = any free port)")
+    p.add_argument("--port", type=port_number, default=8766, help="http: port (0 = any free port)")
     p.add_argument("--token", help=f"http: bearer token clients must send (or ${TOKEN_ENV})")
     p.add_argument("--name", default=META_SERVER, help="server name shown to clients")
     add_executor_args(p)
@@ -50,7 +51,7 @@ def cmd_meta(args: argparse.Namespace, settings: Settings) -> int:
     else:
         from .serve_cmd import serve_http  # noqa: PLC0415
 
-        run_async(serve_http, server, args.host, args.port, token)
+        run_async(partial(serve_http, settings=settings), server, args.host, args.port, token)
     return 0
 
 

@@ -32,10 +32,16 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError, WithJsonSchema
 
 from harnesslab.tools.catalog import TASK_SERVER
-from harnesslab.tools.errors import HarnesslabError, UsageError
+from harnesslab.tools.errors import (
+    HarnesslabError,
+    InfrastructureError,
+    UsageError,
+    agent_text,
+)
 from harnesslab.tools.evaluation.objective import Progress
 from harnesslab.tools.execution.launcher import Launcher, build_launcher
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.storage import disk_full_of
 from harnesslab.tools.state.telemetry import CallStatus, Telemetry
 from harnesslab.tools.state.workspace import Workspace, open_workspace
 from harnesslab.tools.task.kinds import GENERIC_TOOLS, kind_of
@@ -185,20 +191,25 @@ async def traced_call(
         raise
     except HarnesslabError as exc:
         status, error = "tool_error", type(exc).__name__
-        text = str(exc) if exc.next_step or not generic_next else f"{exc} Next: {generic_next}"
-        raise ToolError(text) from exc
+        if isinstance(exc, InfrastructureError):  # the blame, for summaries: never the message
+            error = f"infrastructure:{exc.kind}"
+        raise ToolError(agent_text(exc, generic_next)) from exc
+    except OSError as exc:  # a write the store did not name: still a named disk-full fault
+        full = disk_full_of(exc)
+        if full is None:
+            status, error = "crash", type(exc).__name__
+            log.exception("tool %s crashed", tool_name)
+            raise ToolError(crash_text(exc, crash_detail)) from exc
+        status, error = "tool_error", "infrastructure:disk_full"
+        log.warning("tool %s: %s", tool_name, full.message)
+        raise ToolError(agent_text(full)) from exc
     except anyio.get_cancelled_exc_class():
         status = "cancelled"
         raise
     except Exception as exc:  # boundary: log it, answer with a ToolError, keep serving
         status, error = "crash", type(exc).__name__
         log.exception("tool %s crashed", tool_name)
-        first = (str(exc).strip().splitlines() or [""])[0][:200] if crash_detail else ""
-        raise ToolError(
-            f"internal error: {type(exc).__name__}{': ' + first if first else ''}"
-            ". Next: the server keeps serving; retry once, and if it repeats report the "
-            "traceback from the server's stderr"
-        ) from exc
+        raise ToolError(crash_text(exc, crash_detail)) from exc
     finally:
         telemetry.record(
             tool_name,
@@ -210,6 +221,16 @@ async def traced_call(
             server=server,
             gpu=gpu,
         )
+
+
+def crash_text(exc: BaseException, detail: bool) -> str:
+    """An unexpected exception, for the agent: its type (and first line, with `detail`)."""
+    first = (str(exc).strip().splitlines() or [""])[0][:200] if detail else ""
+    return (
+        f"internal error: {type(exc).__name__}{': ' + first if first else ''}"
+        ". Next: the server keeps serving; retry once, and if it repeats report the "
+        "traceback from the server's stderr"
+    )
 
 
 def check_presets(tool: BuiltinTool, presets: dict[str, Any]) -> dict[str, Any]:

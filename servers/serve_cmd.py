@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from harnesslab.tools.catalog import SERVERS_MODULE, TASK_SERVER
 from harnesslab.tools.dashboard.source import Source
 from harnesslab.tools.errors import UsageError
@@ -44,8 +46,23 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-w", "--workspace", type=Path, help="workspace folder (default .)")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="http: address to bind (default loopback)")
-    p.add_argument("--port", type=int, default=8765, help="http: port (0 = any free port)")
+    p.add_argument("--port", type=port_number, default=8765, help="http: port (0 = any free port)")
     p.add_argument("--token", help=f"http: bearer token clients must send (or ${TOKEN_ENV})")
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        help="http: open sessions in all (default 1000; when full, the idlest is closed)",
+    )
+    p.add_argument(
+        "--max-sessions-per-client",
+        type=int,
+        help="http: open sessions per client address (default 64; one more gets 429)",
+    )
+    p.add_argument(
+        "--session-idle-min",
+        type=float,
+        help="http: minutes a session may stay idle before it is closed (default 10)",
+    )
     p.add_argument("--name", default=TASK_SERVER, help="server name shown to clients")
     p.add_argument(
         "--self-test",
@@ -54,6 +71,42 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--task", default=None, help="self-test: task template (default rmsnorm_gate)")
     add_executor_args(p)
+
+
+def port_number(text: str) -> int:
+    """argparse type of --port: 0..65535 (a one-line usage error otherwise)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (0..65535; 0 = any free one)")
+    return port
+
+
+# serve's session flags -> their settings field (validated there: bounds, types).
+SESSION_FLAGS = {
+    "max_sessions": "http_max_sessions",
+    "max_sessions_per_client": "http_max_sessions_per_client",
+    "session_idle_min": "http_session_idle_min",
+}
+
+
+def session_settings(args: argparse.Namespace, settings: Settings) -> Settings:
+    """`settings` with serve's session flags applied and checked (UsageError names the flag)."""
+    updates = {f: v for a, f in SESSION_FLAGS.items() if (v := getattr(args, a, None)) is not None}
+    if not updates:
+        return settings
+    try:
+        return Settings.model_validate({**settings.model_dump(), **updates})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err.get("loc") else "?"
+        flag = "--" + next((a for a, f in SESSION_FLAGS.items() if f == field), field)
+        raise UsageError(
+            f"{flag.replace('_', '-')}={err.get('input')!r}: {err['msg']}.",
+            next_step=f"see `harnesslab serve --help` for {flag.replace('_', '-')}",
+        ) from exc
 
 
 def is_loopback(host: str) -> bool:
@@ -73,6 +126,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         return run_async(run_self_test, settings, args.task, args.name)
     workspace = args.workspace or Path(".")
     token = args.token or os.environ.get(TOKEN_ENV) or None
+    settings = session_settings(args, settings)
     if args.transport == "http" and not is_loopback(args.host) and not token:
         raise UsageError(
             f"refusing to bind {args.host} without a bearer token.",
@@ -93,7 +147,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     async def http() -> None:
         try:
             page = Source(state.workspace.root, settings)  # the operator's, at /dashboard
-            await serve_http(server, args.host, args.port, token, dashboard=page)
+            await serve_http(server, args.host, args.port, token, settings=settings, dashboard=page)
         finally:
             await state.aclose()
 
@@ -140,31 +194,79 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-async def serve_http(
-    server: Any, host: str, port: int, token: str | None, *, dashboard: Source | None = None
-) -> None:
-    """Serve `server` over streamable HTTP; with `dashboard`, its page at /dashboard too
-    (servers/dashboard_app.py: the same token and Host/Origin checks)."""
-    import uvicorn  # noqa: PLC0415
+LISTEN_BACKLOG = 2048  # uvicorn's own default
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port and LISTENING (connections wait in its backlog until the
+    server accepts them); UsageError when the address cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+    except (OSError, OverflowError) as exc:
+        sock.close()
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {why}.",
+            next_step="pick another --port (0 = any free one) or an address of this machine "
+            "for --host",
+        ) from exc
+    return sock
+
+
+def http_app(server: Any, host: str, token: str | None, settings: Settings) -> Any:
+    """The ASGI app of `server` over streamable HTTP: the bearer token (when given), then the
+    session limits of `settings` (servers/http_sessions.py), then the SDK's app."""
     from mcp.server.transport_security import TransportSecuritySettings  # noqa: PLC0415
 
+    from .http_sessions import SessionLimits  # noqa: PLC0415
+
+    idle_s = settings.http_session_idle_min * 60
     security = None
     if not is_loopback(host):  # the bearer token guards it; Host headers vary off loopback
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    app = server.streamable_http_app(host=host, transport_security=security)
-    if token:
-        app = BearerAuth(app, token)
+    app = server.streamable_http_app(
+        host=host,
+        transport_security=security,
+        session_idle_timeout=idle_s,
+        max_sessions=None,  # SessionLimits keeps the table's bound (with eviction, not 503)
+    )
+    app = SessionLimits(
+        app,
+        max_sessions=settings.http_max_sessions,
+        per_client=settings.http_max_sessions_per_client,
+        idle_s=idle_s,
+    )
+    return BearerAuth(app, token) if token else app
+
+
+async def serve_http(
+    server: Any,
+    host: str,
+    port: int,
+    token: str | None,
+    *,
+    settings: Settings,
+    dashboard: Source | None = None,
+) -> None:
+    """Serve `server` over streamable HTTP on host:port until cancelled (http_app); with
+    `dashboard`, its page at /dashboard too (servers/dashboard_app.py: the same token and
+    Host/Origin checks)."""
+    import uvicorn  # noqa: PLC0415
+
+    app = http_app(server, host, token, settings)
     if dashboard is not None:
         from .dashboard_app import mount_dashboard  # noqa: PLC0415 - it imports this module
 
         app = mount_dashboard(app, dashboard, host=host, token=token)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    # Tests and scripts read this line to learn the port when --port 0 was asked for.
+    # Tests and scripts read this line to learn the port when --port 0 was asked for; it comes
+    # once the socket listens, so a connection made on reading it waits instead of failing.
     print(f"harnesslab: serving on http://{shown}:{bound}/mcp", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve(sockets=[sock])
@@ -302,4 +404,13 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-__all__ = ["BearerAuth", "cmd_config", "cmd_serve", "is_loopback", "serve_http"]
+__all__ = [
+    "BearerAuth",
+    "cmd_config",
+    "cmd_serve",
+    "http_app",
+    "is_loopback",
+    "listening_socket",
+    "port_number",
+    "serve_http",
+]

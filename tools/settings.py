@@ -90,8 +90,8 @@ class Settings(BaseSettings):
 
     # Slurm executor (HARNESSLAB_EXECUTOR=slurm): an allocation on a cluster, reached through
     # the login node (gpu_host, over SSH) or directly when this process runs on the login node.
-    slurm_gpus: int = Field(default=1, ge=1, description="GPUs per node of the allocation.")
-    slurm_nodes: int = Field(default=1, ge=1, description="Nodes of the allocation.")
+    slurm_gpus: int = Field(default=1, ge=1, le=64, description="GPUs per node of the allocation.")
+    slurm_nodes: int = Field(default=1, ge=1, le=1024, description="Nodes of the allocation.")
     slurm_partition: str = Field(default="", description="Partition (-p); empty: the default.")
     slurm_account: str = Field(default="", description="Account (-A); empty: the default.")
     slurm_qos: str = Field(default="", description="QoS (--qos); empty: the default.")
@@ -100,7 +100,10 @@ class Settings(BaseSettings):
         default="4:00:00", description="Time limit of the allocation (--time), e.g. '2:00:00'."
     )
     slurm_cpus_per_gpu: int = Field(
-        default=8, ge=1, description="CPUs per GPU of the allocation (compiles run on them)."
+        default=8,
+        ge=1,
+        le=1024,
+        description="CPUs per GPU of the allocation (compiles run on them).",
     )
     slurm_idle_s: float = Field(
         default=900.0,
@@ -109,6 +112,29 @@ class Settings(BaseSettings):
     )
     slurm_conf: str = Field(
         default="", description="slurm.conf on the login node (SLURM_CONF); empty: Slurm's own."
+    )
+
+    # The shared HTTP server (`serve --transport http`): session limits, so that one client
+    # cannot fill the session table for everyone (servers/http_sessions.py).
+    http_max_sessions: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Open MCP sessions of the HTTP server in all (~40 kB each); when full, the "
+        "session idle longest is closed to make room.",
+    )
+    http_max_sessions_per_client: int = Field(
+        default=64,
+        ge=1,
+        le=100_000,
+        description="Open sessions per client address; one more is answered 429 with Retry-After.",
+    )
+    http_session_idle_min: float = Field(
+        default=10.0,
+        gt=0,
+        le=7 * 24 * 60,
+        description="Minutes a session may go without a request or an open stream before the "
+        "server closes it.",
     )
 
     # Agent CLIs (the claude and codex runners, `doctor`, `config --approve`).

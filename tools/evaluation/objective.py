@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..execution.launcher import DEV_TRITON_CACHE, Launcher, RunnerCall
 from ..gpu.runner import score_of
 from ..state.checkpoints import Checkpoints
-from ..state.storage import append_jsonl
+from ..state.storage import append_jsonl, require_space
 from ..state.workspace import Workspace
 from ..task.kinds import kind_of
 from ..task.spec import Case
@@ -170,6 +170,8 @@ def record_run(
     shapes (final runs), kept in the store only, with `store_only`'s fields (a command task's
     full objective output)."""
     ws.ensure_exists()  # a workspace deleted mid-run is not recreated by the writes below
+    # A record is written whole or not begun: DiskFull (naming the store) before any write.
+    require_space(ws.store.root, sum(len(b) for b in files.values()) + len(str(entry)))
     ledger = ws.ledger()
     ckpt = Checkpoints(ws)
     best_before = ledger.best(mode, case_set=case_set)
@@ -323,6 +325,8 @@ async def run_objective(
         request, task=ws.task, on_event=case_events_progress(len(selected), progress)
     )
     t_call = time.perf_counter()
+    if (fault := call.fault()) is not None:  # the host's, not the candidate's: no record
+        raise fault
     result = to_eval_result(call, selected, candidate=digest, config=config, mode="dev", seed=seed)
     if save:
         case_set = "all" if not cases else ",".join(sorted(cases))

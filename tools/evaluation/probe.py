@@ -133,6 +133,8 @@ async def numerical_probe(
     call = await launcher.call(
         request, task=ws.task, on_event=case_events_progress(total, progress, unit="probe")
     )
+    if (fault := call.fault()) is not None:  # killed from outside: the host's, not the probes'
+        raise fault
     rows = (call.result or {}).get("probes")
     if rows is None:  # import failure or a killed runner: salvage the streamed probes
         rows = [ev for ev in call.events if ev.get("event") == "probe"]

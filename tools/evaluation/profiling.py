@@ -226,6 +226,8 @@ async def profile_kernel(
             f"ncu on {executor.host} may not read the GPU performance counters.",
             next_step="run as root or set NVreg_RestrictProfilingToAdminUsers=0 on the host",
         )
+    if (fault := call.fault()) is not None:  # killed from outside: not the candidate's
+        raise fault
     if (call.result or {}).get("status") != "passed":
         reason = (call.result or {}).get("reason") or call.failure()
         raise UsageError(

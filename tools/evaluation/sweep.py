@@ -22,7 +22,8 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, Field
 
-from ..errors import UsageError
+from ..errors import UsageError, first_fault
+from ..execution.disk import stage_full
 from ..execution.launcher import Launcher, RunnerCall
 from ..state import workspace_files as wf
 from ..state.checkpoints import Checkpoints
@@ -108,6 +109,8 @@ def classify(entry: dict[str, Any]) -> ConfigStatus:
         return "ok"
     cases = entry.get("cases") or []
     reasons = " ".join(c.get("reason", "") for c in cases) + entry.get("reason", "")
+    if any(c.get("status") == "crash" for c in cases):
+        return "error"  # the process died under it (salvage): neither a timeout nor a compile
     if any(c.get("status") == "timeout" for c in cases) or "timeout" in reasons:
         return "timeout"
     if (
@@ -137,16 +140,18 @@ def _key(config: dict[str, Any]) -> str:
 
 
 def salvage(call: RunnerCall, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A timing runner that was killed: the configs it reported, the rest as timeouts."""
+    """A timing runner that timed out or crashed: the configs it reported, the rest as
+    timeouts (it was killed at its time limit) or crashes (it died under them)."""
     done = {_key(ev["config"]): ev for ev in call.events if ev.get("event") == "config"}
+    status = "timeout" if call.timed_out else "crash"
     return [
         done.get(_key(c))
         or {
             "config": c,
             "status": "failed",
             "score_us": None,
-            "reason": f"timeout: {call.failure()}",
-            "cases": [{"status": "timeout"}],
+            "reason": f"{status}: {call.failure()}",
+            "cases": [{"status": status}],
         }
         for c in configs
     ]
@@ -197,6 +202,11 @@ async def sweep(
         )
         compile_s = anyio.current_time() - t0
         compiled = {_key(e["config"]): e for e in pooled or []}
+        # Configs that failed for want of disk space are the host's fault (measured there).
+        said = [json.dumps(e) for e in compiled.values() if e.get("status") != "passed"]
+        executor = launcher.slots[0].executor
+        if (full := await stage_full(executor, executor.path("stage"), said)) is not None:
+            raise full
     # Phase 2: time under the GPU lock (warm runners, warm caches) only the configs that
     # compiled and passed, dealt over every slot when there are several; a config that failed
     # in phase 1 keeps that entry.
@@ -221,10 +231,19 @@ async def sweep(
         )
 
     if to_time:
-        async with anyio.create_task_group() as tg:
-            for i in range(len(slots)):
-                if shares[i]:
-                    tg.start_soon(time_share, i)
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(len(slots)):
+                    if shares[i]:
+                        tg.start_soon(time_share, i)
+        except BaseExceptionGroup as group:  # a lost connection: the fault, not a group
+            fault = first_fault(group)
+            if fault is group:
+                raise
+            raise fault from None
+    for call in calls:  # a runner killed from outside: the host's fault, no config's
+        if call is not None and (killed := call.fault()) is not None:
+            raise killed
     timing_s = anyio.current_time() - t1
     meaningful = not interpreted
     by_key: dict[str, dict[str, Any]] = {}

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import ExecutorError
+from ..errors import ExecutorError, first_fault, killed_from_outside, signal_name, signal_of
 from ..gpu import wire
 from ..task.spec import TaskSpec
+from .warm import forget_workers
 
 if TYPE_CHECKING:
+    from .executor import Executor
     from .launcher import Launcher, Slot, Worker
 
 # Folders of the stage that only the GPU host writes (sandbox scratch, Triton caches): the
@@ -76,18 +78,18 @@ class CompilePool:
                 self.unsupported = True
                 return None
             self.started += 1
-            if worker is not None:
-                self.workers[i] = worker
+            self.workers[i] = worker
         return worker
 
     async def _one(
         self, i: int, request: dict[str, Any], config: dict[str, Any], task: TaskSpec,
         timeout_s: float,
-    ) -> dict[str, Any] | None:  # fmt: skip
-        """One config on worker i: its entry, or None when the worker died or never started."""
+    ) -> tuple[dict[str, Any] | None, int | None]:  # fmt: skip
+        """One config on worker i: its entry, or None when the worker died or never started,
+        with the exit status of a worker that died (128+N for a signal)."""
         worker = await self._worker(i, task, timeout_s)
         if worker is None:
-            return None
+            return None, None
         req, _ = self.launcher.prepare(
             self.slot_of(i), {**request, "configs": [config], "compile_only": True}, task
         )
@@ -100,19 +102,23 @@ class CompilePool:
                     result.append(obj)
 
         try:
-            done, timed_out = await self.launcher.serve(worker, req, timeout_s, line_in)
-        except ExecutorError:  # it died before the request reached it (serve killed it)
-            done, timed_out = False, False
-        if not done:
+            served = await self.launcher.serve(worker, req, timeout_s, line_in)
+        except ExecutorError as exc:
             self.workers.pop(i, None)
-            if timed_out:
-                return failed(config, "timeout", f"compile took over {timeout_s:.0f}s")
-            return None
+            if exc.started:  # its connection or allocation was lost under it: not the config's
+                await forget_workers(self.launcher, self.slot_of(i).executor)
+                raise
+            return None, None  # it was gone before the request reached it (serve killed it)
+        if not served.done:
+            self.workers.pop(i, None)
+            if served.timed_out:
+                return failed(config, "timeout", f"compile took over {timeout_s:.0f}s"), None
+            return None, served.exit_code
         entries = (result[0] if result else {}).get("configs") or []
         if not entries:  # the runner answered with an error instead of a sweep
             reason = (result[0] if result else {}).get("reason", "no result")
-            return failed(config, "error", f"compile worker: {reason}")
-        return entries[0]
+            return failed(config, "error", f"compile worker: {reason}"), None
+        return entries[0], None
 
     async def compile(
         self,
@@ -144,12 +150,19 @@ class CompilePool:
         async def drain(i: int) -> None:
             while queue:
                 k = queue.pop(0)
-                entry = await self._one(i, request, configs[k], task, timeout_s)
+                entry, _ = await self._one(i, request, configs[k], task, timeout_s)
                 if entry is None and not self.unsupported:  # the worker died: once more, fresh
-                    entry = await self._one(i, request, configs[k], task, timeout_s)
-                    entry = entry or failed(
-                        configs[k], "error", "compile worker died twice on this config"
-                    )
+                    entry, code = await self._one(i, request, configs[k], task, timeout_s)
+                    if entry is None:
+                        host = self.slot_of(i).executor.host
+                        fault = killed_from_outside(code, what="a compile worker", host=host)
+                        if fault is not None:  # twice: the host, not this config
+                            raise fault
+                        sig = signal_of(code)
+                        how = f"killed by {signal_name(sig)}" if sig else f"exit {code}"
+                        entry = failed(
+                            configs[k], "error", f"compile worker died twice on this config ({how})"
+                        )
                 entries[k] = entry
                 if self.unsupported:
                     return
@@ -164,14 +177,25 @@ class CompilePool:
                     if maybe is not None:
                         await maybe
 
-        async with anyio.create_task_group() as tg:
-            for i in range(size):
-                tg.start_soon(drain, i)
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(size):
+                    tg.start_soon(drain, i)
+        except BaseExceptionGroup as group:  # a named fault, not a group, reaches the caller
+            fault = first_fault(group)
+            if fault is group:
+                raise
+            raise fault from None
         if self.unsupported:
             return None
         return [
             e or failed(c, "error", "not compiled") for e, c in zip(entries, configs, strict=True)
         ]
+
+    async def forget(self, executor: Executor) -> None:
+        """Kill the workers on `executor` (its connection or allocation was lost)."""
+        for i in [i for i in self.workers if self.slot_of(i).executor is executor]:
+            await self.workers.pop(i).proc.kill()
 
     async def aclose(self) -> None:
         for worker in self.workers.values():

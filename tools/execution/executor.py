@@ -18,6 +18,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 from anyio.abc import Process
@@ -135,10 +136,29 @@ class Executor(ABC):
         """Release connections and workers."""
 
 
+class Ending(NamedTuple):
+    """How an interactive process ended (InteractiveProcess.ended): its exit status as a shell
+    reports it (128+N for a signal; None: unknown), or the fault of the transport that carried
+    it (`lost`: the connection or the allocation went away, the process did not just exit)."""
+
+    code: int | None = None
+    lost: ExecutorError | None = None
+
+
 class InteractiveProcess(ABC):
     """A process in its own group that reads request lines and writes event lines."""
 
     pid: int
+
+    def alive(self) -> bool:
+        """False once the process is known to be gone (exited, killed, its connection lost):
+        a request sent to it could never start. Backends that cannot tell say True."""
+        return True
+
+    async def ended(self) -> Ending:
+        """After receive_line() returned None: how the process ended (a bounded wait for its
+        exit status). Backends that cannot tell return Ending()."""
+        return Ending()
 
     @abstractmethod
     async def send_line(self, line: str) -> None: ...
@@ -224,7 +244,12 @@ class LocalInteractive(InteractiveProcess):
         try:
             await self.process.stdin.send(line.encode() + b"\n")
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            raise ExecutorError("worker is gone", kind="crashed", started=False) from exc
+            raise ExecutorError(
+                "the warm worker was gone before the request reached it.",
+                kind="crashed",
+                started=False,
+                next_step="call again: a new worker starts",
+            ) from exc
 
     async def receive_line(self, max_bytes: int = 64 << 20) -> str | None:
         try:
@@ -236,6 +261,15 @@ class LocalInteractive(InteractiveProcess):
             anyio.BrokenResourceError,
         ):
             return None
+
+    def alive(self) -> bool:
+        return not self._killed and self.process.returncode is None
+
+    async def ended(self) -> Ending:
+        with anyio.move_on_after(KILL_GRACE_S, shield=True):
+            await self.process.wait()
+        code = self.process.returncode
+        return Ending(code=None if code is None else 128 - code if code < 0 else code)
 
     async def kill(self) -> None:
         if self._killed:
@@ -417,6 +451,7 @@ def start_failure(
 
 __all__ = [
     "CommandResult",
+    "Ending",
     "Executor",
     "InteractiveProcess",
     "LineSink",

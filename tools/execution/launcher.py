@@ -22,14 +22,23 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import EnvironmentProblem, ExecutorError
+from ..errors import (
+    EnvironmentProblem,
+    ExecutorError,
+    killed_from_outside,
+    signal_name,
+    signal_of,
+)
 from ..gpu import STAGED, TASK, wire
 from ..settings import Settings
+from ..state.storage import named_disk_full
 from ..task.spec import TaskSpec
 from .backends import build_executors
 from .compile_pool import HOST_WRITTEN, CompilePool
-from .executor import Executor, InteractiveProcess, LocalExecutor
+from .disk import stage_full
+from .executor import Ending, Executor, InteractiveProcess, LocalExecutor
 from .gpu_lock import OnWait, held_channels, hold_gpu
+from .warm import Served, call_worker
 
 EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 
@@ -96,7 +105,17 @@ class RunnerCall(BaseModel):
         if self.timed_out:
             return f"runner timed out after {self.wall_s:.0f}s and was killed"
         tail = self.stderr_tail.strip().splitlines()[-1:] or ["no output"]
-        return f"runner exited with {self.exit_code}: {tail[0][:300]}"
+        sig = signal_of(self.exit_code)
+        how = f"was killed by {signal_name(sig)}" if sig else f"exited with {self.exit_code}"
+        return f"runner {how}: {tail[0][:300]}"
+
+    def fault(self) -> ExecutorError | None:
+        """The infrastructure fault that ended this call, if one did: the runner killed from
+        outside (the out-of-memory killer, an operator) before it gave a result. Callers raise
+        it instead of recording a result of the candidate (tools/errors.py: blame)."""
+        if self.result is not None or self.timed_out:
+            return None
+        return killed_from_outside(self.exit_code, what="the runner", host=self.host)
 
 
 class _nullcontext:
@@ -186,6 +205,10 @@ class Launcher:
 
     # -- staging ------------------------------------------------------------------------------
     def _stage_common(self, task: TaskSpec) -> None:
+        with named_disk_full(self.stage):
+            self._stage_files(task)
+
+    def _stage_files(self, task: TaskSpec) -> None:
         (self.stage / HARNESS).mkdir(parents=True, exist_ok=True)
         for name in RUNNER_FILES:
             src = runner_source(name)
@@ -220,9 +243,14 @@ class Launcher:
         folder = self.stage / "candidates" / digest
         if not folder.is_dir():
             tmp = self.stage / "candidates" / f".{digest}.{uuid.uuid4().hex[:6]}"
-            for rel, data in files.items():
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / rel).write_bytes(data)
+            with named_disk_full(self.stage, sum(len(b) for b in files.values())):
+                try:
+                    for rel, data in files.items():
+                        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                        (tmp / rel).write_bytes(data)
+                except OSError:
+                    shutil.rmtree(tmp, ignore_errors=True)  # nothing half-staged stays
+                    raise
             try:
                 tmp.rename(folder)
             except OSError:
@@ -395,13 +423,13 @@ class Launcher:
             phases["sync"] = started - t_begin - phases["stage"] - phases["gpu_lock"]
             outcome = None
             if warm:
-                outcome = await self._call_worker(slot, req, env, timeout_s, line_in, task)
+                outcome = await call_worker(self, slot, req, env, timeout_s, line_in, task)
                 if slot.worker is not None:
                     sandbox.update(slot.worker.sandbox)
             if outcome is not None:
-                timed_out, stderr_tail = outcome
+                timed_out, stderr_tail, ended_code = outcome
                 got_result = any(e.get("event") == "result" for e in events)
-                exit_code = 0 if got_result and not timed_out else None
+                exit_code = 0 if got_result and not timed_out else ended_code
             else:  # fresh process (or a backend without interactive processes)
                 res = await slot.executor.run(
                     [*(argv_prefix or []), *self.runner_argv(slot, mode, task, worker=False)],
@@ -414,6 +442,10 @@ class Launcher:
                 exit_code, timed_out = res.exit_code, res.timed_out
                 stderr_tail = res.stderr_tail()
         phases["runner_round_trip"] = time.perf_counter() - started
+        # The runner spoke of a full disk: measured here, a full stage is the host's fault.
+        said = [stderr_tail, *map(json.dumps, events)]
+        if (full := await stage_full(slot.executor, slot.executor.path("stage"), said)) is not None:
+            raise full
         result = next((ev for ev in reversed(events) if ev.get("event") == "result"), None)
         if result is not None and isinstance(result.get("env"), dict):
             self.last_env = result["env"]
@@ -470,10 +502,12 @@ class Launcher:
         return req, env
 
     def worker_stale(self, worker: Worker, task: TaskSpec) -> bool:
-        """A warm worker that must be replaced before its next request: too many calls, an
-        older runner, another task, or idle long enough that it is about to exit by itself."""
+        """A warm worker that must be replaced before its next request: gone already (its
+        connection or allocation lost while idle), too many calls, an older runner, another
+        task, or idle long enough that it is about to exit by itself."""
         return (
-            worker.served >= self.settings.worker_max_calls
+            not worker.proc.alive()
+            or worker.served >= self.settings.worker_max_calls
             or worker.digest != runner_digest()
             or worker.task != task.name
             or time.monotonic() - worker.last_used > self.settings.worker_idle_s * 0.9
@@ -482,10 +516,10 @@ class Launcher:
     async def start_worker(
         self, slot: Slot, mode: str, task: TaskSpec, env: dict[str, str], timeout_s: float,
         log: str,
-    ) -> Worker | None:  # fmt: skip
+    ) -> Worker:  # fmt: skip
         """A warm runner (`runner.py --worker`, inside the sandbox) on `slot`'s executor, once
-        it said "ready"; None when it did not start. NotImplementedError: the backend has no
-        interactive processes."""
+        it said "ready". ExecutorError when it did not start (no request was sent: started is
+        False); NotImplementedError: the backend has no interactive processes."""
         proc = await slot.executor.start(
             self.runner_argv(slot, mode, task, worker=True),
             cwd=slot.executor.path("stage"),
@@ -494,8 +528,9 @@ class Launcher:
         )
         worker = Worker(proc, runner_digest(), task.name)
         ready = False
+        limit_s = min(timeout_s, 180)
         try:
-            with anyio.move_on_after(min(timeout_s, 180)):
+            with anyio.move_on_after(limit_s) as waited:
                 while True:  # the sandbox's report comes first, then the runner's "ready"
                     line = await proc.receive_line()
                     if line is None:
@@ -507,16 +542,40 @@ class Launcher:
                     if '"ready"' in line:
                         ready = True
                         break
-        finally:
-            if not ready:  # timed out, died, or the caller was cancelled: nothing left running
+        except BaseException:  # the caller was cancelled: nothing is left running
+            with anyio.CancelScope(shield=True):
                 await proc.kill()
-        return worker if ready else None
+            raise
+        if not ready and waited.cancelled_caught:  # the host is slow, or the call's limit short
+            await proc.kill()
+            raise ExecutorError(
+                f"{slot.label}: the warm runner did not start within {limit_s:g} s (its log on "
+                f"the host: {slot.executor.path('stage', log)}).",
+                kind="timeout",
+                started=False,
+                next_step="retry; if it repeats, the host is loaded or eval_timeout_s is short",
+            )
+        if not ready:
+            ending = await proc.ended()
+            await proc.kill()
+            if ending.lost is not None:
+                ending.lost.started = False
+                raise ending.lost
+            how = "" if ending.code is None else f", exit {ending.code}"
+            raise ExecutorError(
+                f"{slot.label}: the warm runner did not start{how} (its log on the host: "
+                f"{slot.executor.path('stage', log)}).",
+                kind="remote_env",
+                started=False,
+                next_step="remote_health_check says what the host lacks; the log says why",
+            )
+        return worker
 
-    async def serve(
-        self, worker: Worker, req: dict[str, Any], timeout_s: float, line_in
-    ) -> tuple[bool, bool]:
-        """One request on a warm worker: (done, timed_out). A worker that did not finish is
-        killed (the caller drops it); so is one whose caller is cancelled."""
+    async def serve(self, worker: Worker, req: dict[str, Any], timeout_s: float, line_in) -> Served:
+        """One request on a warm worker. A worker that did not finish is killed (the caller
+        drops it); so is one whose caller is cancelled. A worker whose connection or allocation
+        went away raises that fault (ExecutorError, started: the request had reached it); one
+        that was gone before the request reached it raises started=False."""
         worker.served += 1
         try:
             await worker.proc.send_line(json.dumps(req))
@@ -531,9 +590,14 @@ class Launcher:
                         done = True
                         break
             worker.last_used = time.monotonic()
+            ending = Ending()
             if not done:
+                if not scope.cancelled_caught:
+                    ending = await worker.proc.ended()
                 await worker.proc.kill()
-            return done, scope.cancelled_caught
+            if ending.lost is not None:
+                raise ending.lost
+            return Served(done, scope.cancelled_caught, ending.code)
         except BaseException:
             await worker.proc.kill()
             raise
@@ -545,43 +609,6 @@ class Launcher:
         """The interpreter the toolkit runs on `slot`'s host: what a command task's {python}
         names."""
         return self._python(slot)
-
-    async def _call_worker(
-        self,
-        slot: Slot,
-        req: dict[str, Any],
-        env: dict[str, str],
-        timeout_s: float,
-        line_in,
-        task: TaskSpec,
-    ) -> tuple[bool, str] | None:
-        """Serve one request on the slot's warm worker (a sandboxed runner). Returns (timed_out,
-        stderr_tail), or None when the backend cannot keep a worker. A crash, timeout or cancel
-        kills it; the next call starts a new one."""
-        worker = slot.worker
-        if worker is not None and self.worker_stale(worker, task):
-            await worker.proc.kill()
-            slot.worker = worker = None
-        if worker is None:
-            try:
-                worker = await self.start_worker(
-                    slot, "evaluate", task, env, timeout_s, f"worker-gpu{slot.gpu_index}.log"
-                )
-            except NotImplementedError:
-                slot.warm_supported = False
-                return None
-            if worker is None:
-                return (False, "warm worker did not start (see worker log on the host)")
-            slot.worker = worker
-        try:
-            done, timed_out = await self.serve(worker, req, timeout_s, line_in)
-        except BaseException:
-            slot.worker = None
-            raise
-        if not done:
-            slot.worker = None
-            return (timed_out, "worker timed out and was killed" if timed_out else "worker died")
-        return (False, "")
 
     async def aclose(self) -> None:
         await self.compile_pool.aclose()

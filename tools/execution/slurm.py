@@ -47,6 +47,7 @@ from ..errors import ExecutorError
 from ..settings import Settings
 from .executor import (
     CommandResult,
+    Ending,
     Executor,
     InteractiveProcess,
     LineSink,
@@ -601,6 +602,13 @@ class SlurmInteractive(InteractiveProcess):
         self._executor, self._job, self._name, self._proc = executor, job, name, proc
         self._srun_log = srun_log
         self._killed = False
+
+    def alive(self) -> bool:
+        """Its srun still runs, in the allocation this executor still holds."""
+        return self._executor._job is self._job and self._proc.alive()
+
+    async def ended(self) -> Ending:
+        return await self._proc.ended()
 
     async def send_line(self, line: str) -> None:
         await self._proc.send_line(line)

@@ -30,6 +30,7 @@ from ..errors import ExecutorError
 from .executor import (
     KILL_GRACE_S,
     CommandResult,
+    Ending,
     Executor,
     InteractiveProcess,
     LineSink,
@@ -437,13 +438,38 @@ class SSHInteractive(InteractiveProcess):
         self._process, self._slot = process, slot
         self._buffer = bytearray()
         self._killed = False
+        self._lost: BaseException | None = None  # the transport error a read ended with
+
+    def alive(self) -> bool:
+        return (
+            not self._killed
+            and self._lost is None
+            and not self._entry.closed
+            and self._process.returncode is None
+        )
+
+    async def ended(self) -> Ending:
+        """The command's exit status (128+N for a signal: the group wrapper), or `lost` when the
+        connection went away under it (no exit status ever came)."""
+        if self._lost is None and not self._entry.closed:
+            with anyio.move_on_after(self._executor.kill_grace_s, shield=True):
+                await self._process.wait_closed()
+        code = self._process.returncode
+        if self._lost is not None or self._entry.closed or code is None:
+            return Ending(lost=self._executor._dropped(self._lost))
+        return Ending(code=128 - code if code < 0 else code)
 
     async def send_line(self, line: str) -> None:
         try:
             self._process.stdin.write(line.encode() + b"\n")
             await self._process.stdin.drain()
         except (OSError, asyncssh.Error) as exc:
-            raise ExecutorError("worker is gone", kind="crashed", started=False) from exc
+            raise ExecutorError(
+                f"{self._executor.host}: the warm worker was gone before the request reached it.",
+                kind="crashed",
+                started=False,
+                next_step="call again: a new worker starts",
+            ) from exc
 
     async def receive_line(self, max_bytes: int = 64 << 20) -> str | None:
         while (end := self._buffer.find(b"\n")) < 0:
@@ -451,7 +477,8 @@ class SSHInteractive(InteractiveProcess):
                 raise ExecutorError(f"worker line over {max_bytes} bytes", kind="crashed")
             try:
                 chunk = await self._process.stdout.read(_READ_CHUNK)
-            except (OSError, asyncssh.Error):
+            except (OSError, asyncssh.Error) as exc:
+                self._lost = exc
                 return None
             if not chunk:
                 return None

@@ -7,7 +7,6 @@ from typing import Any
 
 from ..errors import UsageError
 from ..state import workspace_files as wf
-from ..state.telemetry import summarize as summarize_telemetry
 from ..state.workspace import Workspace
 from ..task.kinds import kind_of
 from .state import Iteration, RunState
@@ -164,7 +163,7 @@ qualification after this turn is quarantined. You have {timeout_s:.0f} seconds.
 def telemetry_text(ws: Workspace, limit: int = 40) -> str:
     """One line per tool: calls, outcomes, median duration (what was used, what failed)."""
     lines = []
-    for tool, st in list(summarize_telemetry(ws.telemetry_records()).items())[:limit]:
+    for tool, st in list(ws.telemetry_usage().items())[:limit]:
         outcomes = ", ".join(f"{k} {v}" for k, v in st["status"].items())
         median = st.get("median_ms")
         lines.append(

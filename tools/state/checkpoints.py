@@ -12,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from . import workspace_files as wf
-from .storage import atomic_write_bytes, atomic_write_json, hash_files
+from .storage import atomic_write_bytes, atomic_write_json, hash_files, require_space
 
 if TYPE_CHECKING:
     from .workspace import Workspace
@@ -46,14 +48,31 @@ class Checkpoints:
         return rels
 
     def save(self, files: dict[str, bytes] | None = None) -> str:
+        """Checkpoint `files` (default: the workspace's editable files) under their hash. The
+        folder appears whole or not at all: it is written under a temp name and renamed, so a
+        full disk (DiskFull) or a crash leaves no checkpoint without its manifest."""
         files = self.ws.editable_files() if files is None else files
         self.check_files(list(files))
         digest = hash_files(files)
         folder = self.root / digest
-        if not (folder / "manifest.json").is_file():
+        if (folder / "manifest.json").is_file():
+            return digest
+        require_space(self.root, sum(len(b) for b in files.values()))
+        tmp = self.root / f".{digest}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
             for rel, data in files.items():
-                atomic_write_bytes(folder / rel, data)
-            atomic_write_json(folder / "manifest.json", {"hash": digest, "files": sorted(files)})
+                atomic_write_bytes(tmp / rel, data)
+            atomic_write_json(tmp / "manifest.json", {"hash": digest, "files": sorted(files)})
+            if folder.is_dir():  # a partial folder left by an older version: replaced
+                shutil.rmtree(folder)
+            try:
+                tmp.rename(folder)
+            except OSError:
+                if not (folder / "manifest.json").is_file():
+                    raise
+                # another process saved the same checkpoint first: the same bytes
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         return digest
 
     def exists(self, digest: str) -> bool:

@@ -23,6 +23,7 @@ from . import workspace_files as wf
 from .ledger import Ledger
 from .legacy_import import import_legacy, mark_imported
 from .storage import hash_files
+from .telemetry import read_records, usage
 from .trusted_store import TrustedStore
 from .workspace_files import STATE
 
@@ -66,8 +67,13 @@ class Workspace:
         return self.state / "runs"
 
     def telemetry_records(self) -> list[dict[str, Any]]:
-        """telemetry.jsonl's records, read as the untrusted workspace file it is."""
-        return wf.read_jsonl(self.root, wf.inside(self.root, self.telemetry_path))
+        """telemetry.jsonl's records (its kept segments: tools/state/telemetry.py), read as
+        the untrusted workspace file it is."""
+        return read_records(self.root, wf.inside(self.root, self.telemetry_path))
+
+    def telemetry_usage(self) -> dict[str, dict[str, Any]]:
+        """Per tool since telemetry began (rotated segments included): calls, statuses."""
+        return usage(self.root, wf.inside(self.root, self.telemetry_path))
 
     def ledger(self) -> Ledger:
         """The trusted ledger; every append refreshes the workspace's history view."""

@@ -14,6 +14,7 @@ Every refusal is a UsageError naming the file and what to do about it.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import stat
@@ -23,7 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import DiskFull, HarnesslabError, UsageError
+from .storage import free_bytes
 
 STATE = ".harnesslab"  # the workspace's own folder: views, generated sources, telemetry
 MAX_FILE_BYTES = 4 << 20  # editable sources, configs, manifests
@@ -74,7 +76,9 @@ def _parent_fd(root: Path, rel: PurePosixPath, *, create: bool) -> Iterator[int]
         os.close(fd)
 
 
-def _refusal(root: Path, rel: str, exc: OSError) -> UsageError:
+def _refusal(root: Path, rel: str, exc: OSError) -> HarnesslabError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFull((root / rel).parent, free_bytes=free_bytes(root))
     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
         return UsageError(
             f"{rel} (in {root}) goes through a symlink (or a file where a folder should be): "
@@ -89,8 +93,9 @@ def _refusal(root: Path, rel: str, exc: OSError) -> UsageError:
     return UsageError(f"{rel} (in {root}) cannot be read: {exc.strerror}.", next_step="fix it")
 
 
-def read_bytes(root: Path, rel: str, *, max_bytes: int = MAX_FILE_BYTES, what: str = "") -> bytes:
-    """The bytes of the regular file `rel` under `root` (see the module docstring)."""
+def _open_regular(root: Path, rel: str, what: str = "") -> tuple[int, os.stat_result]:
+    """A read descriptor of the regular file `rel` under `root` (see the module docstring) and
+    its stat; UsageError naming the file for anything else (a folder, a FIFO, a link)."""
     pure = check_relative(rel, what=what or "path")
     try:
         with _parent_fd(root, pure, create=False) as parent:
@@ -102,9 +107,19 @@ def read_bytes(root: Path, rel: str, *, max_bytes: int = MAX_FILE_BYTES, what: s
             )
     except OSError as exc:
         raise _refusal(root, rel, exc) from exc
+    try:
+        st = os.fstat(fd)
+        _check_regular(root, rel, st)  # before any read: a folder opens, then fails to read
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bytes(root: Path, rel: str, *, max_bytes: int = MAX_FILE_BYTES, what: str = "") -> bytes:
+    """The bytes of the regular file `rel` under `root` (see the module docstring)."""
+    fd, st = _open_regular(root, rel, what)
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        _check_regular(root, rel, st)
         if st.st_size > max_bytes:
             raise UsageError(
                 f"{rel} is {st.st_size} bytes; the limit is {max_bytes}.",
@@ -120,10 +135,70 @@ def read_bytes(root: Path, rel: str, *, max_bytes: int = MAX_FILE_BYTES, what: s
     return data
 
 
+def read_tail(root: Path, rel: str, max_bytes: int) -> bytes:
+    """The last `max_bytes` bytes of the regular file `rel` (all of it when smaller), read
+    through the same gate as read_bytes: a log read in bounded time however long it grew."""
+    fd, st = _open_regular(root, rel)
+    with os.fdopen(fd, "rb") as fh:
+        fh.seek(max(0, st.st_size - max_bytes))
+        return fh.read(max_bytes)
+
+
+def file_size(root: Path, rel: str) -> int | None:
+    """The size of the regular file `rel` reached without symlinks; None when it is missing
+    or refused (never raises)."""
+    try:
+        pure = check_relative(rel)
+        with _parent_fd(root, pure, create=False) as parent:
+            st = os.stat(pure.name, dir_fd=parent, follow_symlinks=False)
+    except (OSError, UsageError):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def rename(root: Path, src: str, dst: str) -> None:
+    """Rename `src` to `dst`, two names in one folder under `root` (no symlink followed: the
+    entries themselves move). A missing `src` is not an error."""
+    pure, target = check_relative(src), check_relative(dst)
+    if pure.parent != target.parent:
+        raise UsageError(f"rename {src} -> {dst}: not in one folder.", next_step="fix the caller")
+    try:
+        with _parent_fd(root, pure, create=False) as parent:
+            os.rename(pure.name, target.name, src_dir_fd=parent, dst_dir_fd=parent)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _refusal(root, src, exc) from exc
+
+
+@contextmanager
+def locked(root: Path, rel: str) -> Iterator[None]:
+    """Hold an exclusive lock (flock) on the lock file `rel` under `root`, created when
+    missing, through the same gate as every write."""
+    pure = check_relative(rel)
+    try:
+        with _parent_fd(root, pure, create=True) as parent:
+            fd = os.open(
+                pure.name,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o644,
+                dir_fd=parent,
+            )
+    except OSError as exc:
+        raise _refusal(root, rel, exc) from exc
+    try:
+        _check_regular(root, rel, os.fstat(fd))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _check_regular(root: Path, rel: str, st: os.stat_result) -> None:
     if not stat.S_ISREG(st.st_mode):
+        what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise UsageError(
-            f"{rel} (in {root}) is not a regular file.",
+            f"{rel} (in {root}) is {what}, not a regular file.",
             next_step=f"replace {rel} with a regular file",
         )
     if st.st_nlink > 1:
@@ -345,9 +420,10 @@ def write_json(root: Path, rel: str, obj: Any, *, fsync: bool = True) -> None:
     write_bytes(root, rel, data.encode(), fsync=fsync)
 
 
-def append_line(root: Path, rel: str, line: str) -> None:
+def append_line(root: Path, rel: str, line: str) -> int:
     """Append one line to `rel` under `root`: no symlink on any component, a regular file with
-    one link, created when missing. Not fsynced (telemetry: see tools/state/telemetry.py)."""
+    one link, created when missing. Not fsynced (telemetry: see tools/state/telemetry.py).
+    Returns the file's size after the append."""
     pure = check_relative(rel)
     try:
         with _parent_fd(root, pure, create=True) as parent:
@@ -367,6 +443,8 @@ def append_line(root: Path, rel: str, line: str) -> None:
     with os.fdopen(fd, "ab") as fh:
         _check_regular(root, rel, os.fstat(fh.fileno()))
         fh.write(line.encode())
+        fh.flush()
+        return os.fstat(fh.fileno()).st_size
 
 
 def real_dir(root: Path, rel: str) -> Path:
@@ -399,17 +477,21 @@ __all__ = [
     "STATE",
     "append_line",
     "check_relative",
+    "file_size",
     "inside",
     "is_dir",
     "is_file",
     "json_depth_ok",
     "list_dir",
+    "locked",
     "parse_json",
     "read_bytes",
     "read_json",
     "read_jsonl",
+    "read_tail",
     "read_text",
     "real_dir",
+    "rename",
     "walk_files",
     "write_bytes",
     "write_json",

@@ -8,12 +8,14 @@ A command task is any folder with a task.md and an objective command printing JS
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import re
+import stat
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -25,6 +27,10 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 OBJECTIVE_PLACEHOLDERS = ("python", "warmup", "repeats", "cases", "cases_file", "task_dir")
 DTYPES = ("float16", "bfloat16", "float32")
+MAX_TOML_BYTES = 1 << 20
+# A size of a case (rows, dim, m, n, k): positive, and an int32 index (what Triton kernels
+# index with), checked where task.toml is parsed, before any tensor is allocated.
+MAX_DIM = 2**31 - 1
 
 
 class Case(BaseModel):
@@ -32,7 +38,7 @@ class Case(BaseModel):
 
     name: str
     dtype: str
-    shape: dict[str, int]
+    shape: dict[str, Annotated[int, Field(ge=1, le=MAX_DIM)]]
 
     @field_validator("dtype")
     @classmethod
@@ -51,8 +57,8 @@ class Tolerance(BaseModel):
 
 
 class SizeRange(BaseModel):
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
+    min: int = Field(ge=1, le=MAX_DIM)
+    max: int = Field(ge=1, le=MAX_DIM)
     multiple_of: int = Field(default=1, ge=1)
 
 
@@ -63,8 +69,8 @@ class FinalDomain(BaseModel):
     count: int = Field(ge=1, le=64)
     dtypes: list[str]
     ranges: dict[str, SizeRange] = Field(default_factory=dict)
-    choices: dict[str, list[int]] = Field(default_factory=dict)
-    require: list[dict[str, int]] = Field(default_factory=list)
+    choices: dict[str, list[Annotated[int, Field(ge=1, le=MAX_DIM)]]] = Field(default_factory=dict)
+    require: list[dict[str, Annotated[int, Field(ge=1, le=MAX_DIM)]]] = Field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
         """The domain without any drawn values: safe to show the agent."""
@@ -285,7 +291,7 @@ def load_task(name_or_dir: str | Path) -> TaskSpec:
             f"{root} has no task.toml.",
             next_step="a task folder needs task.toml and task.md (see tasks/rmsnorm_gate)",
         )
-    task = parse_task(toml_path.read_text(), root)
+    task = parse_task(read_toml(toml_path), root)
     if task.declare is not None:
         problems = task.declare.folder_problems(root)
         if problems:
@@ -293,20 +299,61 @@ def load_task(name_or_dir: str | Path) -> TaskSpec:
     return task
 
 
+def read_toml(path: Path) -> str:
+    """task.toml's text: a regular file of at most MAX_TOML_BYTES, in UTF-8 (a UsageError
+    naming the file otherwise; nothing larger is read)."""
+    try:
+        with path.open("rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise UsageError(f"{path} is not a regular file.", next_step="make it a file")
+            data = fh.read(MAX_TOML_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"{path} cannot be read: {exc.strerror}.", next_step="fix it") from exc
+    if len(data) > MAX_TOML_BYTES:
+        raise UsageError(
+            f"{path} is over {MAX_TOML_BYTES} bytes: not a task description.",
+            next_step="keep task.toml to its settings (cases, tolerances, the launch space)",
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path}: not UTF-8 text (byte {exc.start}).", next_step="save it as UTF-8"
+        ) from exc
+
+
 def parse_task(text: str, root: Path) -> TaskSpec:
     """A TaskSpec from task.toml text whose folder is `root` (the trusted store keeps the text
-    of a folder task as it was bound, and parses that, not the folder's file of today)."""
+    of a folder task as it was bound, and parses that, not the folder's file of today).
+    Whatever the text holds (huge integers, deep nesting, wrong types), the answer is a
+    TaskSpec or a one-line UsageError naming the file."""
     where = root / "task.toml"
+    if len(text) > MAX_TOML_BYTES:
+        raise UsageError(f"{where} is over {MAX_TOML_BYTES} bytes.", next_step="fix task.toml")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{where}: not valid TOML ({exc}).", next_step="fix the file") from exc
+    except RecursionError as exc:  # arrays or tables nested thousands deep
+        raise UsageError(f"{where}: nested too deeply.", next_step="fix task.toml") from exc
+    except ValueError as exc:  # an integer past Python's digit limit (4300)
+        raise UsageError(
+            f"{where}: an integer too long to be a size or a setting ({first_line(exc, 80)}).",
+            next_step="fix task.toml",
+        ) from exc
     try:
         dev = data.pop("dev_cases", [])
         data["dev_cases"] = [_case_from_toml(c) for c in dev]
         return TaskSpec(root=root, **data)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise UsageError(f"{where}: {exc}", next_step="fix task.toml") from exc
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise UsageError(f"{where}: {first_line(exc)}", next_step="fix task.toml") from exc
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message, one line of it (a pydantic error spans several)."""
+    lines = str(exc).strip().splitlines()
+    text = "; ".join(line.strip() for line in lines[:3]) if lines else type(exc).__name__
+    return text[:limit]
 
 
 def is_shipped(task: TaskSpec) -> bool:
@@ -333,5 +380,6 @@ __all__ = [
     "list_tasks",
     "load_task",
     "parse_task",
+    "read_toml",
     "tasks_root",
 ]

@@ -221,13 +221,16 @@ async def test_a_runner_call_that_times_out_leaves_no_step(
         warm = steps(slurm_cluster, job)
         assert len(warm) == 1 and launcher.slots[0].worker is not None
         launcher.settings.eval_timeout_s = 0.3  # every case takes far longer
-        # GPU 1 (the least used): its runner's step is killed while it starts ...
-        starting = await run_objective(ws, launcher)
+        # GPU 1 (the least used): its runner's step is killed while it starts (the runner
+        # never took the request: a fault of the call, not a result of the candidate) ...
+        with pytest.raises(ExecutorError) as starting:
+            await run_objective(ws, launcher)
         await until(lambda: steps(slurm_cluster, job) == warm, 10)
         # ... GPU 0: the warm runner's step is killed mid-request.
         serving = await run_objective(ws, launcher)
         await until(lambda: steps(slurm_cluster, job) == [], 10)
-    assert starting.status != "passed" and serving.status != "passed"
+    assert starting.value.kind == "timeout" and not starting.value.started
+    assert serving.status != "passed"
     assert [s.worker for s in launcher.slots] == [None, None]
 
 
