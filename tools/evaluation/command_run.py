@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import UsageError
 from ..execution.executor import CommandResult
 from ..execution.launcher import Launcher, Slot, sandbox_level
+from ..gpu.sandbox_policy import limit_hit, take_reports
 from ..task.spec import PLACEHOLDER_RE
 
 MAX_OUTPUT_KEYS = 40
@@ -64,7 +65,7 @@ async def run_sandboxed(
     # run, and compiling it from source into the sandbox's empty bytecode prefix tripled a run
     # (6 s -> 16 s on a 2-core CI box). The folders it runs in either are the agent's own (dev:
     # a planted .pyc only fools its own feedback) or were written fresh by the toolkit (final).
-    argv = launcher.sandboxed_argv(
+    launch = await launcher.sandboxed_argv(
         slot,
         ["sh", "-c", command],
         read=read,
@@ -74,16 +75,14 @@ async def run_sandboxed(
         require=require,
         installed_bytecode=True,
     )
-    res = await slot.executor.run(argv, cwd=cwd, timeout_s=timeout_s)
-    level = "none"
-    first, _, rest = res.stdout.partition("\n")
-    if first.startswith('{"event": "sandbox"'):
-        res = res.model_copy(update={"stdout": rest})
-        try:
-            level = sandbox_level(json.loads(first))
-        except json.JSONDecodeError:
-            pass
-    return res, level
+    res = await slot.executor.run(launch.argv, cwd=cwd, timeout_s=timeout_s, stdin=launch.stdin)
+    start, end, rest = take_reports(res.stdout, launch.token)
+    update: dict[str, Any] = {"stdout": rest}
+    if limit_hit(end):  # the sandbox's own count, after every process of it is gone
+        update["stderr"] = res.stderr + (
+            f"\nsandbox: resource_limit: {limit_hit(end)} (a limit of the sandbox ended it)"
+        )
+    return res.model_copy(update=update), sandbox_level(start) if start else "none"
 
 
 def parse_output(stdout: str, score_key: str) -> tuple[dict[str, Any] | None, str]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..errors import ExecutorError
+from ..gpu.sandbox_policy import exit_report, limit_hit
 from ..task.spec import TaskSpec
 
 if TYPE_CHECKING:
@@ -59,9 +60,9 @@ class CompilePool:
         slots = self.launcher.slots
         return slots[i % len(slots)]
 
-    async def _worker(self, i: int, task: TaskSpec, timeout_s: float) -> Worker | None:
+    async def _worker(self, i: int, task: TaskSpec, timeout_s: float, scope: str) -> Worker | None:
         worker = self.workers.get(i)
-        if worker is not None and self.launcher.worker_stale(worker, task):
+        if worker is not None and self.launcher.worker_stale(worker, task, scope):
             await worker.proc.kill()
             self.workers.pop(i, None)
             worker = None
@@ -70,7 +71,7 @@ class CompilePool:
             _, env = self.launcher.prepare(slot, {}, task)
             try:
                 worker = await self.launcher.start_worker(
-                    slot, "sweep", task, env, timeout_s, LOG.format(i=i)
+                    slot, "sweep", task, env, timeout_s, LOG.format(i=i), scope
                 )
             except NotImplementedError:
                 self.unsupported = True
@@ -85,13 +86,14 @@ class CompilePool:
         timeout_s: float,
     ) -> dict[str, Any] | None:  # fmt: skip
         """One config on worker i: its entry, or None when the worker died or never started."""
-        worker = await self._worker(i, task, timeout_s)
+        worker = await self._worker(i, task, timeout_s, self.launcher.candidates_of(request)[1])
         if worker is None:
             return None
         req, _ = self.launcher.prepare(
             self.slot_of(i), {**request, "configs": [config], "compile_only": True}, task
         )
         result: list[dict[str, Any]] = []
+        limit: list[str] = []
 
         async def line_in(line: str) -> None:
             if line.startswith('{"event": "result"'):
@@ -99,6 +101,8 @@ class CompilePool:
                     result.append(json.loads(line))
                 except json.JSONDecodeError:
                     pass
+            elif (end := exit_report(line, worker.token)) is not None:
+                limit.append(limit_hit(end))
 
         try:
             done, timed_out = await self.launcher.serve(worker, req, timeout_s, line_in)
@@ -106,6 +110,9 @@ class CompilePool:
             done, timed_out = False, False
         if not done:
             self.workers.pop(i, None)
+            if limit and limit[0]:
+                return failed(config, "error", f"resource_limit: {limit[0]} (the compile worker "
+                              "hit its sandbox's limit)")  # fmt: skip
             if timed_out:
                 return failed(config, "timeout", f"compile took over {timeout_s:.0f}s")
             return None

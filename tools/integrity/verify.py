@@ -53,6 +53,7 @@ REASONS: dict[str, str] = {
     "import_failed": "kernel.py could not be imported in the candidate process",
     "candidate_crashed": "the candidate process died or raised during a call",
     "timeout": "the candidate process did not answer in time",
+    "resource_limit": "the candidate's sandbox hit a limit (memory, pids, cpu, file_size, scratch)",
     "candidate_error": "the entry function raised",
     "wrong_output": "an output is outside tolerance, NaN/Inf, or not fully written",
     "wrong_output_timed": "a call inside a timed sample produced a wrong output",
@@ -387,7 +388,8 @@ async def guarded_verify(
         )
         if incumbent and ckpt.exists(incumbent):
             inc_files = ckpt.files(incumbent)
-            request["baseline_dir"] = f"@stage/{launcher.stage_candidate(inc_files, incumbent)}"
+            staged = launcher.stage_candidate(inc_files, incumbent, scope=ws.store.root.name)
+            request["baseline_dir"] = f"@stage/{staged}"
         call = await launcher.call(
             request, task=ws.task, on_event=case_events_progress(len(cases), progress), fresh=True
         )

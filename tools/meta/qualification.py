@@ -42,6 +42,7 @@ from pathlib import Path
 import anyio
 
 from ..errors import UsageError
+from ..gpu.sandbox_policy import Limits, import_env, import_roots, python_argv
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json, atomic_write_text
@@ -163,7 +164,11 @@ async def qualify(
     # the operator's trusted store or secrets), only the allowlisted environment, and carries
     # a mark by which whatever it leaves running is found and killed below.
     token = uuid.uuid4().hex
-    confined = qs.Confined(python=settings.python, require=not settings.allow_unsandboxed)
+    confined = qs.Confined(
+        python=settings.python,
+        require=not settings.allow_unsandboxed,
+        limits=Limits.from_dict(settings.sandbox_limits()),
+    )
     try:
         rooms, states, envs = {}, {}, {}
         for key in ("session", "selftest", "pytest"):
@@ -266,7 +271,8 @@ def _launches(
 ) -> tuple[LaunchSpec, list[str]]:
     """How the session starts the server, and the self-test's command. A generated server:
     the toolkit's own server.py with the toolkit's interpreter in isolated mode (-I: nothing of
-    the bundle folder is importable by it), never the manifest's command. A brought server:
+    the bundle folder is importable by it) through the import bootstrap (the toolkit's own
+    import roots, however it was installed), never the manifest's command. A brought server:
     its manifest's."""
     if not generated:
         session = manifest.launch(rooms["session"], rooms["session"] / srv_rel)
@@ -275,11 +281,12 @@ def _launches(
         return session, self_test.argv
 
     def server(room: Path) -> list[str]:
-        return [python, "-I", "-B", str(room / srv_rel / "server.py"), "--workspace", str(room)]
+        return python_argv(python, [str(room / srv_rel / "server.py"), "--workspace", str(room)])
 
     session = LaunchSpec(
         argv=[*server(rooms["session"]), "--sandbox-report", str(session_io / SANDBOX_REPORT)],
         cwd=rooms["session"],
+        env=import_env(import_roots()),  # -I drops PYTHONPATH: the toolkit's roots, explicitly
     )
     # Built-ins are called by the session (which has the network an SSH executor needs); the
     # sandboxed self-test calls the agent's custom tools.
