@@ -13,6 +13,7 @@ much even where it would work.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,7 +25,9 @@ import pytest
 from harnesslab.tools.evaluation.objective import run_objective
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.gpu import sandbox
+from harnesslab.tools.gpu.sandbox_policy import Limits
 from harnesslab.tools.integrity.verify import guarded_verify
+from harnesslab.tools.meta.custom_host import CustomWorker, WorkerGone
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import Workspace, init_workspace
 from harnesslab.tools.task.spec import load_task
@@ -147,46 +150,48 @@ def test_a_30_gb_allocation_in_a_guarded_verify_ends_at_the_memory_limit(tmp_pat
     assert time.monotonic() - started < CASE_TIMEOUT_S
 
 
-def test_a_30_gb_allocation_in_a_dev_run_is_named_and_the_worker_replaced(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("bomb", "limit"), [(FORK_BOMB, "pids"), (MEMORY_BOMB, "memory")],
+                         ids=["fork_bomb", "memory_bomb"])  # fmt: skip
+def test_a_bomb_in_a_dev_run_is_named_and_the_worker_replaced(
+    tmp_path: Path, bomb: str, limit: str
+) -> None:
     needs_cgroup()
     settings = settings_for(tmp_path)
-    bomb = workspace(tmp_path, settings, attack(MEMORY_BOMB))
+    bombed = workspace(tmp_path, settings, attack(bomb))
     honest = workspace(tmp_path, settings, BASELINE, "honest")
 
     async def work(launcher: Launcher) -> tuple[Any, Any]:
-        first = await run_objective(bomb, launcher, cases=["1024x1024_fp16"])
+        first = await run_objective(bombed, launcher, cases=["1024x1024_fp16"])
         return first, await run_objective(honest, launcher, cases=["1024x1024_fp16"])
 
     first, after = with_launcher(settings, work)
-    assert first.status != "passed" and "resource_limit: memory" in first.reason, first.reason
+    assert first.status != "passed" and f"resource_limit: {limit}" in first.reason, first.reason
     assert after.status == "passed", after.reason
 
 
 def test_a_disk_fill_stays_in_its_bounded_scratch(tmp_path: Path) -> None:
     """Harmless: the kernel writes 20 MB files into its TMPDIR until 300 MB, and gives itself
-    away (wrong output) if any file or the total got past the limits (16 MB a file, 64 MB of
-    scratch, which lives in memory and is gone with the run)."""
+    away (an error naming what it wrote) if any file or the total got past the limits (16 MB a
+    file, 64 MB of scratch, which lives in memory and is gone with the run)."""
     fill = """
 import os
-d, wrote, big = os.environ["TMPDIR"], 0, False
+d, wrote, big = os.environ["TMPDIR"], 0, []
 for i in range(15):
     try:
         with open(f"{d}/fill{i}", "wb") as fh:
             for _ in range(20):
                 fh.write(b"x" * (1 << 20))
                 wrote += 1 << 20
-        big = True
+        big.append(i)
     except OSError:
         pass
 if big or wrote > 64 << 20:
-    x = x * 0
+    raise RuntimeError(f"wrote {wrote >> 20} MB, whole files {big}")
 """
     settings = settings_for(tmp_path)
     ws = workspace(tmp_path, settings, attack(fill))
-    verdict = with_launcher(
-        settings, lambda la: guarded_verify(ws, la, settings, enforce_scan=False)
-    )
-    assert not codes(verdict) & {"wrong_output", "precision"}, verdict.reasons
+    res = with_launcher(settings, lambda la: run_objective(ws, la, cases=["1024x1024_fp16"]))
+    assert res.status == "passed", res.reason
     scratch = settings.state_dir / "stage" / "scratch"
     assert sum(p.stat().st_size for p in scratch.rglob("*") if p.is_file()) == 0
 
@@ -196,11 +201,12 @@ def test_a_candidate_that_ignores_the_exit_frame_leaves_no_scratch_behind(tmp_pa
     killed sandbox used to leave its scratch folder (33 MiB a verify) under the state dir."""
     stubborn = "import atexit, time\ntorch.os._exit = lambda code: None\natexit.register(time.sleep, 600)\n"
     settings = settings_for(tmp_path)
-    ws = workspace(tmp_path, settings, attack("pass", at_import=stubborn))
+    # Wrong at once (x * 0): the verify stops after its first case and closes the process.
+    ws = workspace(tmp_path, settings, attack("x = x * 0", at_import=stubborn))
     verdict = with_launcher(
         settings, lambda la: guarded_verify(ws, la, settings, enforce_scan=False)
     )
-    assert verdict.verdict in ("passed", "rejected"), verdict.reasons
+    assert verdict.verdict == "rejected", verdict.reasons
     scratch = settings.state_dir / "stage" / "scratch"
     assert [p.name for p in scratch.iterdir()] == []
 
@@ -256,3 +262,39 @@ if found:
         os.environ["PATH"] = old_path
     assert any(p.is_file() for p in paths)  # staged where the spy looked
     assert res.status == "passed", res.reason
+
+
+def test_a_custom_tool_that_allocates_30_gb_ends_at_the_memory_limit(tmp_path: Path) -> None:
+    """A generated server's custom tool runs in its sandboxed worker with the same limits; the
+    worker that hit one is named for it and replaced at the next call."""
+    needs_cgroup()
+    bundle, ws = tmp_path / "bundle", tmp_path / "ws"
+    bundle.mkdir()
+    ws.mkdir()
+    (bundle / "tools.py").write_text(
+        "async def bomb() -> dict:\n"
+        + "".join("    " + line + "\n" for line in MEMORY_BOMB.strip().splitlines())
+        + "    return {}\n\n\nasync def fine() -> dict:\n    return {'ok': True}\n"
+    )
+    worker = CustomWorker(
+        bundle=bundle, workspace=ws, python=sys.executable, limits=Limits(memory_mb=512)
+    )
+    tools = [{"file": "tools.py", "function": "bomb"}, {"file": "tools.py", "function": "fine"}]
+    worker.describe(tools)
+    assert worker.sandbox["limits"]["by"]["memory"].startswith("cgroup")
+
+    async def calls() -> tuple[str, Any]:
+        try:
+            with anyio.fail_after(120):
+                try:
+                    await worker.call("tools.py", "bomb", {})
+                    gone = ""
+                except WorkerGone as exc:
+                    gone = exc.message
+                return gone, await worker.call("tools.py", "fine", {})
+        finally:
+            await worker.aclose()
+
+    gone, after = anyio.run(calls)
+    assert "resource_limit: memory" in gone
+    assert after == {"ok": True}

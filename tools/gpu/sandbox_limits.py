@@ -27,7 +27,6 @@ import contextlib
 import fcntl
 import os
 import resource
-import secrets
 import shutil
 import signal
 import time
@@ -126,7 +125,7 @@ class Cgroup:
     @classmethod
     def create(cls, memory_bytes: int, pids: int) -> Cgroup | None:
         """A new cgroup with these limits, or None where this machine offers none."""
-        name = f"{PREFIX}{os.getpid()}-{start_time(os.getpid())}-{secrets.token_hex(4)}"
+        name = f"{PREFIX}{os.getpid()}-{start_time(os.getpid())}-{os.urandom(4).hex()}"
         for make in (cls._v2, cls._v1):
             try:
                 group = make(name, memory_bytes, pids)
@@ -137,13 +136,18 @@ class Cgroup:
         return None
 
     @classmethod
-    def _v2(cls, name: str, memory_bytes: int, pids: int) -> Cgroup | None:
-        own = _own("")
-        mount = next(((r, m) for r, m, t, _ in _mounts() if t == "cgroup2"), None)
-        if own is None or mount is None or own == "/":
-            return None
-        here = _under(mount[0], mount[1], own)
-        if here is None:
+    def _v2(
+        cls, name: str, memory_bytes: int, pids: int, place: tuple[str, str, str] | None = None
+    ) -> Cgroup | None:
+        """`place`: (mount root, mount point, own cgroup path); this process's by default."""
+        if place is None:
+            own = _own("")
+            mount = next(((r, m) for r, m, t, _ in _mounts() if t == "cgroup2"), None)
+            if own is None or mount is None:
+                return None
+            place = (mount[0], mount[1], own)
+        here = _under(*place)
+        if here is None or place[2] == "/":
             return None
         parent = os.path.dirname(here.rstrip("/"))
         enabled = _read(os.path.join(parent, "cgroup.subtree_control")).split()
@@ -310,7 +314,7 @@ class Scratch:
         os.makedirs(root, mode=0o700, exist_ok=True)
         sweep(root)
         while True:  # the lock is held before it has its name: a sweep never sees it free
-            name = f"sbx-{secrets.token_hex(6)}"
+            name = f"sbx-{os.urandom(6).hex()}"
             lock, tmp = os.path.join(root, name + ".lock"), os.path.join(root, f".{name}.lock")
             fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)

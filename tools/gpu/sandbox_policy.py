@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import secrets
 import sys
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -194,7 +193,7 @@ def frame(policy: Policy) -> bytes:
 
 def command(python: str, sandbox_py: str, policy: Policy, target: list[str]) -> Launch:
     """The one way to start `target` inside sandbox.py (at `sandbox_py`, run by `python`)."""
-    token = policy.token or secrets.token_hex(16)
+    token = policy.token or os.urandom(16).hex()
     policy = dataclasses.replace(policy, token=token)
     argv = [python, "-I", "-B", sandbox_py, "--policy-stdin", "--", *target]
     return Launch(argv=argv, stdin=frame(policy), token=token)

@@ -32,7 +32,9 @@ a repair prompt). The per-check logic lives in tools/meta/qualify_checks.py.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -247,6 +249,9 @@ async def qualify(
             )
         if "custom tools" in confined.levels:
             confined.levels["custom tools"] = _worker_level(base / "session-io" / SANDBOX_REPORT)
+        environment = environment_check(board.checks)
+        if environment is not None:  # first: the reason a repair prompt reads starts with it
+            board.checks.insert(0, environment)
         await board.add(qc.sandbox_check(confined.levels, allowed_none=settings.allow_unsandboxed))
     finally:
         kill_marked(token)  # synchronous: runs even when the caller was cancelled
@@ -291,6 +296,34 @@ def _launches(
     # Built-ins are called by the session (which has the network an SSH executor needs); the
     # sandboxed self-test calls the agent's custom tools.
     return session, [*server(rooms["selftest"]), "--self-test", "--custom-only"]
+
+
+MISSING_MODULE = re.compile(r"No module named '([A-Za-z0-9_.]{1,100})'")
+
+
+def environment_check(checks: list[Check]) -> Check | None:
+    """A failed check whose evidence says a child could not import a module that this process
+    (the toolkit's own Python) imports: the installation's fault, not the server's."""
+    for check in checks:
+        if check.passed:
+            continue
+        for match in MISSING_MODULE.finditer(check.evidence):
+            top = match.group(1).split(".")[0]
+            try:
+                found = importlib.util.find_spec(top) is not None
+            except (ImportError, ValueError):
+                found = False
+            if found:
+                return Check(
+                    name="environment",
+                    passed=False,
+                    evidence=f"environment: cannot import {top} in the server's processes "
+                    f"({check.name} failed on it), though the toolkit's own Python imports it",
+                    next_step="not the server's doing: its checks ran where the toolkit's "
+                    "dependencies are not importable; install the toolkit and its dependencies "
+                    "in one environment (a venv), or report how it was installed",
+                )
+    return None
 
 
 def _worker_level(path: Path) -> str:

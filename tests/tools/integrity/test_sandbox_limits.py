@@ -244,3 +244,28 @@ def test_a_policy_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
         sp.Policy.from_json('{"limits": {"memory_gb": 1}}')
     with pytest.raises(ValueError, match="is not bool"):
         sp.Policy.from_json('{"require": "yes"}')
+
+
+def test_a_v2_cgroup_is_made_beside_the_callers_where_memory_and_pids_are_delegated(
+    tmp_path: Path,
+) -> None:
+    """cgroup v2 (this machine has v1): the sandbox's cgroup is a sibling of the outer's own
+    (v2 forbids controllers in a cgroup with processes), only where the parent delegates memory
+    and pids; its limits are written, its kernel counters read. A plain folder stands in for
+    the cgroup2 mount."""
+    parent = tmp_path / "cg" / "app.slice"
+    (parent / "me.scope").mkdir(parents=True)
+    place = ("/", str(tmp_path / "cg"), "/app.slice/me.scope")
+    assert sl.Cgroup._v2("hl-sbx-1-2-ab", 1 << 30, 64, place) is None  # nothing delegated
+    (parent / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    group = sl.Cgroup._v2("hl-sbx-1-2-ab", 1 << 30, 64, place)
+    assert group is not None and group.kind == "v2"
+    folder = parent / "hl-sbx-1-2-ab"
+    assert group.folders == [str(folder)]
+    assert (folder / "memory.max").read_text() == str(1 << 30)
+    assert (folder / "pids.max").read_text() == "64"
+    assert (folder / "memory.swap.max").read_text() == "0"
+    assert group.hits() == []
+    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    (folder / "pids.events").write_text("max 7\n")
+    assert group.hits() == ["memory", "pids"]
