@@ -84,6 +84,13 @@ def runner_policy(
     )
 
 
+# `python -c ASK_ROOTS <staged sandbox_policy.py>`: that interpreter's import roots, as JSON.
+ASK_ROOTS = (
+    "import runpy, sys; sys.argv = [sys.argv[1], '--import-roots']; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
 class ImportRoots:
     """The import roots of each (executor, interpreter): the runner starts with `-I`, which
     drops PYTHONPATH and the user site, and gets them explicitly (sandbox_policy.BOOT). This
@@ -99,7 +106,7 @@ class ImportRoots:
             if executor.on_this_machine and python == sys.executable:
                 self._known[key] = sp.import_roots()
             else:
-                res = await executor.run([python, policy_py, "--import-roots"], timeout_s=120)
+                res = await executor.run([python, "-c", ASK_ROOTS, policy_py], timeout_s=120)
                 try:
                     roots = json.loads(res.stdout.strip().splitlines()[-1])
                 except (ValueError, IndexError, RecursionError):

@@ -103,7 +103,7 @@ def target_env(policy: Any, scratch: str) -> dict[str, str]:
         # `python -I` children of the toolkit read them through BOOT; a plain `python` (a
         # command task's objective) through PYTHONPATH, which names only what lies outside
         # the interpreter's own installation (another interpreter would misread its stdlib).
-        env.update(sp.import_env(list(policy.python_path)))
+        env.update(sp.import_env(list(policy.python_path), list(policy.python_sites)))
         extra = [r for r in policy.python_path if not sp.own_install(r)]
         if extra:
             env["PYTHONPATH"] = os.pathsep.join(extra)

@@ -292,10 +292,11 @@ def import_sites(roots: list[str]) -> list[str]:
     return [r for r in roots if r == user]
 
 
-def import_env(roots: list[str]) -> dict[str, str]:
-    """The variables that give a bootstrapped child (`python_argv`) these import roots."""
+def import_env(roots: list[str], sites: list[str] | None = None) -> dict[str, str]:
+    """The variables that give a bootstrapped child (`python_argv`) these import roots (and
+    `sites`, default `import_sites(roots)`: the folders whose .pth files it processes)."""
     env = {IMPORT_PATH_VAR: os.pathsep.join(roots)}
-    sites = import_sites(roots)
+    sites = import_sites(roots) if sites is None else sites
     if sites:
         env[IMPORT_SITES_VAR] = os.pathsep.join(sites)
     return env

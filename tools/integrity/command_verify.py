@@ -168,7 +168,7 @@ async def command_verify(
             room = f"{base}/room"
             cases_file = f"{base}/cases/cases.json" if payload is not None else ""
             values = {"python": python, "task_dir": room, "cases_file": cases_file}
-            res, level = await run_sandboxed(
+            res, level, limit = await run_sandboxed(
                 launcher,
                 slot,
                 expand(obj.command, values),
@@ -207,6 +207,10 @@ async def command_verify(
         failed = res.timed_out or res.exit_code != 0 or score is None
         failed = failed or (parsed is not None and says_failed(parsed))
         reasons = verdict_reason(res, parsed, why, timeout_s, python) if failed else []
+        if limit and failed:  # counted by the sandbox's trusted outer process
+            reasons.insert(0, {"code": "resource_limit",
+                               "detail": f"resource_limit: {limit} (a limit of the sandbox "
+                               "ended the final objective)"})  # fmt: skip
         if failed and not reasons:
             reasons = [{"code": "no_score", "detail": "the final objective gave no score"}]
         verdict = "rejected" if failed else "passed"
