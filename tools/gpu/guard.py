@@ -87,7 +87,7 @@ class Kid:
 
     def __init__(self, role: str, script: str, policy: sp.Policy, timeout_s: float,
                  pass_fds: tuple[int, ...] = ()) -> None:  # fmt: skip
-        self.role, self.timeout_s = role, timeout_s
+        self.role, self.timeout_s, self.require = role, timeout_s, policy.require
         py = sys.executable
         self.reports, report_w = os.pipe()
         launch = sp.command(py, os.path.join(HERE, "sandbox.py"), replace(policy, report_fd=report_w),
@@ -126,6 +126,8 @@ class Kid:
                 ) from None
             raise KidFailed("candidate_crashed", "the sandbox did not start", self.role) from None
         self.sandbox = {k: v for k, v in report.items() if k != "event"}
+        if self.require and self.sandbox.get("level") not in ("full", "partial"):
+            raise KidFailed("sandbox_unavailable", "no sandbox can be applied here", self.role)
         return self.sandbox
 
     def send(self, msg: dict[str, Any]) -> None:
@@ -177,16 +179,19 @@ class Kid:
                 self.proc.kill()  # its reaper and target follow it (PDEATHSIG)
                 self.proc.wait(timeout=5)
         if self.reports >= 0:
-            try:
-                while not self.limit:
-                    end = sp.exit_report(wire.read_line(self.reports, 2).decode(), self.token)
-                    if end is not None:
-                        self.limit = sp.limit_hit(end) or "-"
-            except (wire.WireError, UnicodeDecodeError):
-                pass
+            self.limit = sp.limit_hit(self._exit_report())
             os.close(self.reports)
             self.reports = -1
-        return self.limit.strip("-")
+        return self.limit
+
+    def _exit_report(self) -> dict[str, Any] | None:
+        try:
+            while True:
+                end = sp.exit_report(wire.read_line(self.reports, 2).decode(), self.token)
+                if end is not None:
+                    return end
+        except (wire.WireError, UnicodeDecodeError):
+            return None
 
     def close(self) -> None:
         try:
