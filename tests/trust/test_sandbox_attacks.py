@@ -33,9 +33,15 @@ from harnesslab.tools.state.workspace import Workspace, init_workspace
 from harnesslab.tools.task.spec import load_task
 
 PROBE = sandbox.probe()
-pytestmark = pytest.mark.skipif(
-    PROBE["level"] != "full", reason="no Landlock or namespaces on this machine"
-)
+# Each is a guarded verify or a dev run (15-60 s on a loaded 2-core box): the slow tier. The
+# same limits and leaks have fast tests at the sandbox's own level
+# (tests/tools/integrity/test_sandbox_limits.py).
+pytestmark = [
+    pytest.mark.skipif(
+        PROBE["level"] != "full", reason="no Landlock or namespaces on this machine"
+    ),
+    pytest.mark.slow,
+]
 BASELINE = (load_task("rmsnorm_gate").workspace_template / "kernel.py").read_text()
 CASE_TIMEOUT_S = 90.0
 
