@@ -432,8 +432,12 @@ def overhead(n: int = 10) -> dict[str, Any]:
     ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=tmp / "sa"))
     sandboxed_argv = lmod.Launcher.runner_argv
 
-    def plain_argv(self, slot, mode, task, *, worker):  # the same runner, no sandbox.py
-        return [self._python(slot), "-I", "-B", self.harness(slot), "--worker" if worker else "-"]
+    def plain_argv(self, slot, mode, task, *, worker, roots, candidates="candidates"):
+        # the same runner through the same import bootstrap, no sandbox.py
+        from harnesslab.tools.gpu import sandbox_policy as sp
+
+        program = [self.harness(slot), "--worker" if worker else "-"]
+        return sp.Launch(argv=sp.python_argv(self._python(slot), program), stdin=b"", token="")
 
     async def go():
         la = lmod.Launcher(Settings(state_dir=tmp / "sa"))

@@ -22,6 +22,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
 from harnesslab.tools.errors import HarnesslabError, UsageError
+from harnesslab.tools.gpu.sandbox_policy import Limits
 from harnesslab.tools.meta.custom_host import (
     CustomToolFailed,
     CustomWorker,
@@ -53,6 +54,7 @@ def bind_custom_tools(
         require=not state.settings.allow_unsandboxed,
         startup_timeout_s=startup_timeout_s,
         report=sandbox_report,
+        limits=Limits.from_dict(state.settings.sandbox_limits()),
     )
     state.closers.append(worker.aclose)
     wanted = [{"file": str(t["file"]), "function": str(t["function"])} for t in tools]

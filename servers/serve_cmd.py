@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from harnesslab.tools.catalog import SERVERS_MODULE, TASK_SERVER
 from harnesslab.tools.dashboard.source import Source
 from harnesslab.tools.errors import UsageError
+from harnesslab.tools.gpu.sandbox_policy import import_env, import_roots, python_argv
 from harnesslab.tools.meta.client_setup import approve, client_status
 from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
@@ -305,11 +306,14 @@ def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
     # mode (-I: the bundle folder is not on sys.path, so no module of the agent's shadows one
     # it imports). The custom tools run in the sandboxed worker it starts.
     check_server_py(server_dir, args.name)
-    argv = [sys.executable, "-I", "-B", str(server_dir / "server.py"), "--workspace", str(ws.root)]
+    # -I also drops PYTHONPATH and the user site: the toolkit's own import roots go explicitly
+    # (a `pip install --target` or `--user` toolkit, environment modules).
+    argv = python_argv(sys.executable, [str(server_dir / "server.py"), "--workspace", str(ws.root)])
+    env = {**os.environ, **settings.to_env(), **import_env(import_roots())}
     os.chdir(ws.root)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, argv, {**os.environ, **settings.to_env()})
+    os.execve(sys.executable, argv, env)
     return 0  # pragma: no cover - execve does not return
 
 

@@ -87,6 +87,37 @@ class Settings(BaseSettings):
         default="",
         description="GPU indices to use per host, e.g. '0,1'; empty = one GPU (index 0).",
     )
+    # Limits of every sandboxed process (tools/gpu/sandbox_policy.py Limits says what enforces
+    # each one where). A run that exceeds one ends with `resource_limit: <which>`.
+    sandbox_memory_mb: int = Field(
+        default=8192, ge=64, description="Memory of one sandbox, swap included (a cgroup)."
+    )
+    sandbox_pids: int = Field(
+        default=1024, ge=16, description="Processes and threads of one sandbox (a cgroup)."
+    )
+    sandbox_file_mb: int = Field(
+        default=1024, ge=1, description="Largest file a sandboxed process may write."
+    )
+    sandbox_cpu_s: int = Field(
+        default=3600,
+        ge=10,
+        description="CPU seconds of one sandboxed process (a warm worker's "
+        "whole life: it is replaced after worker_max_calls calls).",
+    )
+    sandbox_open_files: int = Field(
+        default=4096, ge=64, description="Open file descriptors of one sandboxed process."
+    )
+    sandbox_scratch_mb: int = Field(
+        default=1024,
+        ge=16,
+        description="Size of a sandbox's private scratch folder (a tmpfs "
+        "counted as its memory): its TMPDIR, HOME and caches.",
+    )
+    sandbox_cgroup: Literal["auto", "off"] = Field(
+        default="auto",
+        description="auto: memory and pids limits through a cgroup where this machine lets the "
+        "sandbox make one (v2 delegated, else v1), rlimits elsewhere; off: rlimits only.",
+    )
 
     # Slurm executor (HARNESSLAB_EXECUTOR=slurm): an allocation on a cluster, reached through
     # the login node (gpu_host, over SSH) or directly when this process runs on the login node.
@@ -167,6 +198,19 @@ class Settings(BaseSettings):
 
     def secrets_dir(self) -> Path:
         return self.state_dir / "secrets"
+
+    def sandbox_limits(self) -> dict[str, int | str]:
+        """The sandbox's limits as `sandbox_policy.Limits.from_dict` reads them (the request
+        carries this to the GPU host's guarded verify)."""
+        return {
+            "memory_mb": self.sandbox_memory_mb,
+            "pids": self.sandbox_pids,
+            "file_mb": self.sandbox_file_mb,
+            "cpu_s": self.sandbox_cpu_s,
+            "open_files": self.sandbox_open_files,
+            "scratch_mb": self.sandbox_scratch_mb,
+            "cgroup": self.sandbox_cgroup,
+        }
 
     def to_env(self) -> dict[str, str]:
         """The HARNESSLAB_* variables that give a child harnesslab process these settings: the

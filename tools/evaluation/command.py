@@ -138,7 +138,7 @@ async def run_command_objective(
         launcher._stage_common(task)
         async with launcher._sync_locks[id(executor)]:
             await executor.sync_tree(launcher.stage, executor.path("stage"))
-        res, sandbox = await run_sandboxed(
+        res, sandbox, _ = await run_sandboxed(
             launcher,
             slot,
             command,

@@ -21,6 +21,7 @@ from ..errors import UsageError
 from ..execution.executor import CommandResult
 from ..execution.launcher import Launcher, Slot, sandbox_level
 from ..gpu import wire
+from ..gpu.sandbox_policy import limit_hit, take_reports
 from ..task.spec import PLACEHOLDER_RE
 
 MAX_OUTPUT_KEYS = 40
@@ -57,15 +58,16 @@ async def run_sandboxed(
     env: dict[str, str] | None = None,
     timeout_s: float,
     require: bool = False,
-) -> tuple[CommandResult, str]:
+) -> tuple[CommandResult, str, str]:
     """`sh -c command` in the sandbox on `slot`'s executor (the caller holds the GPU lock).
-    Returns the result with the sandbox's own first line taken off stdout, and the sandbox
-    level that line reported (what the outer, trusted process applied)."""
+    Returns the result with the sandbox's own report lines taken off stdout, the sandbox level
+    the first reported (what the outer, trusted process applied), and the limit its exit report
+    names ('' when none ended the run)."""
     # Installed bytecode: a command task's objective imports torch in a fresh process every
     # run, and compiling it from source into the sandbox's empty bytecode prefix tripled a run
     # (6 s -> 16 s on a 2-core CI box). The folders it runs in either are the agent's own (dev:
     # a planted .pyc only fools its own feedback) or were written fresh by the toolkit (final).
-    argv = launcher.sandboxed_argv(
+    launch = await launcher.sandboxed_argv(
         slot,
         ["sh", "-c", command],
         read=read,
@@ -75,15 +77,15 @@ async def run_sandboxed(
         require=require,
         installed_bytecode=True,
     )
-    res = await slot.executor.run(argv, cwd=cwd, timeout_s=timeout_s)
-    level = "none"
-    first, _, rest = res.stdout.partition("\n")
-    if first.startswith('{"event": "sandbox"'):
-        res = res.model_copy(update={"stdout": rest})
-        report = wire.json_object(first)
-        if report is not None:
-            level = sandbox_level(report)
-    return res, level
+    res = await slot.executor.run(launch.argv, cwd=cwd, timeout_s=timeout_s, stdin=launch.stdin)
+    start, end, rest = take_reports(res.stdout, launch.token)
+    update: dict[str, Any] = {"stdout": rest}
+    limit = limit_hit(end)  # the sandbox's own count, after every process of it is gone
+    if limit:
+        update["stderr"] = res.stderr + (
+            f"\nsandbox: resource_limit: {limit} (a limit of the sandbox ended it)"
+        )
+    return res.model_copy(update=update), sandbox_level(start) if start else "none", limit
 
 
 def parse_output(stdout: str, score_key: str) -> tuple[dict[str, Any] | None, str]:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal, NamedTuple
 
 from ..errors import UsageError
-from ..execution.launcher import DEV_TRITON_CACHE, Launcher, RunnerCall
+from ..execution.launcher import Launcher, RunnerCall
 from ..gpu.runner import score_of
 from ..state.checkpoints import Checkpoints
 from ..state.storage import append_jsonl, require_space
@@ -269,14 +269,14 @@ def kernel_request(
 ) -> dict[str, Any]:
     """The runner request for the candidate `files` (staged under their hash): one shape for
     every mode, so what the runner sees never depends on which tool asked."""
-    staged = launcher.stage_candidate(files, digest)
+    staged = launcher.stage_candidate(files, digest, scope=ws.store.root.name)
     request: dict[str, Any] = {
         "mode": mode,
         "candidate_dir": f"@stage/{staged}",
         "entry": ws.task.entry,
         "config_file": ws.task.config_file,
         "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
-        "triton_cache": f"@stage/{DEV_TRITON_CACHE}/{digest}",
+        "triton_cache": f"@stage/{launcher.dev_cache_of(staged)}/{digest}",
         **extra,
     }
     if cases is not None:

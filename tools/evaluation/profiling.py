@@ -188,7 +188,7 @@ async def profile_kernel(
     ncu = await find_ncu(executor)
     files = ws.editable_files()
     digest = ws.candidate_hash(files)
-    staged = launcher.stage_candidate(files, digest)
+    staged = launcher.stage_candidate(files, digest, scope=ws.store.root.name)
     folder = executor.path("profiles")
     log_path = f"{folder}/{uuid.uuid4().hex[:12]}.csv"
     prefix = ["sh", "-c", 'mkdir -p "$1" && shift && exec "$@"', "sh", folder, ncu]

@@ -19,6 +19,7 @@ import anyio
 
 from ..errors import ExecutorError, first_fault, killed_from_outside, signal_name, signal_of
 from ..gpu import wire
+from ..gpu.sandbox_policy import exit_report, limit_hit
 from ..task.spec import TaskSpec
 from .warm import forget_workers
 
@@ -61,9 +62,9 @@ class CompilePool:
         slots = self.launcher.slots
         return slots[i % len(slots)]
 
-    async def _worker(self, i: int, task: TaskSpec, timeout_s: float) -> Worker | None:
+    async def _worker(self, i: int, task: TaskSpec, timeout_s: float, scope: str) -> Worker | None:
         worker = self.workers.get(i)
-        if worker is not None and self.launcher.worker_stale(worker, task):
+        if worker is not None and self.launcher.worker_stale(worker, task, scope):
             await worker.proc.kill()
             self.workers.pop(i, None)
             worker = None
@@ -72,7 +73,7 @@ class CompilePool:
             _, env = self.launcher.prepare(slot, {}, task)
             try:
                 worker = await self.launcher.start_worker(
-                    slot, "sweep", task, env, timeout_s, LOG.format(i=i)
+                    slot, "sweep", task, env, timeout_s, LOG.format(i=i), scope
                 )
             except NotImplementedError:
                 self.unsupported = True
@@ -87,19 +88,22 @@ class CompilePool:
     ) -> tuple[dict[str, Any] | None, int | None]:  # fmt: skip
         """One config on worker i: its entry, or None when the worker died or never started,
         with the exit status of a worker that died (128+N for a signal)."""
-        worker = await self._worker(i, task, timeout_s)
+        worker = await self._worker(i, task, timeout_s, self.launcher.candidates_of(request)[1])
         if worker is None:
             return None, None
         req, _ = self.launcher.prepare(
             self.slot_of(i), {**request, "configs": [config], "compile_only": True}, task
         )
         result: list[dict[str, Any]] = []
+        limit: list[str] = []
 
         async def line_in(line: str) -> None:
             if line.startswith('{"event": "result"'):
                 obj = wire.json_object(line)  # the worker imports the candidate: hostile
                 if obj is not None:
                     result.append(obj)
+            elif (end := exit_report(line, worker.token)) is not None:
+                limit.append(limit_hit(end))
 
         try:
             served = await self.launcher.serve(worker, req, timeout_s, line_in)
@@ -111,6 +115,9 @@ class CompilePool:
             return None, None  # it was gone before the request reached it (serve killed it)
         if not served.done:
             self.workers.pop(i, None)
+            if limit and limit[0]:
+                return failed(config, "error", f"resource_limit: {limit[0]} (the compile worker "
+                              "hit its sandbox's limit)"), None  # fmt: skip
             if served.timed_out:
                 return failed(config, "timeout", f"compile took over {timeout_s:.0f}s"), None
             return None, served.exit_code

@@ -30,6 +30,7 @@ from ..errors import (
     signal_of,
 )
 from ..gpu import STAGED, TASK, wire
+from ..gpu import sandbox_policy as sp
 from ..settings import Settings
 from ..state.storage import named_disk_full
 from ..task.spec import TaskSpec
@@ -38,6 +39,13 @@ from .compile_pool import HOST_WRITTEN, CompilePool
 from .disk import stage_full
 from .executor import Ending, Executor, InteractiveProcess, LocalExecutor
 from .gpu_lock import OnWait, held_channels, hold_gpu
+from .runner_policy import (
+    DEV_TRITON_CACHE,
+    ImportRoots,
+    candidates_of,
+    dev_cache_of,
+    runner_policy,
+)
 from .warm import Served, call_worker
 
 EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
@@ -48,27 +56,9 @@ EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 # verify's trusted parent (guard*.py), candidate process (guard_child.py) and replayer.
 RUNNER_FILES = STAGED
 HARNESS = "harness"
-# Triton's cache for the sandboxed runners, one folder per candidate under it (the request's
-# `triton_cache`): the compile pool's workers and the timing worker share it, so a sweep's
-# timing run loads what phase 1 compiled. Dev runs only: the guarded verify keeps its own
-# per-candidate caches and the trusted side `tcache/_trusted`, both outside this folder.
-DEV_TRITON_CACHE = "tcache/dev"
 # Modes that import agent code run inside the sandbox; "verify" is the trusted parent, which
 # sandboxes its own children.
 SANDBOXED_MODES = ("evaluate", "sweep", "probe", "profile_target")
-
-
-# What a sandboxed runner keeps of the environment (everything else, API keys and agent sockets
-# included, stays outside); the launcher sets these for every runner.
-# What a profiler sets for the process it profiles (Nsight Compute/Systems injection).
-PROFILER_ENV_PREFIXES = ("NV_", "NVIDIA", "CUDA_INJECTION", "LD_PRELOAD", "NSYS_", "NCU_")
-RUNNER_ENV = (
-    "CUDA_VISIBLE_DEVICES",
-    "HARNESSLAB_RUNNER_INTERPRET",
-    "HARNESSLAB_WORKER_IDLE_S",
-    "PYTHONUNBUFFERED",
-    "TRITON_INTERPRET",
-)
 
 
 def sandbox_level(report: dict[str, Any]) -> str:
@@ -86,7 +76,8 @@ def runner_digest(name: str = "runner.py") -> str:
 
 
 class RunnerCall(BaseModel):
-    """What one runner invocation produced."""
+    """What one runner invocation produced. `limit`: the sandbox limit that ended it (memory,
+    pids, cpu, file_size, scratch), as the sandbox's outer process counted it."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -100,8 +91,11 @@ class RunnerCall(BaseModel):
     wall_s: float
     sandbox: dict[str, Any] = {}
     phases_s: dict[str, float] = {}  # host side of the call: stage, lock, sync, runner round trip
+    limit: str = ""
 
     def failure(self) -> str:
+        if self.limit:
+            return f"resource_limit: {self.limit} (the sandbox's limit ended the runner)"
         if self.timed_out:
             return f"runner timed out after {self.wall_s:.0f}s and was killed"
         tail = self.stderr_tail.strip().splitlines()[-1:] or ["no output"]
@@ -112,8 +106,9 @@ class RunnerCall(BaseModel):
     def fault(self) -> ExecutorError | None:
         """The infrastructure fault that ended this call, if one did: the runner killed from
         outside (the out-of-memory killer, an operator) before it gave a result. Callers raise
-        it instead of recording a result of the candidate (tools/errors.py: blame)."""
-        if self.result is not None or self.timed_out:
+        it instead of recording a result of the candidate (tools/errors.py: blame). A runner the
+        sandbox's own limit ended (its trusted exit report says which) is the candidate's."""
+        if self.result is not None or self.timed_out or self.limit:
             return None
         return killed_from_outside(self.exit_code, what="the runner", host=self.host)
 
@@ -129,10 +124,19 @@ class _nullcontext:
 class Worker:
     """A warm runner process on one slot (sandboxed: it imports candidates of one task)."""
 
-    def __init__(self, proc: InteractiveProcess, digest: str, task: str = "") -> None:
+    def __init__(
+        self,
+        proc: InteractiveProcess,
+        digest: str,
+        task: str = "",
+        scope: str = "",
+        token: str = "",
+    ) -> None:
         self.proc = proc
         self.digest = digest
         self.task = task
+        self.scope = scope  # the staged candidates it may read (one workspace's)
+        self.token = token  # its sandbox's exit report carries it
         self.sandbox: dict[str, Any] = {}
         self.served = 0
         self.last_used = time.monotonic()
@@ -165,6 +169,7 @@ class Launcher:
         self._sync_locks: dict[int, anyio.Lock] = {id(ex): anyio.Lock() for ex in executors}
         self.last_env: dict[str, Any] | None = None
         self.compile_pool = CompilePool(self)  # sweeps' warm compile workers
+        self._roots = ImportRoots()
 
     def probably_interpreted(self) -> bool:
         """Whether runs land on the Triton CPU interpreter (no compile phase is worth having).
@@ -239,10 +244,14 @@ class Launcher:
                 if not dst.is_file() or dst.read_bytes() != data:
                     dst.write_bytes(data)
 
-    def stage_candidate(self, files: dict[str, bytes], digest: str) -> str:
-        folder = self.stage / "candidates" / digest
+    def stage_candidate(self, files: dict[str, bytes], digest: str, scope: str = "") -> str:
+        """Stage `files` as candidate `digest` of workspace `scope` (its trusted store's key):
+        a sandboxed dev runner reads its own candidate, or its own workspace's, never another
+        workspace's (two workspaces may share one state dir). Returns the stage-relative path."""
+        base = self.stage / "candidates" / scope if scope else self.stage / "candidates"
+        folder = base / digest
         if not folder.is_dir():
-            tmp = self.stage / "candidates" / f".{digest}.{uuid.uuid4().hex[:6]}"
+            tmp = base / f".{digest}.{uuid.uuid4().hex[:6]}"
             with named_disk_full(self.stage, sum(len(b) for b in files.values())):
                 try:
                     for rel, data in files.items():
@@ -255,7 +264,7 @@ class Launcher:
                 tmp.rename(folder)
             except OSError:
                 shutil.rmtree(tmp, ignore_errors=True)  # a concurrent call staged it first
-        return f"candidates/{digest}"
+        return folder.relative_to(self.stage).as_posix()
 
     def remote(self, slot: Slot, rel: str) -> str:
         return slot.executor.path("stage", rel)
@@ -270,85 +279,60 @@ class Launcher:
     def harness(self, slot: Slot, name: str = "runner.py") -> str:
         return slot.executor.path("stage", HARNESS, name)
 
-    def runner_argv(self, slot: Slot, mode: str, task: TaskSpec, *, worker: bool) -> list[str]:
-        """The runner's command line: `-I` (no user site, no PYTHON* variables), `-B` (no
-        bytecode written; the runner deletes any beside the staged files before it imports
-        them), the request on stdin. Modes that import agent
-        code start inside the sandbox (sandbox.py), whose policy grants read access to the
-        harness, the task's reference and the staged candidates only, and write access to a
-        private scratch folder only."""
-        py = self._python(slot)
-        tail = [self.harness(slot), "--worker" if worker else "-"]
-        if mode not in SANDBOXED_MODES:
-            return [py, "-I", "-B", *tail]
-        profile = mode == "profile_target"
-        dev_cache = slot.executor.path("stage", *DEV_TRITON_CACHE.split("/"))
-        policy: dict[str, Any] = {
-            "read": [
-                slot.executor.path("stage", HARNESS),
-                slot.executor.path("stage", "tasks", task.name),
-                slot.executor.path("stage", "candidates"),
-            ],
-            "scratch_root": slot.executor.path("stage", "scratch"),
-            "require": False,  # dev runs go on unsandboxed where nothing can be applied; say so
-            "env_allow": list(RUNNER_ENV),
-            "write": [dev_cache],
-            "mkdir": [dev_cache],  # made by the sandbox's outer process before it grants it
-            # Nsight Compute talks to its target through sockets and /dev/shm and finds it by
-            # the injection variables it sets (NV_NSIGHT_INJECTION_*, NV_TPS_LAUNCH_TOKEN, ...;
-            # without them the target died with SIGSEGV on an H100): a profiled run keeps
-            # Landlock's file rules but no network namespace, no socket filter, and gets those
-            # variables (benchmarks/ncu_sandbox_matrix.py). It is exec'd in place: ncu's
-            # process is the one the launcher kills.
-            **(
-                {
-                    "namespaces": False,
-                    "seccomp": False,
-                    "fork": False,
-                    "env_allow_prefixes": list(PROFILER_ENV_PREFIXES),
-                }
-                if profile
-                else {}
-            ),
-        }
-        if profile:
-            policy["write"].append("/dev/shm")
-        return [
-            py, "-I", "-B", self.harness(slot, "sandbox.py"), "--policy", json.dumps(policy),
-            "--", py, "-I", "-B", *tail,
-        ]  # fmt: skip
+    def limits(self) -> sp.Limits:
+        return sp.Limits.from_dict(self.settings.sandbox_limits())
 
-    def sandboxed_argv(
-        self,
-        slot: Slot,
-        argv: list[str],
-        *,
-        read: list[str],
-        write: list[str],
-        cwd: str,
-        env: dict[str, str] | None = None,
-        require: bool = False,
-        installed_bytecode: bool = False,
-    ) -> list[str]:
+    async def import_roots(self, slot: Slot) -> list[str]:
+        """The import roots of the runner's interpreter on `slot`'s host (runner_policy)."""
+        return await self._roots.of(
+            slot.executor, self._python(slot), self.harness(slot, "sandbox_policy.py")
+        )
+
+    def runner_argv(
+        self, slot: Slot, mode: str, task: TaskSpec, *, worker: bool, roots: list[str],
+        candidates: str = "candidates",
+    ) -> sp.Launch:  # fmt: skip
+        """How the runner starts: `-I` (no user site, no PYTHON* variables) through the import
+        bootstrap (`roots` first on sys.path), `-B` (no bytecode written; the runner deletes
+        any beside the staged files before it imports them), the request on stdin. Modes that
+        import agent code start inside the sandbox (runner_policy: `candidates` is what it may
+        read of the staged candidates)."""
+        py = self._python(slot)
+        program = sp.python_argv(py, [self.harness(slot), "--worker" if worker else "-"])
+        if mode not in SANDBOXED_MODES:
+            return sp.Launch(argv=program, stdin=b"", token="")
+        policy = runner_policy(
+            lambda *parts: slot.executor.path("stage", *parts), task.name, candidates, roots,
+            self.limits(), profile=mode == "profile_target",
+        )  # fmt: skip
+        return sp.command(py, self.harness(slot, "sandbox.py"), policy, program)
+
+    dev_cache_of = staticmethod(dev_cache_of)
+    candidates_of = staticmethod(candidates_of)
+
+    async def sandboxed_argv(
+        self, slot: Slot, argv: list[str], *, read: list[str], write: list[str], cwd: str,
+        env: dict[str, str] | None = None, require: bool = False, installed_bytecode: bool = False,
+    ) -> sp.Launch:  # fmt: skip
         """`argv` started inside the sandbox on the slot's executor: read access to `read` (and
-        what Python, torch and triton need), write access to `write` and a private scratch.
-        For agent-written commands that are not the runner (a command task's objective).
-        `env` is set in the target (paths only: the policy is on a command line); `require`
+        what Python, torch and triton need, their import roots included), write access to
+        `write` and a private scratch, the sandbox's limits. For agent-written commands that are
+        not the runner (a command task's objective). `env` is set in the target; `require`
         refuses to run where no sandbox can be applied (a verdict needs one);
         `installed_bytecode` lets it read the interpreter's own bytecode (for a folder with no
         __pycache__ the agent planted that could decide anything)."""
-        py = self._python(slot)
-        policy: dict[str, Any] = {
-            "read": read,
-            "write": write,
-            "scratch_root": slot.executor.path("stage", "scratch"),
-            "require": require,
-            "cwd": cwd,
-            "env": dict(env or {}),
-            "installed_bytecode": installed_bytecode,
-        }
-        return [py, "-I", "-B", self.harness(slot, "sandbox.py"), "--policy", json.dumps(policy),
-                "--", *argv]  # fmt: skip
+        policy = sp.Policy(
+            read=read,
+            write=write,
+            scratch_root=slot.executor.path("stage", "scratch"),
+            require=require,
+            cwd=cwd,
+            env=dict(env or {}),
+            installed_bytecode=installed_bytecode,
+            limits=self.limits(),
+            **sp.python_policy(await self.import_roots(slot)),
+        )
+        return sp.command(self._python(slot), self.harness(slot, "sandbox.py"), policy, argv)
 
     async def call(
         self,
@@ -376,13 +360,21 @@ class Launcher:
         t_begin = time.perf_counter()
         events: list[dict[str, Any]] = []
         sandbox: dict[str, Any] = {}
+        tokens: list[str] = []  # of the sandbox this call's runner runs in
+        ended: list[dict[str, Any]] = []  # its exit report
 
         async def line_in(line: str) -> None:
+            end = next((e for t in tokens if (e := sp.exit_report(line, t))), None)
+            if end is not None:
+                ended.append(end)
+                return
             ev = wire.json_object(line)  # the runner shares its stdout with the candidate
             if ev is not None:
                 if ev.get("event") == "sandbox":
                     sandbox.update({k: v for k, v in ev.items() if k != "event"})
                     return
+                if ev.get("event") == "sandbox_exit":
+                    return  # not this sandbox's: the target printed it
                 events.append(ev)
                 if on_event is not None and ev.get("event") not in ("result", "ready"):
                     maybe = on_event(ev)
@@ -397,6 +389,7 @@ class Launcher:
         self._stage_common(task)
         phases = {"stage": time.perf_counter() - t_begin}
         req, env = self.prepare(slot, request, task)
+        candidates = candidates_of(request)
         mode = str(req.get("mode", "evaluate"))
         # Compiles (not exclusive), profiles (argv_prefix) and guarded runs (fresh) never use the
         # warm worker.
@@ -422,8 +415,12 @@ class Launcher:
             started = time.perf_counter()
             phases["sync"] = started - t_begin - phases["stage"] - phases["gpu_lock"]
             outcome = None
+            roots = await self.import_roots(slot)
+            env.update(sp.import_env(roots))
             if warm:
-                outcome = await call_worker(self, slot, req, env, timeout_s, line_in, task)
+                outcome = await call_worker(
+                    self, slot, req, env, timeout_s, line_in, task, candidates[1], tokens
+                )
                 if slot.worker is not None:
                     sandbox.update(slot.worker.sandbox)
             if outcome is not None:
@@ -431,12 +428,16 @@ class Launcher:
                 got_result = any(e.get("event") == "result" for e in events)
                 exit_code = 0 if got_result and not timed_out else ended_code
             else:  # fresh process (or a backend without interactive processes)
+                launch = self.runner_argv(
+                    slot, mode, task, worker=False, roots=roots, candidates=candidates[0]
+                )
+                tokens.append(launch.token)
                 res = await slot.executor.run(
-                    [*(argv_prefix or []), *self.runner_argv(slot, mode, task, worker=False)],
+                    [*(argv_prefix or []), *launch.argv],
                     cwd=slot.executor.path("stage"),
                     env=env,
                     timeout_s=timeout_s,
-                    stdin=json.dumps(req).encode(),
+                    stdin=launch.stdin + json.dumps(req).encode(),
                     on_line=line_in,
                 )
                 exit_code, timed_out = res.exit_code, res.timed_out
@@ -462,6 +463,7 @@ class Launcher:
             wall_s=time.perf_counter() - started,
             sandbox=sandbox,
             phases_s=phases,
+            limit=sp.limit_hit(ended[-1] if ended else None),
         )
 
     @asynccontextmanager
@@ -485,6 +487,7 @@ class Launcher:
         req["reference"] = self.remote(slot, f"tasks/{task.name}/reference.py")
         req["harness_sha256"] = {n: runner_digest(n) for n in RUNNER_FILES}
         req["sandbox_required"] = not self.settings.allow_unsandboxed
+        req["sandbox_limits"] = self.settings.sandbox_limits()
         for key in ("candidate_dir", "baseline_dir", "triton_cache"):
             if isinstance(req.get(key), str) and req[key].startswith("@stage/"):
                 req[key] = self.remote(slot, req[key][len("@stage/") :])
@@ -501,34 +504,49 @@ class Launcher:
         }
         return req, env
 
-    def worker_stale(self, worker: Worker, task: TaskSpec) -> bool:
+    def worker_stale(self, worker: Worker, task: TaskSpec, scope: str = "candidates") -> bool:
         """A warm worker that must be replaced before its next request: gone already (its
         connection or allocation lost while idle), too many calls, an older runner, another
-        task, or idle long enough that it is about to exit by itself."""
+        task or workspace (`scope`: the staged candidates it may read), or idle long enough
+        that it is about to exit by itself."""
         return (
             not worker.proc.alive()
             or worker.served >= self.settings.worker_max_calls
             or worker.digest != runner_digest()
             or worker.task != task.name
+            or worker.scope != scope
             or time.monotonic() - worker.last_used > self.settings.worker_idle_s * 0.9
         )
 
     async def start_worker(
         self, slot: Slot, mode: str, task: TaskSpec, env: dict[str, str], timeout_s: float,
-        log: str,
+        log: str, scope: str = "candidates",
     ) -> Worker:  # fmt: skip
-        """A warm runner (`runner.py --worker`, inside the sandbox) on `slot`'s executor, once
-        it said "ready". ExecutorError when it did not start (no request was sent: started is
-        False); NotImplementedError: the backend has no interactive processes."""
+        """A warm runner (`runner.py --worker`, inside the sandbox) on `slot`'s executor that
+        may read the staged candidates under `scope` (one workspace's), once it said "ready".
+        ExecutorError when it did not start (no request was sent: started is False);
+        NotImplementedError: the backend has no interactive processes."""
+        roots = await self.import_roots(slot)
+        launch = self.runner_argv(slot, mode, task, worker=True, roots=roots, candidates=scope)
         proc = await slot.executor.start(
-            self.runner_argv(slot, mode, task, worker=True),
+            launch.argv,
             cwd=slot.executor.path("stage"),
-            env=env,
+            env={**env, **sp.import_env(roots)},
             stderr_path=slot.executor.path("stage", log),
         )
-        worker = Worker(proc, runner_digest(), task.name)
+        worker = Worker(proc, runner_digest(), task.name, scope, launch.token)
         ready = False
         limit_s = min(timeout_s, 180)
+        try:
+            await proc.send_line(launch.stdin_line)  # the policy, before any request
+        except (OSError, ExecutorError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
+            await proc.kill()
+            raise ExecutorError(
+                f"{slot.label}: the warm runner's sandbox did not take its policy ({e}).",
+                kind="remote_env",
+                started=False,
+                next_step="retry; remote_health_check says what the host lacks",
+            ) from e
         try:
             with anyio.move_on_after(limit_s) as waited:
                 while True:  # the sandbox's report comes first, then the runner's "ready"

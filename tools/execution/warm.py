@@ -50,16 +50,21 @@ async def call_worker(
     timeout_s: float,
     line_in: LineIn,
     task: TaskSpec,
+    scope: str = "candidates",
+    tokens: list[str] | None = None,
 ) -> tuple[bool, str, int | None] | None:
-    """Serve one request on the slot's warm worker. Returns (timed_out, stderr_tail, exit
-    status of a worker that died), or None when the backend cannot keep a worker. A crash,
-    timeout or cancel kills the worker; the next call starts a new one. Infrastructure faults
-    raise (see the module docstring)."""
+    """Serve one request on the slot's warm worker (a sandboxed runner reading `scope`'s staged
+    candidates). Returns (timed_out, stderr_tail, exit status of a worker that died), or None
+    when the backend cannot keep a worker. A crash, timeout or cancel kills the worker; the next
+    call starts a new one. Infrastructure faults raise (see the module docstring). `tokens` gets
+    the token of the worker's sandbox (its exit report names a limit it hit)."""
     for attempt in range(2):
         try:
-            worker = await ready_worker(launcher, slot, env, timeout_s, task)
+            worker = await ready_worker(launcher, slot, env, timeout_s, task, scope)
             if worker is None:
                 return None
+            if tokens is not None and worker.token not in tokens:
+                tokens.append(worker.token)
             served = await launcher.serve(worker, req, timeout_s, line_in)
         except ExecutorError as exc:
             slot.worker = None
@@ -83,19 +88,24 @@ async def call_worker(
 
 
 async def ready_worker(
-    launcher: Launcher, slot: Slot, env: dict[str, str], timeout_s: float, task: TaskSpec
+    launcher: Launcher,
+    slot: Slot,
+    env: dict[str, str],
+    timeout_s: float,
+    task: TaskSpec,
+    scope: str = "candidates",
 ) -> Worker | None:
     """The slot's warm worker, replaced first when stale or gone, started when missing; None
     when the backend keeps no interactive processes. A start that failed raises with
     started=False: no request was sent."""
     worker = slot.worker
-    if worker is not None and launcher.worker_stale(worker, task):
+    if worker is not None and launcher.worker_stale(worker, task, scope):
         await worker.proc.kill()
         slot.worker = worker = None
     if worker is None:
         try:
             worker = await launcher.start_worker(
-                slot, "evaluate", task, env, timeout_s, f"worker-gpu{slot.gpu_index}.log"
+                slot, "evaluate", task, env, timeout_s, f"worker-gpu{slot.gpu_index}.log", scope
             )
         except NotImplementedError:
             slot.warm_supported = False

@@ -5,7 +5,9 @@ call); they import each other by plain module name from that folder. The lab sta
 the task folders, and TASK as a declared task's reference. The host imports a few of them as modules too (wire for framing, ncu for the
 one ncu parser); tests/tools/gpu/test_staged.py checks that none imports harnesslab.
 
-Side of the trust boundary: runner.py (dev modes) runs inside sandbox.py with the candidate;
+Side of the trust boundary: sandbox.py (with sandbox_policy.py, the typed policy and the one
+way to start it, sandbox_confine.py and sandbox_limits.py) is trusted up to the exec of its
+target; runner.py (dev modes) runs inside sandbox.py with the candidate;
 guard.py, guard_gpu.py and replay.py are the guarded verify's trusted side; guard_child.py is the
 candidate's process.
 """
@@ -16,6 +18,9 @@ FOLDER = Path(__file__).resolve().parent  # the host runs sandbox.py from here, 
 STAGED = (
     "runner.py",
     "sandbox.py",
+    "sandbox_policy.py",
+    "sandbox_confine.py",
+    "sandbox_limits.py",
     "wire.py",
     "cudadrv.py",
     "guard.py",

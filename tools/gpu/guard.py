@@ -32,8 +32,11 @@ import sys
 import tempfile
 import time
 import types
+from dataclasses import replace
 from typing import Any
 
+import sandbox_limits
+import sandbox_policy as sp
 import wire
 
 _perf = time.perf_counter
@@ -78,42 +81,60 @@ def stage_root() -> str:
 class Kid:
     """A sandboxed child: the candidate's process (guard_child.py) or a replayer (replay.py).
     Requests are frames on its stdin; replies frames on its stdout. Its stderr is discarded:
-    a candidate writes there, and nothing it writes may reach a verdict."""
+    a candidate writes there, and nothing it writes may reach a verdict. The sandbox's own
+    reports (what it applied; which limit ended it) come on a pipe only its outer process
+    holds."""
 
-    def __init__(self, role: str, script: str, policy: dict[str, Any], timeout_s: float,
+    def __init__(self, role: str, script: str, policy: sp.Policy, timeout_s: float,
                  pass_fds: tuple[int, ...] = ()) -> None:  # fmt: skip
-        self.role, self.timeout_s = role, timeout_s
+        self.role, self.timeout_s, self.require = role, timeout_s, policy.require
         py = sys.executable
-        argv = [py, "-I", "-B", os.path.join(HERE, "sandbox.py"), "--policy", json.dumps(policy),
-                "--", py, "-I", "-B", os.path.join(HERE, script)]  # fmt: skip
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            pass_fds=pass_fds, close_fds=True, start_new_session=False,
-        )  # fmt: skip
+        self.reports, report_w = os.pipe()
+        launch = sp.command(py, os.path.join(HERE, "sandbox.py"), replace(policy, report_fd=report_w),
+                            sp.python_argv(py, [os.path.join(HERE, script)]))  # fmt: skip
+        self.token = launch.token
+        try:
+            self.proc = subprocess.Popen(
+                launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, pass_fds=(*pass_fds, report_w), close_fds=True,
+                start_new_session=False,
+            )  # fmt: skip
+        finally:
+            os.close(report_w)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.fd_in, self.fd_out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         self.sandbox: dict[str, Any] = {}
+        self.limit = ""
+        try:
+            os.write(self.fd_in, launch.stdin)  # the policy, before any frame
+        except OSError:
+            pass  # it died at once: started() says so
 
     def started(self) -> dict[str, Any]:
         """The sandbox's own report (first line, written before the target runs)."""
         try:
-            line = wire.read_line(self.fd_out, 30)
+            line = wire.read_line(self.reports, 30)
             report = json.loads(line)
         except (wire.WireError, ValueError):
-            code = self.proc.poll()
+            try:
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
             if code == 3:
                 raise KidFailed(
                     "sandbox_unavailable", "no sandbox can be applied here", self.role
                 ) from None
             raise KidFailed("candidate_crashed", "the sandbox did not start", self.role) from None
         self.sandbox = {k: v for k, v in report.items() if k != "event"}
+        if self.require and self.sandbox.get("level") not in ("full", "partial"):
+            raise KidFailed("sandbox_unavailable", "no sandbox can be applied here", self.role)
         return self.sandbox
 
     def send(self, msg: dict[str, Any]) -> None:
         try:
             wire.send(self.fd_in, msg)
         except OSError as exc:
-            raise KidFailed("candidate_crashed", "the process is gone", self.role) from exc
+            raise self.failed("candidate_crashed", "the process is gone") from exc
 
     def ask(self, msg: dict[str, Any], *, timeout_s: float | None = None,
             spin: bool = False) -> tuple[dict[str, Any], float]:  # fmt: skip
@@ -124,10 +145,9 @@ class Kid:
             reply = wire.recv(self.fd_out, timeout_s or self.timeout_s, spin=spin)
         except wire.WireError as exc:
             if exc.kind == "timeout":
-                raise KidFailed("timeout", "no answer in time", self.role) from None
+                raise self.failed("timeout", "no answer in time") from None
             if exc.kind == "eof":
-                self.proc.poll()
-                raise KidFailed("candidate_crashed", "the process died", self.role) from None
+                raise self.failed("candidate_crashed", "the process died") from None
             raise KidFailed("harness_tampered", "the reply broke the protocol", self.role) from None
         wall_us = (_perf() - t0) * 1e6
         if not isinstance(reply, dict):
@@ -136,16 +156,53 @@ class Kid:
             raise KidFailed("candidate_crashed", "the process failed", self.role)
         return reply, wall_us
 
+    def failed(self, code: str, detail: str) -> KidFailed:
+        """Why the process stopped answering: a sandbox limit when its outer process counted
+        one (the candidate's own word never decides it), else `code`."""
+        limit = self.stop()
+        if limit:
+            return KidFailed(
+                "resource_limit", f"resource_limit: {limit} (the sandbox's limit ended it)",
+                self.role,
+            )  # fmt: skip
+        return KidFailed(code, detail, self.role)
+
+    def stop(self) -> str:
+        """End the sandbox (TERM to its outer process, which kills the rest and removes its
+        scratch folder and cgroup; KILL if it does not), read its exit report: the limit that
+        ended it, or ''."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()  # its reaper and target follow it (PDEATHSIG)
+                self.proc.wait(timeout=5)
+        if self.reports >= 0:
+            self.limit = sp.limit_hit(self._exit_report())
+            os.close(self.reports)
+            self.reports = -1
+        return self.limit
+
+    def _exit_report(self) -> dict[str, Any] | None:
+        try:
+            while True:
+                end = sp.exit_report(wire.read_line(self.reports, 2).decode(), self.token)
+                if end is not None:
+                    return end
+        except (wire.WireError, UnicodeDecodeError):
+            return None
+
     def close(self) -> None:
         try:
             wire.send(self.fd_in, {"op": "exit"})
         except OSError:
             pass
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
-            self.proc.kill()  # the sandbox's outer process: its reaper and target follow it
-            self.proc.wait(timeout=5)
+            pass  # it ignores the exit frame (a rebound os._exit): stop() ends it
+        self.stop()
         for fh in (self.proc.stdin, self.proc.stdout, getattr(self, "sock", None)):
             try:
                 if fh is not None:
@@ -266,18 +323,22 @@ class Verify:
         os.makedirs(self.scratch_root, mode=0o700, exist_ok=True)
 
     def policy(self, read: list[str], *, env: dict[str, str] | None = None,
-               write: list[str] | None = None, cache: str | None = None) -> dict[str, Any]:  # fmt: skip
-        p: dict[str, Any] = {
-            "read": [HERE, *read],
-            "write": write or [],
-            "scratch_root": self.scratch_root,
-            "require": bool(self.req.get("sandbox_required", True)),
-            "env": env or {},
-            "env_allow": ["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"],
-        }
-        if cache:
-            p["triton_cache"] = cache
-        return p
+               write: list[str] | None = None, cache: str | None = None,
+               namespaces: bool | list[str] = True) -> sp.Policy:  # fmt: skip
+        """A child's sandbox: this folder, `read` and this process's own import roots
+        readable, `write` writable, the request's limits."""
+        return sp.Policy(
+            read=[HERE, *read],
+            write=write or [],
+            scratch_root=self.scratch_root,
+            require=bool(self.req.get("sandbox_required", True)),
+            env=env or {},
+            env_allow=["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"],
+            triton_cache=cache or "",
+            namespaces=namespaces,
+            limits=sp.Limits.from_dict(self.req.get("sandbox_limits") or {}),
+            **sp.python_policy(sp.import_roots()),
+        )
 
     def candidate_kid(self, role: str, cand_dir: str, memfd: int | None) -> Any:
         env = {"TRITON_INTERPRET": "1"} if self.env.interpret else {}
@@ -353,6 +414,7 @@ class Verify:
                 kid.close()
             for kid in getattr(self, "replayers", {}).values():
                 kid.close()
+            sandbox_limits.sweep(self.scratch_root)  # whatever a child did, nothing stays
             if memfd is not None:
                 os.close(memfd)
             result["wall_s"] = _perf() - self.started

@@ -296,8 +296,7 @@ def replayer(vf, role: str):
 
     reps = vf.__dict__.setdefault("replayers", {})
     if role not in reps:
-        policy = vf.policy([])
-        policy["namespaces"] = vf.req.get("replay_namespaces", True)
+        policy = vf.policy([], namespaces=vf.req.get("replay_namespaces", True))
         import socket
 
         ours, theirs = socket.socketpair()  # arena descriptors travel on it (SCM_RIGHTS)

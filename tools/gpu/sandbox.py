@@ -1,285 +1,113 @@
 """The sandbox every process that imports or runs agent-written code runs in.
 
-Staged to the GPU host beside runner.py (standard library + ctypes only, never harnesslab).
-Trusted side of the boundary up to the exec of the target; the target is hostile. Usage:
+Staged to the GPU host beside runner.py with sandbox_policy.py, sandbox_confine.py and
+sandbox_limits.py (standard library + ctypes only, never harnesslab). Trusted side of the
+boundary up to the exec of the target; the target is hostile. Usage:
 
-    python -I sandbox.py --policy JSON -- TARGET ARGV...     ("{scratch}" in ARGV is replaced)
-    python -I sandbox.py --probe                             what this machine can apply (JSON)
+    python -I sandbox.py --policy-stdin -- TARGET ARGV...   the policy: a frame on stdin first
+    python -I sandbox.py --policy JSON -- TARGET ARGV...    by hand only (argv is visible inside)
+    python -I sandbox.py --probe                            what this machine can apply (JSON)
 
-The outer process (this file, trusted) makes a private scratch folder (0700) and, where the
-kernel allows, new PID, network, IPC and mount namespaces; it forks a reaper that is PID 1 of
-the new PID namespace (a fresh /proc is mounted there, so other processes are not listed). The
-reaper forks the target, which, before exec:
+The toolkit starts it only through `sandbox_policy.command()`: the policy (a typed
+`sandbox_policy.Policy`; unknown keys are refused) travels on stdin, so no sandboxed process
+sees it in a command line. The outer process (this file, trusted, not dumpable: a same-user
+process can read neither its memory nor its environment) takes a private scratch folder
+(sandbox_limits.Scratch: owned through a lock, so a folder whose outer was killed is swept by
+the next sandbox, never a live one's), a cgroup with the memory and pids limits where it can
+make one, and, where the kernel allows, new PID, network, IPC and mount namespaces; it forks a
+reaper that is PID 1 of the new PID namespace (a fresh /proc is mounted there, so other
+processes are not listed) and moves it into the cgroup. The reaper mounts an empty tmpfs over
+the folders where sockets live and a size-limited tmpfs on the scratch folder, then forks the
+target, which, before exec:
   - PR_SET_PDEATHSIG(SIGKILL) and PR_SET_NO_NEW_PRIVS;
-  - Landlock (ABI >= 1): read + execute only on what Python, torch, triton and CUDA need plus the
-    policy's read-only paths; read + write only on the scratch folder and the device files CUDA
-    opens; TCP bind/connect denied (ABI >= 4; the new network namespace has no interface up
-    anyway); signals and abstract unix sockets scoped to the sandbox (ABI >= 6);
-  - seccomp: socket(), io_uring, ptrace, process_vm_*, bpf, mount, namespaces, keyrings,
-    kexec, modules, reboot return EPERM (pathname unix sockets are not covered by Landlock
-    before ABI 8, so socket() itself is refused);
-  - every capability dropped (bounding, ambient, effective, permitted, inheritable);
-  - an environment made only of the policy's allowlist plus HOME, TMPDIR and caches (Triton,
-    bytecode, CUDA) inside the scratch folder.
+  - rlimits: file size, CPU time, open files, no core files (and pids or memory where no cgroup
+    holds them: sandbox_policy.Limits);
+  - Landlock, seccomp and no capabilities (sandbox_confine.py says what each allows and why);
+  - an environment made only of the policy's allowlist, a minimal PATH, the import roots, and
+    HOME, TMPDIR and caches (Triton, bytecode, CUDA) inside the scratch folder.
 When the target exits, the reaper exits with its status: the kernel then kills every process
 left in the namespace (a setsid double-fork daemon included). Without a PID namespace the outer
 is a subreaper and kills every descendant itself. A killed outer takes the reaper with it
-(PDEATHSIG), and the reaper the target; with `"die_with_parent": PID` a dead caller takes the
-outer with it too (the value is the caller's pid). The scratch folder is removed at the end.
+(PDEATHSIG), and the reaper the target; with `die_with_parent` (the caller's pid) a dead caller
+takes the outer with it too. A limit hit (the cgroup's own counters, a SIGXCPU/SIGXFSZ death, a
+full scratch) ends the whole sandbox at once. At the end the outer removes the cgroup and the
+scratch folder.
 
-The first line the outer writes on stdout is `{"event": "sandbox", ...}`: what was applied, so
-the caller never has to trust the target's own report. Where nothing can be applied the policy
-decides: `"require": true` makes the outer exit 3 with a message instead of running the target.
+Reports, on stdout or the policy's `report_fd`: first `{"event": "sandbox", ...}` (what was
+applied, written before the target runs, so the caller never has to trust the target's own
+report), last `{"event": "sandbox_exit", "token", "status", "limits_hit"}` (written after every
+process of the sandbox is gone; the token is the policy's, which the target never sees). Where
+nothing can be applied the policy decides: `require` makes the outer exit 3 with a message
+instead of running the target.
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
+import importlib
 import json
 import os
 import platform
-import shutil
+import select
 import signal
-import struct
 import sys
-import sysconfig
 import tempfile
 import time
 from typing import Any
 
-# -- Landlock (include/uapi/linux/landlock.h) --------------------------------------------------
-SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
-FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_CHAR, FS_MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
-FS_MAKE_REG, FS_MAKE_SOCK, FS_MAKE_FIFO, FS_MAKE_BLOCK = 1 << 8, 1 << 9, 1 << 10, 1 << 11
-FS_MAKE_SYM, FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 12, 1 << 13, 1 << 14, 1 << 15
-NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
-SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
-FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1}
-FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
-READ_ONLY = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-DEVICE_RW = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+HERE = os.path.dirname(os.path.abspath(__file__))
 
-# -- namespaces, prctl, seccomp ---------------------------------------------------------------
+
+def _sibling(name: str) -> Any:
+    """A staged sibling module: by plain name when run as a script on the GPU host, from this
+    package when the host imports this file."""
+    if __package__:
+        return importlib.import_module(f"{__package__}.{name}")
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    return importlib.import_module(name)
+
+
+sp = _sibling("sandbox_policy")
+sc = _sibling("sandbox_confine")
+sl = _sibling("sandbox_limits")
+
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
-PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_SET_CHILD_SUBREAPER = 22, 38, 47, 36
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
-MS_BIND = 4096
-SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
-# Per architecture: audit arch, capset, and the syscalls refused inside the sandbox.
-ARCHES: dict[str, dict[str, Any]] = {
-    "x86_64": {
-        "audit": 0xC000003E,
-        "capset": 126,
-        "socket": 41,
-        "deny": {
-            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
-            "io_uring_setup": 425, "bpf": 321, "userfaultfd": 323, "perf_event_open": 298,
-            "keyctl": 250, "add_key": 248, "request_key": 249, "mount": 165, "umount2": 166,
-            "pivot_root": 155, "setns": 308, "unshare": 272, "kexec_load": 246,
-            "init_module": 175, "finit_module": 313, "reboot": 169, "open_by_handle_at": 304,
-        },
-    },
-    "aarch64": {
-        "audit": 0xC00000B7,
-        "capset": 91,
-        "socket": 198,
-        "deny": {
-            "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
-            "io_uring_setup": 425, "bpf": 280, "userfaultfd": 282, "perf_event_open": 241,
-            "keyctl": 219, "add_key": 217, "request_key": 218, "mount": 40, "umount2": 39,
-            "pivot_root": 41, "setns": 268, "unshare": 97, "kexec_load": 104,
-            "init_module": 105, "finit_module": 273, "reboot": 142, "open_by_handle_at": 265,
-        },
-    },
-}  # fmt: skip
-
-# What Python, torch, triton (its compiler runs ptxas and a C compiler) and CUDA read.
-SYSTEM_READ = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/sys", "/proc"]
-ETC_READ = [
-    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
-    "/etc/alternatives", "/etc/os-release", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
-    "/etc/mime.types", "/etc/gcc", "/etc/nvidia",
-    # Debian's sitecustomize.py is a link into /etc/python3.X
-    f"/etc/python{sys.version_info.major}.{sys.version_info.minor}",
-]  # fmt: skip
-DEVICES_RW = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
-DEVICE_PREFIXES = ("nvidia",)  # /dev/nvidia0, nvidiactl, nvidia-uvm*, nvidia-caps/...
-ENV_ALWAYS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
-
-LINUX = sys.platform.startswith("linux")
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 38, 36
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE, MS_BIND = 2, 4, 8, 16384, 1 << 18, 4096
+ENV_ALWAYS = ("LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
+SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/local/cuda/bin")
+LINUX = sc.LINUX
+_libc = sc.libc
+Policy = sp.Policy
 
 
-class _NotLinux:
-    """Elsewhere (macOS) none of these calls exist, and a Linux syscall number would mean
-    something else: every call fails, so nothing is applied and the report says so."""
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: -1
-
-
-_libc: Any = ctypes.CDLL(None, use_errno=True) if LINUX else _NotLinux()
-if LINUX:
-    _libc.syscall.restype = ctypes.c_long
+def target_path(policy: Any) -> str:
+    """The target's PATH: the policy's, or the interpreter's folder and the system's (never the
+    caller's, which names its home, tools and users)."""
+    if policy.path:
+        return str(policy.path)
+    dirs = [os.path.dirname(sys.executable), *SYSTEM_PATH]
+    return os.pathsep.join(d for d in dict.fromkeys(dirs) if os.path.isdir(d))
 
 
-def _err(what: str) -> OSError:
-    e = ctypes.get_errno()
-    return OSError(e, f"{what}: {os.strerror(e)}")
-
-
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version (0: not available)."""
-    v = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    return int(v) if v > 0 else 0
-
-
-def _arch() -> dict[str, Any] | None:
-    return ARCHES.get(platform.machine())
-
-
-# ----------------------------------------------------------------------------------------------
-# what the target may reach
-
-
-def python_paths() -> list[str]:
-    """The interpreter's own folders (prefix, stdlib, site-packages, include)."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    paths.update(v for k, v in sysconfig.get_paths().items() if k != "scripts")
-    paths.add(os.path.dirname(os.path.realpath(sys.executable)))
-    # Folders a .pth file adds (a venv layered on a shared base venv): the target imports from
-    # them as this process does (both run with -I, so the agent cannot extend this list).
-    paths.update(p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p))
-    return sorted(p for p in paths if p and os.path.exists(p))
-
-
-def read_paths(policy: dict[str, Any], target: str = "") -> list[str]:
-    extra = [str(p) for p in policy.get("read", [])]
-    venv = os.path.dirname(os.path.dirname(target)) if target else ""
-    if venv and os.path.isfile(os.path.join(venv, "pyvenv.cfg")):  # a target in another venv
-        extra.append(venv)
-    return [p for p in (*SYSTEM_READ, *ETC_READ, *python_paths(), *extra) if os.path.exists(p)]
-
-
-def device_paths() -> list[str]:
-    out = [p for p in DEVICES_RW if os.path.exists(p)]
-    try:
-        names = os.listdir("/dev")
-    except OSError:
-        names = []
-    for name in sorted(names):
-        if name.startswith(DEVICE_PREFIXES):
-            path = os.path.join("/dev", name)
-            if os.path.isdir(path):
-                out += [os.path.join(path, n) for n in sorted(os.listdir(path))]
-            else:
-                out.append(path)
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
-# applying it (the target side, before exec)
-
-
-def apply_landlock(abi: int, read: list[str], write: list[str], devices: list[str]) -> None:
-    handled = FS_BY_ABI.get(abi, (1 << 16) - 1)
-    attr = struct.pack("QQQ", handled, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
-                       SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)  # fmt: skip
-    size = 8 if abi < 4 else (16 if abi < 6 else 24)
-    buf = ctypes.create_string_buffer(attr[:size], size)
-    fd = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_size_t(size), ctypes.c_uint32(0))
-    if fd < 0:
-        raise _err("landlock_create_ruleset")
-    try:
-        # The process's own /proc entry (the CUDA driver writes there: thread names and the
-        # like); never the rest of /proc, where root could write kernel parameters.
-        own = [f"/proc/{os.getpid()}"]
-        for paths, rights in ((read, READ_ONLY), (write, handled), (devices, DEVICE_RW),
-                              (own, READ_ONLY | FS_WRITE_FILE | FS_TRUNCATE)):  # fmt: skip
-            for path in paths:
-                _add_path_rule(int(fd), path, rights & handled)
-        if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
-            raise _err("landlock_restrict_self")
-    finally:
-        os.close(int(fd))
-
-
-def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
-    try:
-        pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return  # a path that vanished grants nothing
-    try:
-        if not os.path.isdir(path):
-            rights &= FILE_RIGHTS
-        rule = ctypes.create_string_buffer(struct.pack("=Qi", rights, pfd), 12)
-        if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), rule,
-                         ctypes.c_uint32(0)) != 0:  # fmt: skip
-            raise _err(f"landlock_add_rule {path}")
-    finally:
-        os.close(pfd)
-
-
-def apply_seccomp(allow: list[str] | None = None) -> bool:
-    """Refuse the syscalls in ARCHES[...]['deny'] (less `allow`) with EPERM, and socket() for
-    every family but AF_UNIX. The CUDA driver opens a unix socket and connects to
-    /tmp/nvidia-mps/control at cuInit; it fails on EPERM where it expects ENOENT (seen on an
-    H100, driver 580), so connect() stays allowed and the sockets a unix socket could reach
-    are hidden instead (_hide_sockets). False where the architecture is unknown."""
-    arch = _arch()
-    if arch is None:
-        return False
-    ld_w_abs, jeq_k, ret_k = 0x20, 0x15, 0x06
-    errno_ret = SECCOMP_RET_ERRNO | errno.EPERM
-    deny = sorted(nr for name, nr in arch["deny"].items() if name not in (allow or []))
-    prog = [
-        (ld_w_abs, 0, 0, 4),  # seccomp_data.arch
-        (jeq_k, 1, 0, arch["audit"]),
-        (ret_k, 0, 0, errno_ret),  # another ABI (x32, i386): refused
-        (ld_w_abs, 0, 0, 0),  # seccomp_data.nr
-        (jeq_k, 0, 4, arch["socket"]),  # not socket(): to the deny list
-        (ld_w_abs, 0, 0, 16),  # socket's first argument (low word): the family
-        (jeq_k, 0, 1, 1),  # AF_UNIX
-        (ret_k, 0, 0, SECCOMP_RET_ALLOW),
-        (ret_k, 0, 0, errno_ret),
-    ]
-    if "socket" in (allow or []):
-        prog[5:9] = [(ret_k, 0, 0, SECCOMP_RET_ALLOW)] * 4
-    for i, nr in enumerate(deny):
-        prog.append((jeq_k, len(deny) - i, 0, nr))  # match -> the ERRNO return at the end
-    prog.append((ret_k, 0, 0, SECCOMP_RET_ALLOW))
-    prog.append((ret_k, 0, 0, errno_ret))
-    raw = b"".join(struct.pack("HBBI", *ins) for ins in prog)
-    filt = ctypes.create_string_buffer(raw, len(raw))
-    fprog = struct.pack("HxxxxxxQ", len(prog), ctypes.addressof(filt))
-    fbuf = ctypes.create_string_buffer(fprog, len(fprog))
-    if _libc.prctl(PR_SET_SECCOMP, 2, fbuf, 0, 0) != 0:
-        raise _err("seccomp")
-    return True
-
-
-def drop_capabilities() -> None:
-    for cap in range(64):
-        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last cap: fine
-    _libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
-    arch = _arch()
-    if arch is not None:
-        header = ctypes.create_string_buffer(struct.pack("Ii", 0x20080522, 0), 8)
-        data = ctypes.create_string_buffer(b"\0" * 24, 24)
-        if _libc.syscall(arch["capset"], header, data) != 0:
-            raise _err("capset")
-
-
-def target_env(policy: dict[str, Any], scratch: str) -> dict[str, str]:
-    keep = {*ENV_ALWAYS, *policy.get("env_allow", [])}
-    prefixes = tuple(str(p) for p in policy.get("env_allow_prefixes", []))
+def target_env(policy: Any, scratch: str) -> dict[str, str]:
+    keep = {*ENV_ALWAYS, *policy.env_allow}
+    prefixes = tuple(policy.env_allow_prefixes)
     env = {
         k: v for k, v in os.environ.items() if k in keep or (prefixes and k.startswith(prefixes))
     }
-    env.update({str(k): str(v) for k, v in (policy.get("env") or {}).items()})
+    env["PATH"] = target_path(policy)
+    if policy.python_path:
+        # `python -I` children of the toolkit read them through BOOT; a plain `python` (a
+        # command task's objective) through PYTHONPATH, which names only what lies outside
+        # the interpreter's own installation (another interpreter would misread its stdlib).
+        env.update(sp.import_env(list(policy.python_path), list(policy.python_sites)))
+        extra = [r for r in policy.python_path if not sp.own_install(r)]
+        if extra:
+            env["PYTHONPATH"] = os.pathsep.join(extra)
+    env.update(policy.env)
     dirs = {
         "HOME": "home",
         "TMPDIR": "tmp",
@@ -295,9 +123,9 @@ def target_env(policy: dict[str, Any], scratch: str) -> dict[str, str]:
         path = os.path.join(scratch, sub)
         os.makedirs(path, mode=0o700, exist_ok=True)
         env[var] = path
-    if policy.get("triton_cache"):
-        env["TRITON_CACHE_DIR"] = str(policy["triton_cache"])
-    if policy.get("installed_bytecode"):
+    if policy.triton_cache:
+        env["TRITON_CACHE_DIR"] = policy.triton_cache
+    if policy.installed_bytecode:
         # The caller made the folder the target runs from and knows it holds no __pycache__ of
         # anyone's (a command task's fresh final folder): read the interpreter's installed
         # bytecode instead of compiling torch from source into an empty prefix (~8 s a run).
@@ -308,7 +136,7 @@ def target_env(policy: dict[str, Any], scratch: str) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------------------------
-# namespaces and process lifetime (the outer and the reaper)
+# namespaces and mounts
 
 
 def _unshare(flags: int) -> bool:
@@ -363,8 +191,7 @@ def _hide_sockets(keep: list[str]) -> list[str]:
             saved.append((real, os.open(real, os.O_PATH | os.O_CLOEXEC)))
     done = []
     for h in hidden:
-        if _libc.mount(b"tmpfs", h.encode(), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV),
-                       b"mode=1777,size=1m") == 0:  # fmt: skip
+        if _mount(b"tmpfs", h, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777,size=1m"):
             done.append(h)
     bound: list[str] = []
     for real, fd in sorted(saved):
@@ -377,41 +204,82 @@ def _hide_sockets(keep: list[str]) -> list[str]:
             else:
                 os.makedirs(os.path.dirname(real), exist_ok=True)
                 open(real, "a").close()
-            src = f"/proc/self/fd/{fd}".encode()
-            if _libc.mount(src, real.encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None) != 0:
-                raise _err(f"bind {real}")
+            if not _mount(f"/proc/self/fd/{fd}".encode(), real, None, MS_BIND | MS_REC, None):
+                raise sc.oserror(f"bind {real}")
         finally:
             os.close(fd)
     return done
 
 
+def _mount(src: bytes, target: str, fstype: bytes | None, flags: int, data: bytes | None) -> bool:
+    return _libc.mount(src, target.encode(), fstype, ctypes.c_ulong(flags), data) == 0
+
+
 def _private_mounts() -> bool:
     """Nothing mounted in this mount namespace propagates back to the host's (a shared "/",
     systemd's default, would carry the tmpfs mounts below to every process)."""
-    return _libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) == 0
+    return _mount(b"none", "/", None, MS_REC | MS_PRIVATE, None)
 
 
 def _private_proc() -> bool:
     """In the new mount + PID namespace: a /proc that lists only this namespace's processes."""
-    flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    return _libc.mount(b"proc", b"/proc", b"proc", flags, None) == 0
+    return _mount(b"proc", "/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
 
 
-def _exec_target(policy: dict[str, Any], argv: list[str], scratch: str, abi: int) -> None:
+def _setup_mounts(policy: Any, scratch: str, argv: list[str], pidns: bool) -> None:
+    """The reaper's mount namespace: private, its own /proc, sockets hidden, the scratch folder
+    a tmpfs of the policy's size (gone with the namespace, whatever happens to the outer)."""
+    if not (_unshare(CLONE_NEWNS) and _private_mounts()):
+        raise OSError("cannot make a private mount namespace")
+    if pidns:
+        _private_proc()
+    keep = [scratch, *policy.read, *policy.write, *policy.python_path, *sc.python_paths()]
+    keep += [a for a in argv if os.path.isabs(a) and os.path.exists(a)]
+    if policy.triton_cache:
+        keep.append(policy.triton_cache)
+    _hide_sockets(keep)
+    size = f"size={int(policy.limits.scratch_mb)}m,mode=0700".encode()
+    if not _mount(b"tmpfs", scratch, b"tmpfs", MS_NOSUID | MS_NODEV, size):
+        raise sc.oserror("scratch tmpfs")
+
+
+# ----------------------------------------------------------------------------------------------
+# limits and the target
+
+
+def plan_limits(policy: Any, cgroup: Any, namespaces: list[str], gpu: bool) -> dict[str, str]:
+    """What enforces each limit here (the report's `limits.by`)."""
+    kind = f"cgroup-{cgroup.kind}" if cgroup is not None else ""
+    own_user = os.getuid() != 0 and "user" in namespaces  # RLIMIT_NPROC exempts root
+    return {
+        "memory": kind or ("rlimit" if not gpu else "none"),
+        "pids": kind or ("rlimit" if own_user else "none"),
+        "file": "rlimit",
+        "cpu": "rlimit",
+        "open_files": "rlimit",
+        "scratch": "tmpfs" if "mnt" in namespaces else "none",
+    }
+
+
+def _exec_target(
+    policy: Any, argv: list[str], scratch: str, abi: int, enforced: dict[str, str]
+) -> None:
     """In the target process: restrict everything, then exec. Never returns."""
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         env = target_env(policy, scratch)
+        sl.apply_rlimits(policy.limits, enforced)
         if LINUX and _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise _err("no_new_privs")
+            raise sc.oserror("no_new_privs")
         if abi:
-            write = [scratch, *[str(p) for p in policy.get("write", [])]]
-            apply_landlock(abi, read_paths(policy, argv[0]), write, device_paths())
-        if LINUX and policy.get("seccomp", True):
-            apply_seccomp(policy.get("seccomp_allow", []))
-        if LINUX and policy.get("drop_caps", True):
-            drop_capabilities()
-        os.chdir(policy.get("cwd") or scratch)
+            devices = sc.device_paths()
+            read = sc.read_paths([*policy.read, *policy.python_path], argv[0], sc.has_gpu(devices))
+            sc.apply_landlock(abi, read, [scratch, *policy.write], devices)
+        if LINUX and policy.seccomp:
+            sc.apply_seccomp(list(policy.seccomp_allow))
+        if LINUX and policy.drop_caps:
+            sc.drop_capabilities()
+        os.chdir(policy.cwd or scratch)
         os.execve(argv[0], argv, env)
     except BaseException as exc:  # the target never ran: say why on stderr, exit 126
         sys.stderr.write(f"sandbox: cannot start the target: {exc}\n")
@@ -419,18 +287,52 @@ def _exec_target(policy: dict[str, Any], argv: list[str], scratch: str, abi: int
     os._exit(126)
 
 
-def _reap_until(pid: int) -> int:
-    """Wait for `pid` (reaping anything else that exits); its exit status as a shell would."""
+def _status_code(status: int) -> int:
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+def _reaper(policy: Any, argv: list[str], scratch: str, abi: int, enforced: dict[str, str],
+            namespaces: list[str], go: int, result: int) -> None:  # fmt: skip
+    """PID 1 of the new namespace (or a plain child without one): wait for the outer's go,
+    make the mounts, run the target, reap everything, tell the outer which limit ended it."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    if os.read(go, 1) != b"g":  # the outer is gone or refused
+        os._exit(1)
+    os.close(go)
+    try:
+        if "mnt" in namespaces:
+            _setup_mounts(policy, scratch, argv, "pid" in namespaces)
+    except OSError as exc:  # the target must not run with half the view it was given
+        sys.stderr.write(f"sandbox: {exc}\n")
+        os._exit(126)
+    target = os.fork()
+    if target == 0:
+        os.close(result)
+        _exec_target(policy, argv, scratch, abi, enforced)
+    hits: list[str] = []
+    code = 1
     while True:
         try:
-            done, status = os.waitpid(-1, 0)
+            done, status, usage = os.wait4(-1, 0)
         except ChildProcessError:
-            return 1
+            break
         except InterruptedError:
             continue
-        if done == pid:
-            code = os.waitstatus_to_exitcode(status)
-            return code if code >= 0 else 128 - code
+        hit = sl.signal_limit(status, usage.ru_utime + usage.ru_stime, policy.limits)
+        if hit and hit not in hits:
+            hits.append(hit)
+        if done == target:
+            code = _status_code(status)
+            break
+    if enforced.get("scratch") == "tmpfs":
+        st = os.statvfs(scratch)
+        if st.f_bavail * st.f_frsize < (1 << 20):
+            hits.append("scratch")
+    os.write(result, json.dumps({"limits_hit": hits}).encode())
+    os._exit(code)
 
 
 def _kill_descendants() -> None:
@@ -464,16 +366,55 @@ def _kill_descendants() -> None:
         time.sleep(0.01)
 
 
-def run(policy: dict[str, Any], argv: list[str]) -> int:
-    """The outer process: report, make the scratch folder, start the reaper/target, clean up."""
-    abi = landlock_abi() if policy.get("landlock", True) else 0
-    root = policy.get("scratch_root") or tempfile.gettempdir()
-    os.makedirs(root, mode=0o700, exist_ok=True)
-    for folder in policy.get("mkdir", []):  # write grants that must exist before Landlock
-        os.makedirs(str(folder), mode=0o700, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix="sbx-", dir=root)
-    argv = [a.replace("{scratch}", scratch) for a in argv]
-    wanted = policy.get("namespaces", True)
+def _wait_reaper(child: int, cgroup: Any) -> int:
+    """Reap until `child` exits (orphans too, as a subreaper); a cgroup limit hit kills it."""
+    try:
+        pidfd = os.pidfd_open(child)
+    except (AttributeError, OSError):
+        pidfd = -1
+    try:
+        while True:
+            try:
+                done, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return 1
+            if done == child:
+                return _status_code(status)
+            if done:
+                continue
+            if cgroup is not None and cgroup.hits():
+                cgroup.kill()
+            if pidfd >= 0:
+                select.select([pidfd], [], [], 0.1)
+            else:
+                time.sleep(0.05)
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+
+
+def _emit(fd: int, obj: dict[str, Any]) -> None:
+    data = (json.dumps(obj) + "\n").encode()
+    while data:
+        try:
+            data = data[os.write(fd, data) :]
+        except OSError:
+            return  # the caller stopped listening
+
+
+def run(policy: Any, argv: list[str]) -> int:
+    """The outer process: report, scratch, cgroup, the reaper and its target, clean up."""
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    out = policy.report_fd if policy.report_fd >= 0 else 1
+    if out != 1:
+        os.set_inheritable(out, False)
+    abi = sc.landlock_abi() if policy.landlock else 0
+    in_place = policy.fork is False and not policy.namespaces
+    scratch = sl.Scratch(policy.scratch_root or tempfile.gettempdir(), inheritable=in_place)
+    for folder in policy.mkdir:  # write grants that must exist before Landlock
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    argv = [a.replace("{scratch}", scratch.path) for a in argv]
+    wanted = policy.namespaces
     if wanted is True:
         namespaces = enter_namespaces()
     elif isinstance(wanted, list) and wanted:
@@ -481,39 +422,54 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
     else:
         namespaces = []
     pidns = "pid" in namespaces
+    limits = policy.limits
+    cgroup = None
+    if not in_place and limits.cgroup != "off" and LINUX:
+        cgroup = sl.Cgroup.create(limits.memory_mb << 20, limits.pids)
+    enforced = plan_limits(policy, cgroup, namespaces, sc.has_gpu(sc.device_paths()))
     applied = {
         "landlock_abi": abi,
         "namespaces": namespaces,
-        "seccomp": bool(LINUX and policy.get("seccomp", True) and _arch()),
+        "seccomp": bool(LINUX and policy.seccomp and sc.arch()),
         "no_new_privs": LINUX,
         "capabilities": "dropped" if LINUX else "kept",
-        "lifetime": "pid_namespace"
-        if pidns
-        else "caller"
-        if policy.get("fork", True) is False
-        else "subreaper",
-    }
+        "lifetime": "pid_namespace" if pidns else "caller" if in_place else "subreaper",
+        "limits": {
+            "memory_mb": limits.memory_mb, "pids": limits.pids, "file_mb": limits.file_mb,
+            "cpu_s": limits.cpu_s, "open_files": limits.open_files,
+            "scratch_mb": limits.scratch_mb, "by": enforced,
+        },
+    }  # fmt: skip
     applied["level"] = "none" if not abi else "full" if pidns and "net" in namespaces else "partial"
-    if policy.get("report", True):
-        os.write(1, (json.dumps({"event": "sandbox", **applied}) + "\n").encode())
-    if policy.get("require") and applied["level"] == "none":
+
+    def finish(code: int, hits: list[str]) -> int:
+        if cgroup is not None:
+            cgroup.remove()
+        scratch.remove()
+        if policy.report:
+            _emit(out, {"event": "sandbox_exit", "token": policy.token, "status": code,
+                        "limits_hit": hits})  # fmt: skip
+        return code
+
+    if policy.report:
+        _emit(out, {"event": "sandbox", **applied})
+    if policy.require and applied["level"] == "none":
         sys.stderr.write(
             "sandbox: Landlock is not available on this machine (kernel without it, or "
             "macOS); refusing to run agent-written code unsandboxed. Set "
             "HARNESSLAB_ALLOW_UNSANDBOXED=1 to run it anyway, knowingly.\n"
         )
-        shutil.rmtree(scratch, ignore_errors=True)
-        return 3
-    if policy.get("fork", True) is False and not namespaces:
-        # No reaper: this process becomes the target (its scratch folder is left for the
-        # caller's scratch root; its lifetime is its caller's process group).
-        _exec_target(policy, argv, scratch, abi)
+        return finish(3, [])
+    if in_place:
+        # No reaper: this process becomes the target (its lock goes with it; its lifetime is
+        # its caller's process group).
+        _exec_target(policy, argv, scratch.path, abi, enforced)
     if not pidns:
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    _forward_signals_to: list[int] = []
+    reaper: list[int] = []
 
     def _on_signal(signum, frame):
-        for pid in _forward_signals_to:
+        for pid in reaper:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -521,66 +477,88 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
-    parent = policy.get("die_with_parent")
-    if parent:
+    if policy.die_with_parent:
         # A long-lived caller (a generated server; the value is its pid) that dies takes the
         # sandbox with it: TERM here kills the reaper, whose namespace goes with it. The caller
         # starts this process from a thread that lives as long as it does (the kernel signals
         # on the death of the forking thread).
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # it died before the line above
-            shutil.rmtree(scratch, ignore_errors=True)
-            return 1
+        if os.getppid() != policy.die_with_parent:  # it died before the line above
+            return finish(1, [])
+    go_r, go_w = os.pipe()
+    res_r, res_w = os.pipe()
     child = os.fork()
-    if child == 0:  # the reaper: PID 1 of the new namespace (or a plain child without one)
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        if "mnt" in namespaces and not (_unshare(CLONE_NEWNS) and _private_mounts()):
-            sys.stderr.write("sandbox: cannot make a private mount namespace\n")
-            os._exit(126)
-        if pidns and "mnt" in namespaces:
-            _private_proc()
-        if "mnt" in namespaces:
-            keep = [scratch, *map(str, policy.get("read", [])), *map(str, policy.get("write", []))]
-            keep += [p for p in python_paths() if p]
-            keep += [a for a in argv if os.path.isabs(a) and os.path.exists(a)]
-            if policy.get("triton_cache"):
-                keep.append(str(policy["triton_cache"]))
-            try:
-                _hide_sockets(keep)
-            except OSError as exc:  # the target must not run with half the view it was given
-                sys.stderr.write(f"sandbox: {exc}\n")
-                os._exit(126)
-        target = os.fork()
-        if target == 0:
-            _exec_target(policy, argv, scratch, abi)
-        os._exit(_reap_until(target))
-    _forward_signals_to.append(child)
-    code = _reap_until(child)
+    if child == 0:
+        for fd in (go_w, res_r, out) if out != 1 else (go_w, res_r):
+            os.close(fd)
+        _reaper(policy, argv, scratch.path, abi, enforced, namespaces, go_r, res_w)
+    reaper.append(child)
+    os.close(go_r)
+    os.close(res_w)
+    if cgroup is not None and not cgroup.add(child):
+        os.close(go_w)  # the report promised the cgroup's limits: never run without them
+        sys.stderr.write("sandbox: cannot move the sandbox into its cgroup\n")
+        os.waitpid(child, 0)
+        return finish(126, [])
+    os.write(go_w, b"g")
+    os.close(go_w)
+    code = _wait_reaper(child, cgroup)
     if not pidns and LINUX:
         _kill_descendants()
-    if not policy.get("keep_scratch"):
-        shutil.rmtree(scratch, ignore_errors=True)
-    return code
+    hits: list[str] = []
+    try:
+        said = json.loads(os.read(res_r, 4096) or b"{}")
+        hits = [h for h in said.get("limits_hit", []) if isinstance(h, str)]
+    except (OSError, ValueError, AttributeError):
+        pass
+    os.close(res_r)
+    if cgroup is not None:
+        hits = [*cgroup.hits(), *[h for h in hits if h not in cgroup.hits()]]
+    return finish(code, hits)
 
 
 def probe() -> dict[str, Any]:
     """What this machine can apply, without applying anything to this process."""
-    abi = landlock_abi()
+    abi = sc.landlock_abi()
     pid = os.fork()
     if pid == 0:
         ok = enter_namespaces()
         os._exit(0 if ok and "pid" in ok else 1)
     _, status = os.waitpid(pid, 0)
+    group = sl.Cgroup.create(64 << 20, 64) if LINUX else None
+    if group is not None:
+        group.remove()
     return {
         "landlock_abi": abi,
         "namespaces": os.waitstatus_to_exitcode(status) == 0,
-        "seccomp": _arch() is not None,
+        "seccomp": sc.arch() is not None,
+        "cgroup": group.kind if group is not None else "none",
         "machine": platform.machine(),
         "kernel": platform.release(),
         "level": "none" if not abi else "full",
     }
+
+
+def read_policy(fd: int) -> Any:
+    """The policy frame at the start of `fd` (sandbox_policy.frame), read to its last byte and
+    no further: what follows is the target's."""
+
+    def exact(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = os.read(fd, n - len(buf))
+            if not chunk:
+                raise ValueError("the policy frame ended early")
+            buf += chunk
+        return buf
+
+    size = int(exact(8), 16)
+    if not 0 < size <= sp.MAX_POLICY_BYTES:
+        raise ValueError("the policy frame has a bad length")
+    data = exact(size + 1)
+    if data[-1:] != b"\n":
+        raise ValueError("the policy frame is not terminated")
+    return Policy.from_json(data[:-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -588,16 +566,25 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--probe"]:
         print(json.dumps(probe()))
         return 0
-    if len(argv) < 4 or argv[0] != "--policy" or "--" not in argv:
-        sys.stderr.write("usage: sandbox.py --policy JSON -- TARGET ARGV... | --probe\n")
+    if "--" not in argv or argv[0] not in ("--policy", "--policy-stdin"):
+        sys.stderr.write("usage: sandbox.py --policy-stdin -- TARGET ARGV... | --probe\n")
         return 2
     split = argv.index("--")
-    policy = json.loads(argv[1])
+    try:
+        if argv[0] == "--policy-stdin":
+            policy = read_policy(0)
+        else:
+            policy = Policy.from_json(argv[1] if split > 1 else "")
+    except ValueError as exc:
+        sys.stderr.write(f"sandbox: {exc}\n")
+        return 2
     target = argv[split + 1 :]
     if not target:
         sys.stderr.write("sandbox: no target command\n")
         return 2
     if not os.path.isabs(target[0]):
+        import shutil
+
         found = shutil.which(target[0])
         if found is None:
             sys.stderr.write(f"sandbox: {target[0]}: not found\n")

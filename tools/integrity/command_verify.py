@@ -168,7 +168,7 @@ async def command_verify(
             room = f"{base}/room"
             cases_file = f"{base}/cases/cases.json" if payload is not None else ""
             values = {"python": python, "task_dir": room, "cases_file": cases_file}
-            res, level = await run_sandboxed(
+            res, level, limit = await run_sandboxed(
                 launcher,
                 slot,
                 expand(obj.command, values),
@@ -211,6 +211,10 @@ async def command_verify(
             if failed
             else []
         )
+        if limit and failed:  # counted by the sandbox's trusted outer process
+            reasons.insert(0, {"code": "resource_limit",
+                               "detail": f"resource_limit: {limit} (a limit of the sandbox "
+                               "ended the final objective)"})  # fmt: skip
         if failed and not reasons:
             reasons = [{"code": "no_score", "detail": "the final objective gave no score"}]
         verdict = "rejected" if failed else "passed"

@@ -14,6 +14,7 @@ REASONS: dict[str, str] = {
     "import_failed": "kernel.py could not be imported in the candidate process",
     "candidate_crashed": "the candidate process died or raised during a call",
     "timeout": "the candidate process did not answer in time",
+    "resource_limit": "the candidate's sandbox hit a limit (memory, pids, cpu, file_size, scratch)",
     "candidate_error": "the entry function raised",
     "wrong_output": "an output is outside tolerance, NaN/Inf, or not fully written",
     "wrong_output_timed": "a call inside a timed sample produced a wrong output",

@@ -351,7 +351,8 @@ async def guarded_verify(
         )
         if incumbent and ckpt.exists(incumbent):
             inc_files = ckpt.files(incumbent)
-            request["baseline_dir"] = f"@stage/{launcher.stage_candidate(inc_files, incumbent)}"
+            staged = launcher.stage_candidate(inc_files, incumbent, scope=ws.store.root.name)
+            request["baseline_dir"] = f"@stage/{staged}"
         call = await _call_quietly(launcher, request, ws, progress)
         verdict, reasons, rows, stats = judge(call, cases, nonce)
         raw, wall_s = call.result or {}, call.wall_s

@@ -30,6 +30,16 @@ from ..catalog import QUALIFY_CLIENT_MODULE, SERVERS_MODULE
 from ..errors import UsageError
 from ..execution.executor import inherited_env, release, terminate_group
 from ..gpu import wire
+from ..gpu.sandbox_policy import (
+    Launch,
+    Limits,
+    Policy,
+    command,
+    import_roots,
+    limit_hit,
+    python_policy,
+    take_reports,
+)
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
@@ -148,30 +158,31 @@ def toolkit_paths() -> list[str]:
 
 
 def sandboxed(
-    argv: list[str], room: Path, state_dir: Path, env: dict[str, str], *, python: str, require: bool
-) -> list[str]:
+    argv: list[str], room: Path, state_dir: Path, env: dict[str, str], *, python: str,
+    require: bool, limits: Limits,
+) -> Launch:  # fmt: skip
     """`argv` run in the sandbox (tools/gpu/sandbox.py): the clean room and its private state dir
-    writable, nothing else; the toolkit, Python and the system read-only; no network; only
-    `env` on top of the sandbox's short allowlist; nothing left running after it. Its first
-    stdout line is the sandbox's report (`sandbox_report`)."""
-    policy = {
-        "read": toolkit_paths(),
-        "write": [str(room), str(state_dir)],
-        "cwd": str(room),
-        "env": env,
-        "env_allow": [],
-        "require": require,
-    }
-    return [python, "-I", "-B", str(SANDBOX_PY), "--policy", json.dumps(policy), "--", *argv]
+    writable, nothing else; the toolkit, its import roots, Python and the system read-only; no
+    network; only `env` on top of the sandbox's short allowlist; the sandbox's `limits`;
+    nothing left running after it. Its first stdout line is the sandbox's report, its last
+    the exit report (`sandbox_report`). A Python `argv` is built with `python_argv`."""
+    policy = Policy(
+        read=toolkit_paths(),
+        write=[str(room), str(state_dir)],
+        cwd=str(room),
+        env=env,
+        require=require,
+        limits=limits,
+        **python_policy(import_roots()),
+    )
+    return command(python, str(SANDBOX_PY), policy, argv)
 
 
-def sandbox_report(stdout: str) -> tuple[dict[str, Any], str]:
-    """(the sandbox's report, the rest of stdout) from a sandboxed command's output."""
-    first, _, rest = stdout.partition("\n")
-    report = wire.json_object(first)
-    if report is None or report.get("event") != "sandbox":
-        return {}, stdout
-    return {k: v for k, v in report.items() if k != "event"}, rest
+def sandbox_report(stdout: str, token: str = "") -> tuple[dict[str, Any], str, str]:
+    """(the sandbox's report, the limit that ended the run or '', the rest of stdout) from a
+    sandboxed command's output."""
+    start, end, rest = take_reports(stdout, token)
+    return start, limit_hit(end), rest
 
 
 def describe_sandbox(report: dict[str, Any]) -> str:

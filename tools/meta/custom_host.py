@@ -31,7 +31,7 @@ import signal
 import struct
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -40,6 +40,16 @@ import anyio
 from .. import gpu
 from ..errors import EnvironmentProblem, HarnesslabError, UsageError
 from ..gpu import wire
+from ..gpu.sandbox_policy import (
+    Limits,
+    Policy,
+    command,
+    exit_report,
+    import_roots,
+    limit_hit,
+    python_argv,
+    python_policy,
+)
 
 HERE = Path(__file__).resolve().parent
 SANDBOX_PY = gpu.FOLDER / "sandbox.py"
@@ -270,37 +280,77 @@ class CustomWorker:
     require: bool = True
     startup_timeout_s: float = 30.0
     report: Path | None = None
+    limits: Limits = field(default_factory=Limits)
     sandbox: dict[str, Any] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    reports: int = -1  # the sandbox's reports: a pipe only its outer process writes
+    token: str = ""
 
-    def policy(self) -> dict[str, Any]:
-        return {
-            "read": [str(self.bundle), str(WORKER_PY), str(WIRE_PY)],
-            "write": [str(self.workspace)],
-            "cwd": str(self.workspace),
-            "env_allow": [],  # the sandbox's own short list (PATH, locale, CUDA) only
-            "require": self.require,
-            "die_with_parent": os.getpid(),
-        }
-
-    def argv(self) -> list[str]:
-        return [
-            self.python, "-I", "-B", str(SANDBOX_PY), "--policy", json.dumps(self.policy()),
-            "--", self.python, "-I", "-B", str(WORKER_PY), str(WIRE_PY), str(self.bundle),
-        ]  # fmt: skip
+    def policy(self) -> Policy:
+        """The bundle and the worker's two files readable, the workspace writable, no
+        environment beyond the sandbox's short list, the sandbox's limits, and the server's
+        own import roots (the custom code may import what the toolkit's Python has)."""
+        return Policy(
+            read=[str(self.bundle), str(WORKER_PY), str(WIRE_PY)],
+            write=[str(self.workspace)],
+            cwd=str(self.workspace),
+            require=self.require,
+            die_with_parent=os.getpid(),
+            limits=self.limits,
+            **python_policy(import_roots()),
+        )
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         # Started from the server's event-loop thread, which lives as long as the server:
         # the sandbox dies with it (die_with_parent).
-        proc = subprocess.Popen(
-            self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
-        )
+        reports, report_w = os.pipe()
+        program = python_argv(self.python, [str(WORKER_PY), str(WIRE_PY), str(self.bundle)])
+        policy = replace(self.policy(), report_fd=report_w)
+        launch = command(self.python, str(SANDBOX_PY), policy, program)
+        try:
+            proc = subprocess.Popen(
+                launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+                pass_fds=(report_w,),
+            )  # fmt: skip
+        except OSError:
+            os.close(reports)
+            raise
+        finally:
+            os.close(report_w)
         assert proc.stdout is not None and proc.stdin is not None
-        for fh in (proc.stdout, proc.stdin):
-            flags = fcntl.fcntl(fh.fileno(), fcntl.F_GETFL)
-            fcntl.fcntl(fh.fileno(), fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        try:
+            os.write(proc.stdin.fileno(), launch.stdin)  # the policy, before any request
+        except OSError:
+            pass  # it died at once: the report says so
+        self._close_reports()
+        self.reports, self.token = reports, launch.token
+        for fd in (proc.stdout.fileno(), proc.stdin.fileno(), reports):
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
         return proc
+
+    def _close_reports(self) -> None:
+        if self.reports >= 0:
+            os.close(self.reports)
+            self.reports = -1
+
+    def _limit(self) -> str:
+        """The limit that ended the worker's sandbox, from its exit report ('' if none): read
+        after its outer process is gone, so every line it wrote is there."""
+        if self.reports < 0:
+            return ""
+        data = b""
+        try:
+            while chunk := os.read(self.reports, 1 << 16):
+                data += chunk
+        except OSError:
+            pass
+        for line in data.decode(errors="replace").splitlines():
+            end = exit_report(line, self.token)
+            if end is not None:
+                return limit_hit(end)
+        return ""
 
     def _started(self, line: bytes) -> None:
         """The sandbox's own report (its first line, written before the worker runs)."""
@@ -326,7 +376,7 @@ class CustomWorker:
         if self.proc is None:
             self.proc = self._spawn()
             try:
-                self._started(wire.read_line(self._out(), self.startup_timeout_s))
+                self._started(self._report_line_sync(self.startup_timeout_s))
             except wire.WireError:
                 raise self._gone("did not start") from None
             except WorkerGone:
@@ -350,6 +400,24 @@ class CustomWorker:
         if not isinstance(shapes, list) or len(shapes) != len(tools):
             raise WorkerGone("the custom worker's description is malformed")
         return [_shape(s) for s in shapes]
+
+    def _report_line_sync(self, timeout_s: float) -> bytes:
+        deadline = time.monotonic() + timeout_s
+        out = bytearray()
+        while not out.endswith(b"\n"):
+            if len(out) > REPORT_LINE_BYTES:
+                raise wire.WireError("protocol", "report line too long")
+            select.select([self.reports], [], [], max(deadline - time.monotonic(), 0))
+            try:
+                chunk = os.read(self.reports, 1)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise wire.WireError("timeout") from None
+                continue
+            if not chunk:
+                raise wire.WireError("eof")
+            out += chunk
+        return bytes(out)
 
     def _out(self) -> int:
         assert self.proc is not None and self.proc.stdout is not None
@@ -384,6 +452,15 @@ class CustomWorker:
     def _gone(self, what: str) -> WorkerGone:
         code = self.proc.poll() if self.proc is not None else None
         self.kill_now()
+        limit = self._limit()
+        self._close_reports()
+        if limit:
+            return WorkerGone(
+                f"the custom tools' worker hit its sandbox's {limit} limit "
+                f"(resource_limit: {limit}) and was stopped.",
+                next_step="make the custom function use less (memory, processes, disk, CPU "
+                "time); the limits are the operator's HARNESSLAB_SANDBOX_* settings",
+            )
         return WorkerGone(
             f"the custom tools' worker {what}"
             + (f" (exit {code})" if code is not None else "")
@@ -430,7 +507,7 @@ class CustomWorker:
             try:
                 if self.proc is None:
                     self.proc = self._spawn()
-                    self._started(await self._read_line())
+                    self._started(await self._read_line(self.reports))
                 request = {
                     "op": "call",
                     "file": file,
@@ -459,26 +536,27 @@ class CustomWorker:
             except OSError:
                 raise self._gone("is gone") from None
 
-    async def _read_exact(self, n: int) -> bytes:
+    async def _read_exact(self, n: int, fd: int | None = None) -> bytes:
+        fd = self._out() if fd is None else fd
         out = bytearray()
         while len(out) < n:
             try:
-                chunk = os.read(self._out(), min(n - len(out), 1 << 20))
+                chunk = os.read(fd, min(n - len(out), 1 << 20))
             except BlockingIOError:
-                await anyio.wait_readable(self._out())
+                await anyio.wait_readable(fd)
                 continue
             if not chunk:
                 raise self._gone("exited")
             out += chunk
         return bytes(out)
 
-    async def _read_line(self) -> bytes:
+    async def _read_line(self, fd: int) -> bytes:
         out = bytearray()
         with anyio.fail_after(self.startup_timeout_s):
             while not out.endswith(b"\n"):
                 if len(out) > REPORT_LINE_BYTES:
                     raise self._gone("did not start")
-                out += await self._read_exact(1)
+                out += await self._read_exact(1, fd)
         return bytes(out)
 
     async def _kill(self) -> None:
@@ -505,6 +583,7 @@ class CustomWorker:
                     pass
             await _exited(proc, CLOSE_GRACE_S)
             self.kill_now()
+            self._close_reports()
 
 
 async def _exited(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:

@@ -32,6 +32,8 @@ a repair prompt). The per-check logic lives in tools/meta/qualify_checks.py.
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import shutil
 import tempfile
 import time
@@ -42,6 +44,7 @@ import anyio
 
 from ..errors import UsageError
 from ..gpu import wire
+from ..gpu.sandbox_policy import Limits, import_env, import_roots, python_argv
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json, atomic_write_text
@@ -163,7 +166,11 @@ async def qualify(
     # the operator's trusted store or secrets), only the allowlisted environment, and carries
     # a mark by which whatever it leaves running is found and killed below.
     token = uuid.uuid4().hex
-    confined = qs.Confined(python=settings.python, require=not settings.allow_unsandboxed)
+    confined = qs.Confined(
+        python=settings.python,
+        require=not settings.allow_unsandboxed,
+        limits=Limits.from_dict(settings.sandbox_limits()),
+    )
     try:
         rooms, states, envs = {}, {}, {}
         for key in ("session", "selftest", "pytest"):
@@ -242,6 +249,9 @@ async def qualify(
             )
         if "custom tools" in confined.levels:
             confined.levels["custom tools"] = _worker_level(base / "session-io" / SANDBOX_REPORT)
+        environment = environment_check(board.checks)
+        if environment is not None:  # first: the reason a repair prompt reads starts with it
+            board.checks.insert(0, environment)
         await board.add(qc.sandbox_check(confined.levels, allowed_none=settings.allow_unsandboxed))
     finally:
         kill_marked(token)  # synchronous: runs even when the caller was cancelled
@@ -266,7 +276,8 @@ def _launches(
 ) -> tuple[LaunchSpec, list[str]]:
     """How the session starts the server, and the self-test's command. A generated server:
     the toolkit's own server.py with the toolkit's interpreter in isolated mode (-I: nothing of
-    the bundle folder is importable by it), never the manifest's command. A brought server:
+    the bundle folder is importable by it) through the import bootstrap (the toolkit's own
+    import roots, however it was installed), never the manifest's command. A brought server:
     its manifest's."""
     if not generated:
         session = manifest.launch(rooms["session"], rooms["session"] / srv_rel)
@@ -275,15 +286,44 @@ def _launches(
         return session, self_test.argv
 
     def server(room: Path) -> list[str]:
-        return [python, "-I", "-B", str(room / srv_rel / "server.py"), "--workspace", str(room)]
+        return python_argv(python, [str(room / srv_rel / "server.py"), "--workspace", str(room)])
 
     session = LaunchSpec(
         argv=[*server(rooms["session"]), "--sandbox-report", str(session_io / SANDBOX_REPORT)],
         cwd=rooms["session"],
+        env=import_env(import_roots()),  # -I drops PYTHONPATH: the toolkit's roots, explicitly
     )
     # Built-ins are called by the session (which has the network an SSH executor needs); the
     # sandboxed self-test calls the agent's custom tools.
     return session, [*server(rooms["selftest"]), "--self-test", "--custom-only"]
+
+
+MISSING_MODULE = re.compile(r"No module named '([A-Za-z0-9_.]{1,100})'")
+
+
+def environment_check(checks: list[Check]) -> Check | None:
+    """A failed check whose evidence says a child could not import a module that this process
+    (the toolkit's own Python) imports: the installation's fault, not the server's."""
+    for check in checks:
+        if check.passed:
+            continue
+        for match in MISSING_MODULE.finditer(check.evidence):
+            top = match.group(1).split(".")[0]
+            try:
+                found = importlib.util.find_spec(top) is not None
+            except (ImportError, ValueError):
+                found = False
+            if found:
+                return Check(
+                    name="environment",
+                    passed=False,
+                    evidence=f"environment: cannot import {top} in the server's processes "
+                    f"({check.name} failed on it), though the toolkit's own Python imports it",
+                    next_step="not the server's doing: its checks ran where the toolkit's "
+                    "dependencies are not importable; install the toolkit and its dependencies "
+                    "in one environment (a venv), or report how it was installed",
+                )
+    return None
 
 
 def _worker_level(path: Path) -> str:

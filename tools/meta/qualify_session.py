@@ -14,6 +14,7 @@ import anyio
 
 from ..errors import ExecutorError
 from ..execution.executor import CommandResult, LocalExecutor
+from ..gpu.sandbox_policy import Launch, Limits, python_argv
 from .cleanroom import ProtocolSession, describe_sandbox, sandbox_report, sandboxed
 from .genserver import LaunchSpec, Manifest, ManifestTool
 from .qualify_checks import ENV_ALLOW, Cheat, Check, Lane, remaining, shell, verdict_of
@@ -316,10 +317,14 @@ class Confined:
 
     python: str
     require: bool
+    limits: Limits = field(default_factory=Limits)
     levels: dict[str, str] = field(default_factory=dict)
 
-    def argv(self, argv: list[str], room: Path, state_dir: Path, env: dict[str, str]) -> list[str]:
-        return sandboxed(argv, room, state_dir, env, python=self.python, require=self.require)
+    def launch(self, argv: list[str], room: Path, state_dir: Path, env: dict[str, str]) -> Launch:
+        return sandboxed(
+            argv, room, state_dir, env, python=self.python, require=self.require,
+            limits=self.limits,
+        )  # fmt: skip
 
     async def run(
         self, lane: str, argv: list[str], room: Path, state_dir: Path, env: dict[str, str],
@@ -327,15 +332,19 @@ class Confined:
     ) -> CommandResult:  # fmt: skip
         """Run `argv` sandboxed in `room`; the sandbox's report is taken off its stdout."""
         self.levels[lane] = "not started"
+        launch = self.launch(argv, room, state_dir, env)
         res = await LocalExecutor(room).run(
-            self.argv(argv, room, state_dir, env),
+            launch.argv,
             cwd=str(room),
             timeout_s=timeout_s,
+            stdin=launch.stdin,
             env_allow=ENV_ALLOW,  # the sandbox's own process; what runs inside gets `env` only
         )
-        report, res.stdout = sandbox_report(res.stdout)
+        report, limit, res.stdout = sandbox_report(res.stdout, launch.token)
         if report:
             self.levels[lane] = describe_sandbox(report)
+        if limit:  # the sandbox's own count: say it where the evidence is read
+            res.stderr += f"\nsandbox: resource_limit: {limit} (a limit of the sandbox ended it)"
         return res
 
 
@@ -432,14 +441,14 @@ async def tests_check(
             )
         )
         return
-    argv = [confined.python, "-I", "-B", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    argv += ["-o", "addopts="]
+    argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
     if manifest.generator.startswith("harnesslab"):
         # Generated tests need only the anyio plugin (autoloading the rest costs ~1 s), and
         # their built-in probes repeat what the session and the self-test already called.
         env = {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         argv += ["-p", "anyio", "-k", "not builtin_tool"]
     argv += ["--rootdir", str(room / srv_rel), str(tests)]
+    argv = python_argv(confined.python, argv)
     timeout_s = remaining(deadline)
     try:
         res = await confined.run("own tests", argv, room, state_dir, env, timeout_s)

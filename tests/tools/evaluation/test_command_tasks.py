@@ -19,6 +19,7 @@ import pytest
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.evaluation.command import run_command_objective
 from harnesslab.tools.execution.launcher import Launcher
+from harnesslab.tools.gpu import sandbox
 from harnesslab.tools.integrity.command_verify import command_verify
 from harnesslab.tools.integrity.verdict_view import public_command_verdict
 from harnesslab.tools.loop.driver import start_run
@@ -47,6 +48,8 @@ SCORE_PY = textwrap.dedent(
     if text == "nest":  # hostile: one JSON line nested past the parser's recursion limit
         print('{"best": 1.0, "x": ' + "[" * 100000 + "]" * 100000 + "}")
         sys.exit(0)
+    if text == "bomb":  # 30 GB, 64 MB at a time
+        held = [bytearray(64 << 20) for _ in range(30 * 16)]
     if text == "fail":
         shape = ",".join(f"rows={c['rows']}" for c in cases) or "dev"
         print(json.dumps({"status": "failed", "best": None, "error": f"bad kernel on {shape}",
@@ -223,6 +226,22 @@ async def test_a_final_objective_nested_past_the_recursion_limit_gets_a_reason(t
     assert v.verdict == "rejected" and [r["code"] for r in v.reasons] == ["no_score"]
     run = await dev(ws, settings)
     assert run.status == "failed" and "no JSON object" in run.reason
+
+
+@pytest.mark.anyio
+async def test_an_objective_that_exhausts_its_memory_is_rejected_for_the_limit_it_hit(tmp_path):
+    """The sandbox's limits hold for a command task's objectives too; the limit is named by the
+    sandbox's trusted outer process, never by the objective's own output."""
+    if sandbox.probe().get("cgroup", "none") == "none":
+        pytest.skip("this machine lets the sandbox make no cgroup")
+    settings = Settings(state_dir=tmp_path / "state", sandbox_memory_mb=256)
+    ws = ws_of(tmp_path, settings)
+    (ws.root / "solution.txt").write_text("bomb\n")
+    v = await final(ws, settings)
+    assert v.verdict == "rejected" and v.reasons[0]["code"] == "resource_limit", v.reasons
+    assert "resource_limit: memory" in v.reasons[0]["detail"]
+    run = await dev(ws, settings)
+    assert run.status == "failed" and "resource_limit: memory" in run.reason, run.reason
 
 
 @pytest.mark.anyio

@@ -27,7 +27,8 @@ import pytest
 from harnesslab.tools.evaluation.objective import run_objective
 from harnesslab.tools.evaluation.probe import numerical_probe
 from harnesslab.tools.evaluation.sweep import sweep
-from harnesslab.tools.execution.launcher import PROFILER_ENV_PREFIXES, Launcher
+from harnesslab.tools.execution.launcher import Launcher
+from harnesslab.tools.execution.runner_policy import PROFILER_ENV_PREFIXES
 from harnesslab.tools.gpu import sandbox
 from harnesslab.tools.integrity.verify import guarded_verify, judge
 from harnesslab.tools.settings import Settings
