@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -223,8 +224,17 @@ async def test_a_runner_call_that_times_out_leaves_no_step(
         launcher.settings.eval_timeout_s = 0.3  # every case takes far longer
         # GPU 1 (the least used): its runner's step is killed while it starts (the runner
         # never took the request: a fault of the call, not a result of the candidate) ...
+        # A warm host can start a runner within 0.3 s, so this one's step first sleeps.
+        ex = executor(launcher)
+        start = ex.start
+
+        async def slow_start(argv: list[str], **kw: Any) -> Any:
+            return await start(["sh", "-c", 'sleep 5; exec "$@"', "sh", *argv], **kw)
+
+        ex.start = slow_start  # type: ignore[method-assign]
         with pytest.raises(ExecutorError) as starting:
             await run_objective(ws, launcher)
+        ex.start = start  # type: ignore[method-assign]
         await until(lambda: steps(slurm_cluster, job) == warm, 10)
         # ... GPU 0: the warm runner's step is killed mid-request.
         serving = await run_objective(ws, launcher)

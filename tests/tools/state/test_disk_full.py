@@ -113,6 +113,9 @@ async def test_a_full_store_records_nothing_and_the_next_call_works_once_space_i
         assert ws.ledger().records() == records
         no_partial_checkpoint(ws.checkpoints_dir)
         (ws.root / "kernel.py").write_text((ws.root / "kernel.py").read_text() + "\n# v3\n")
+        # A sweep compiles in each sandbox's own scratch (a tmpfs), so only staging the new
+        # candidate needs the stage's disk: fill it to the last byte.
+        fill(small_disk, 0)
         with pytest.raises(DiskFull):  # a sweep: a named fault, never "compile_error"
             await sweep(ws, launcher, space={"num_warps": [2, 4]}, cases=[SMALL], compile_workers=2)
         assert ws.ledger().records() == records
