@@ -30,6 +30,13 @@ outer with it too (the value is the caller's pid). The scratch folder is removed
 The first line the outer writes on stdout is `{"event": "sandbox", ...}`: what was applied, so
 the caller never has to trust the target's own report. Where nothing can be applied the policy
 decides: `"require": true` makes the outer exit 3 with a message instead of running the target.
+
+`"bind": [[SOURCE, TARGET], ...]` (a view): in the sandbox's mount namespace each SOURCE folder
+is mounted at TARGET, in order, before anything of the policy is resolved there, so the
+target sees SOURCE's files at TARGET's path and the policy's read, write and cwd paths name
+TARGETs (a generated server's custom tools see a clean room at the workspace's own path). It
+needs a mount namespace: without one the outer exits 126 instead of running the target with
+paths that would name the TARGETs themselves.
 """
 
 from __future__ import annotations
@@ -416,6 +423,36 @@ def _exec_target(policy: dict[str, Any], argv: list[str], scratch: str, abi: int
     os._exit(126)
 
 
+# ----------------------------------------------------------------------------------------------
+# views: a folder mounted at another path (policy "bind")
+
+
+def _open_binds(binds: list[Any]) -> list[tuple[int, str]]:
+    """(descriptor of SOURCE, TARGET) for each bind, opened before the sockets' folders are
+    hidden (a SOURCE may sit in /tmp)."""
+    out = []
+    for source, target in binds:
+        out.append((os.open(str(source), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), str(target)))
+    return out
+
+
+def _mount_binds(opened: list[tuple[int, str]]) -> None:
+    """Mount each opened SOURCE at its TARGET (an existing folder, its last component not a
+    symlink), in order; closes the descriptors."""
+    try:
+        for fd, target in opened:
+            tfd = os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                src, dst = f"/proc/self/fd/{fd}".encode(), f"/proc/self/fd/{tfd}".encode()
+                if _libc.mount(src, dst, None, ctypes.c_ulong(MS_BIND | MS_REC), None) != 0:
+                    raise _err(f"bind at {target}")
+            finally:
+                os.close(tfd)
+    finally:
+        for fd, _ in opened:
+            os.close(fd)
+
+
 def _reap_until(pid: int) -> int:
     """Wait for `pid` (reaping anything else that exits); its exit status as a shell would."""
     while True:
@@ -501,6 +538,13 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
         )
         shutil.rmtree(scratch, ignore_errors=True)
         return 3
+    if policy.get("bind") and "mnt" not in namespaces:
+        sys.stderr.write(
+            "sandbox: the policy mounts folders at other paths (bind), which needs a mount "
+            "namespace this machine does not give; not running the target\n"
+        )
+        shutil.rmtree(scratch, ignore_errors=True)
+        return 126
     if policy.get("fork", True) is False and not namespaces:
         # No reaper: this process becomes the target (its scratch folder is left for the
         # caller's scratch root; its lifetime is its caller's process group).
@@ -545,7 +589,10 @@ def run(policy: dict[str, Any], argv: list[str]) -> int:
             if policy.get("triton_cache"):
                 keep.append(str(policy["triton_cache"]))
             try:
+                binds = _open_binds(policy.get("bind") or [])
+                keep += [target for _, target in binds]
                 _hide_sockets(keep)
+                _mount_binds(binds)
             except OSError as exc:  # the target must not run with half the view it was given
                 sys.stderr.write(f"sandbox: {exc}\n")
                 os._exit(126)

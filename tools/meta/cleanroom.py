@@ -32,6 +32,7 @@ from ..execution.executor import inherited_env, release, terminate_group
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
+from ..state.trusted_store import TrustedStore
 from ..state.workspace import STATE, init_workspace
 from ..task.kinds import kind_of
 from ..task.spec import list_tasks, load_task
@@ -49,12 +50,18 @@ def copy_bundle_item(src: Path, dest: Path) -> None:
 
 
 def make_clean_room(
-    ws_template: str | Path, dest: Path, bundle: dict[str, Path], settings: Settings
+    ws_template: str | Path,
+    dest: Path,
+    bundle: dict[str, Path],
+    settings: Settings,
+    *,
+    shown: Path | None = None,
 ) -> Path:
     """A fresh workspace at `dest` from `ws_template` (a task name, a task folder, a workspace
     of a shipped task, or any plain folder), plus each bundle item copied to its relative
     destination (e.g. ".harnesslab/mcp/<name>"). Its trusted store goes under
-    `settings.state_dir` (qualification passes a private one)."""
+    `settings.state_dir` (qualification passes a private one), under the key of `shown` too
+    when its sandbox shows the room at that path (a store is keyed by the workspace's path)."""
     template = Path(ws_template) if not isinstance(ws_template, Path) else ws_template
     # The private state dir exists from the start: a sandbox grants write access only to a
     # folder that exists, and a command task copied as a plain folder creates none (its self-test
@@ -83,6 +90,9 @@ def make_clean_room(
             copy_bundle_item(src, target)
         elif src.is_file():
             shutil.copy2(src, target)
+    store = TrustedStore.location(settings, dest)
+    if shown is not None and store.is_dir():
+        shutil.copytree(store, TrustedStore.location(settings, shown), dirs_exist_ok=True)
     return dest
 
 
@@ -147,20 +157,31 @@ def toolkit_paths() -> list[str]:
 
 
 def sandboxed(
-    argv: list[str], room: Path, state_dir: Path, env: dict[str, str], *, python: str, require: bool
+    argv: list[str],
+    room: Path,
+    state_dir: Path,
+    env: dict[str, str],
+    *,
+    python: str,
+    require: bool,
+    shown: Path | None = None,
 ) -> list[str]:
     """`argv` run in the sandbox (tools/gpu/sandbox.py): the clean room and its private state dir
     writable, nothing else; the toolkit, Python and the system read-only; no network; only
     `env` on top of the sandbox's short allowlist; nothing left running after it. Its first
-    stdout line is the sandbox's report (`sandbox_report`)."""
-    policy = {
+    stdout line is the sandbox's report (`sandbox_report`). `shown`: the path the room is
+    mounted at in the sandbox (the served workspace's; `argv` names that path)."""
+    seen = shown or room
+    policy: dict[str, Any] = {
         "read": toolkit_paths(),
-        "write": [str(room), str(state_dir)],
-        "cwd": str(room),
+        "write": [str(seen), str(state_dir)],
+        "cwd": str(seen),
         "env": env,
         "env_allow": [],
         "require": require,
     }
+    if seen != room:
+        policy["bind"] = [[str(room), str(seen)]]
     return [python, "-I", "-B", str(SANDBOX_PY), "--policy", json.dumps(policy), "--", *argv]
 
 
