@@ -239,7 +239,8 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         template plus only the server's bundle. Starts it over stdio with a real MCP client;
         checks tools/list schemas, calls each tool with its probe_args, runs its --self-test and
         its own tests, requires nothing but protocol on stdout and no absolute paths into this
-        workspace, and makes a verifier-like tool reject cheating kernels. Passing marks it
+        workspace, makes a verifier-like tool reject cheating kernels, and calls the custom
+        tools again in a server started anew. Passing marks it
         qualified; failing QUARANTINES it, with a failure report to fix it from. Costs about
         10-60 s of CPU/GPU time. Next: register_server, or fix and generate again."""
 

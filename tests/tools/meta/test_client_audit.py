@@ -134,3 +134,21 @@ def test_config_prune_removes_what_doctor_reports(
     out = capsys.readouterr().out
     assert "removed server in .mcp.json mcpServers.kernel-helper" in out
     assert audit_workspace(ws.root, settings) == []
+
+
+def test_config_write_warns_about_what_harnesslab_did_not_write(
+    ws: Workspace, settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    plant(ws.root)
+    monkeypatch.setenv("HARNESSLAB_STATE_DIR", str(settings.state_dir))
+    monkeypatch.setenv("HARNESSLAB_CLAUDE_CONFIG_DIR", str(settings.claude_config_dir))
+    assert cli_main(["config", "claude", "-w", str(ws.root), "--write"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "not written by harnesslab: hook in .claude/settings.local.json hooks.SessionStart" in err
+    )
+    assert f"remove them with: harnesslab config --prune -w {ws.root}" in err
+    assert "harnesslab" in json.loads((ws.root / ".mcp.json").read_text())["mcpServers"]
+    kinds = {f.file for f in audit_workspace(ws.root, settings)}
+    assert ".mcp.json" in kinds  # the planted server, not the entry config just wrote
+    assert all("mcpServers.harnesslab" != f.key for f in audit_workspace(ws.root, settings))
