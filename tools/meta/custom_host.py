@@ -284,6 +284,13 @@ def mounts_available(python: str) -> bool:
         return False
 
 
+def holds_toolkit(python: str, path: Path) -> bool:
+    """Whether `path` holds the interpreter or the toolkit (a virtualenv inside the workspace):
+    nothing may then be mounted over it, or the sandboxed process would not find them."""
+    mine = (Path(python).absolute(), Path(python).resolve(), HERE.parents[1])
+    return any(p == path or path in p.parents for p in mine)
+
+
 @dataclass
 class View:
     """Where the worker sees the workspace and the bundle, and the mounts that put them there."""
@@ -321,6 +328,8 @@ class CustomWorker:
         if not mounts_available(self.python):
             return View(self.workspace, self.bundle)
         seen = self.seen_at or self.workspace
+        if holds_toolkit(self.python, seen):
+            seen = self.workspace
         view = View(seen, self.bundle, [[str(self.workspace), str(seen)]])
         rel = f"{wf.STATE}/mcp/{self.name}"
         if self.name and wf.is_dir(self.workspace, rel):
@@ -599,6 +608,7 @@ __all__ = [
     "View",
     "WorkerGone",
     "annotation_type",
+    "holds_toolkit",
     "mounts_available",
     "public_signature",
     "return_type",

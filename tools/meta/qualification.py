@@ -66,7 +66,7 @@ from .bundle import (
     workspace_bundle,
 )
 from .cleanroom import bundle_files, describe_sandbox, kill_marked, make_clean_room
-from .custom_host import mounts_available
+from .custom_host import holds_toolkit, mounts_available
 from .genserver import SERVER_NAME_RE, LaunchSpec, Manifest, load_manifest
 from .qualify_checks import Check
 
@@ -173,10 +173,11 @@ async def qualify(
     token = uuid.uuid4().hex
     served = _served_root(sdir, dirty_roots) if generated else None
     mounts = await anyio.to_thread.run_sync(mounts_available, settings.python)
+    mountable = mounts and served is not None and not holds_toolkit(settings.python, served)
     confined = qs.Confined(
         python=settings.python,
         require=not settings.allow_unsandboxed,
-        served=served if mounts else None,
+        served=served if mountable else None,
     )
     try:
         rooms, states, envs = {}, {}, {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from harnesslab.tools.state.workspace import Workspace
 
 DIAG = '''
 import json
+import sys
 from pathlib import Path
 
 
@@ -402,3 +404,24 @@ def test_a_custom_tools_call_limit_is_capped_and_a_builtins_is_not() -> None:
     with pytest.raises(UsageError, match="at most 600s"):
         parse_spec(spec(tools=[{"custom": {"function": "f", "file": "d.py"}, "timeout_s": 3600}]))
     parse_spec(spec(tools=[{"builtin": "sweep_kernel_config", "timeout_s": 3600}]))
+
+
+def test_the_clean_room_is_not_mounted_over_a_workspace_holding_the_interpreter(
+    tmp_path: Path,
+) -> None:
+    """A virtualenv inside the workspace: mounting the clean room at the workspace's path would
+    hide the interpreter from the sandbox, so the worker sees the room where it is."""
+    from harnesslab.tools.meta.custom_host import CustomWorker, mounts_available
+
+    if not mounts_available(sys.executable):
+        pytest.skip("no mount namespace here: no view is mounted at all")
+    room, served = tmp_path / "room", tmp_path / "ws"
+    room.mkdir()
+    python = served / ".venv" / "bin" / "python"
+    apart = CustomWorker(bundle=room, workspace=room, python=sys.executable, seen_at=served)
+    assert apart.view().workspace == served
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    inside = CustomWorker(bundle=room, workspace=room, python=str(python), seen_at=served)
+    view = inside.view()
+    assert view.workspace == room and view.binds == [[str(room), str(room)]]
