@@ -15,6 +15,7 @@ from harnesslab.tools.integrity.verdict_view import public_result, public_verdic
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.owned_config import OwnedConfig
 from harnesslab.tools.state.workspace import init_workspace, open_workspace
 from harnesslab.tools.task.kinds import kind_of
 from harnesslab.tools.task.spec import list_tasks
@@ -67,7 +68,8 @@ def init_folder(args: argparse.Namespace) -> Path:
 @command("init", "Create a workspace from a task template.", _init_args)
 def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
     ws = init_workspace(args.task, init_folder(args), settings, force=args.force)
-    project_skills(ws.root)  # .claude/skills/ and .agents/skills/ for the agent clients
+    # .claude/skills/ and .agents/skills/ for the agent clients, recorded as the toolkit's
+    project_skills(ws.root, owned=OwnedConfig.in_store(ws.store))
     info = {
         "status": "ok",
         "workspace": str(ws.root),

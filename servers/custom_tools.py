@@ -4,9 +4,11 @@ one sandboxed worker per server (tools/meta/custom_host.py); this process never 
     worker = bind_custom_tools(server, tools, state, bundle_dir)   # in build_server
 
 Each tool's signature comes from the worker's description, through a fixed annotation table
-(`workspace` hidden); every call has its time limit (a timed-out call kills the worker, the
-next call starts a new one), is recorded in telemetry, and fails as a ToolError that names the
-exception type. Results carry the function's own JSON and nothing else.
+(`workspace` hidden); every call has its time limit (at most MAX_CUSTOM_TIMEOUT_S; a timed-out
+call kills the worker, the next call starts a new one), is recorded in telemetry, and fails as a
+ToolError that names the exception type. Results carry the function's own JSON and nothing
+else. The worker may write only the server's declared write set (manifest `writes`, checked
+against the task's editable files here: tools/meta/writeset.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from harnesslab.tools.meta.custom_host import (
     ToolShape,
     public_signature,
 )
+from harnesslab.tools.meta.genserver import MAX_CUSTOM_TIMEOUT_S, load_manifest
+from harnesslab.tools.meta.writeset import check_writes
 
 from .runtime import Refused, ServerState, traced_call
 
@@ -45,8 +49,11 @@ def bind_custom_tools(
     sandbox_report: Path | None = None,
 ) -> CustomWorker:
     """Describe the manifest's custom `tools` in a new sandboxed worker and add each to
-    `server`. UsageError (the server does not start) for a module that fails to import, a
-    missing or sync function, or a parameter that cannot be served (`state`)."""
+    `server`. UsageError (the server does not start) for a write set that names what a custom
+    tool may not write, a module that fails to import, a missing or sync function, or a
+    parameter that cannot be served (`state`)."""
+    manifest = load_manifest(bundle)
+    writes = check_writes(manifest.name, manifest.write_set(), state.workspace.task.editable)
     worker = CustomWorker(
         bundle=bundle,
         workspace=state.workspace.root,
@@ -55,6 +62,9 @@ def bind_custom_tools(
         startup_timeout_s=startup_timeout_s,
         report=sandbox_report,
         limits=Limits.from_dict(state.settings.sandbox_limits()),
+        writes=writes,
+        seen_at=_seen_at(state),
+        name=manifest.name,
     )
     state.closers.append(worker.aclose)
     wanted = [{"file": str(t["file"]), "function": str(t["function"])} for t in tools]
@@ -78,6 +88,20 @@ def bind_custom_tools(
     return worker
 
 
+def _seen_at(state: ServerState) -> Path | None:
+    """Where qualification shows the custom tools the clean room (the served workspace's path),
+    None when served."""
+    seen = state.settings.custom_tools_workspace
+    if seen is None:
+        return None
+    if not seen.is_absolute() or not seen.is_dir() or seen == Path("/"):
+        raise UsageError(
+            f"HARNESSLAB_CUSTOM_TOOLS_WORKSPACE={seen} is not a workspace folder.",
+            next_step="unset it: qualification sets it for the servers it starts",
+        )
+    return seen
+
+
 def _bind(
     server: MCPServer,
     tool: dict[str, Any],
@@ -86,7 +110,7 @@ def _bind(
     worker: CustomWorker,
     state: ServerState,
 ) -> None:
-    name, timeout_s = str(tool["name"]), float(tool["timeout_s"])
+    name, timeout_s = str(tool["name"]), min(float(tool["timeout_s"]), MAX_CUSTOM_TIMEOUT_S)
     file, function = str(tool["file"]), str(tool["function"])
 
     async def run(kwargs: dict[str, Any]) -> Any:

@@ -1,5 +1,6 @@
-"""`harnesslab doctor`: what is missing to work on a workspace, with the command that fixes it.
-Exit 0 when nothing is missing, 1 otherwise (the report says what)."""
+"""`harnesslab doctor`: what is missing to work on a workspace, and what is in its client files
+that harnesslab did not write, with the command that fixes it. Exit 0 when nothing is missing
+or foreign, 1 otherwise (the report says what)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from harnesslab.tools.settings import Settings
 from .cli_support import add_executor_args, command, run_async
 from .report import console
 
-MARK = {"ok": "ok     ", "missing": "MISSING", "skipped": "skipped"}
+MARK = {"ok": "ok     ", "missing": "MISSING", "skipped": "skipped", "foreign": "FOREIGN"}
 
 
 def _doctor_args(p: argparse.ArgumentParser) -> None:
@@ -71,7 +72,11 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
             grid.add_row(MARK[c.status], c.name, c.detail + (f"\nfix: {c.fix}" if c.fix else ""))
         console().print(grid)
         missing = sum(c.status == "missing" for c in report.checks)
-        print("all set" if report.ok else f"{missing} missing", file=sys.stderr)
+        foreign = sum(c.status == "foreign" for c in report.checks)
+        summary = f"{missing} missing" + (
+            f", {foreign} not written by harnesslab" if foreign else ""
+        )
+        print("all set" if report.ok else summary, file=sys.stderr)
     return 0 if report.ok else 1
 
 

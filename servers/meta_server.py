@@ -179,24 +179,35 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         when_to_use: Annotated[
             str | None, Field(description="for its skill: when a session should use it")
         ] = None,
+        writes: Annotated[
+            list[str] | None,
+            Field(
+                description="what the custom tools may write besides nothing: their output "
+                "folder .harnesslab/out/<name> (the default) or folders below it, and/or files "
+                "the task declares editable (e.g. 'kernel_config.json')"
+            ),
+        ] = None,
     ) -> GenerateOut:
         """Write a task-specific MCP server into .harnesslab/mcp/<name>/ (server.py, manifest,
         tests, README) and its skill into .harnesslab/skills/<name>/SKILL.md. Each tool is a
         built-in (inspect_context, run_objective, sweep_kernel_config, numerical_probe,
         guarded_final_verify, rank_history, restore_best_checkpoint, profile_kernel,
         remote_health_check) with preset arguments fixed, or a custom `async def` that runs in
-        a sandbox (read-write: the workspace only; no network) with JSON arguments and result;
-        a parameter named `workspace` (Path) is filled in by the server (`state` is refused:
-        use a built-in for runs). Never edit server.py: an edited one is refused. probe_args
-        must be ONE small, fast call (a single dev case): qualification runs each tool with
-        them several times. Regenerating replaces the server and unregisters it. Costs no
-        GPU time. Next: self_test_server."""
+        a sandbox (it reads the workspace; it writes only its output folder
+        .harnesslab/out/<name>/, or what `writes` declares: editable task files; no network;
+        at most 600 s a call) with JSON arguments and result; a parameter named `workspace`
+        (Path) is filled in by the server (`state` is refused: use a built-in for runs). Never
+        edit server.py: an edited one is refused. probe_args must be ONE small, fast call (a
+        single dev case): qualification runs each tool with them several times, in a fresh
+        server too. Regenerating replaces the server and unregisters it. Costs no GPU time.
+        Next: self_test_server."""
         spec: ServerSpec = parse_spec(
             {
                 "name": name,
                 "description": description,
                 "tools": [t.model_dump(exclude_none=True) for t in tools],
                 "when_to_use": when_to_use,
+                "writes": writes,
             }
         )
         made = await anyio.to_thread.run_sync(
@@ -228,7 +239,8 @@ def build_meta_server(ws: Workspace, settings: Settings, *, name: str = SERVER_N
         template plus only the server's bundle. Starts it over stdio with a real MCP client;
         checks tools/list schemas, calls each tool with its probe_args, runs its --self-test and
         its own tests, requires nothing but protocol on stdout and no absolute paths into this
-        workspace, and makes a verifier-like tool reject cheating kernels. Passing marks it
+        workspace, makes a verifier-like tool reject cheating kernels, and calls the custom
+        tools again in a server started anew. Passing marks it
         qualified; failing QUARANTINES it, with a failure report to fix it from. Costs about
         10-60 s of CPU/GPU time. Next: register_server, or fix and generate again."""
 

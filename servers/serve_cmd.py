@@ -1,5 +1,7 @@
 """`harnesslab serve` (the kernel task server over stdio or streamable HTTP, or its self-test)
-and `harnesslab config claude|codex` (the client entry that starts it).
+and `harnesslab config claude|codex` (the client entry that starts it; `config --prune` takes out
+of the workspace's client files every server, hook, approval and skill harnesslab did not write).
+Both report such entries (tools/meta/client_audit.py): a client runs them outside every sandbox.
 
 stdio: stdout carries the protocol and nothing else; logs go to stderr. HTTP binds 127.0.0.1
 unless told otherwise, and binding anything else requires a bearer token (--token, or the
@@ -25,9 +27,11 @@ from harnesslab.tools.catalog import SERVERS_MODULE, TASK_SERVER
 from harnesslab.tools.dashboard.source import Source
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.gpu.sandbox_policy import import_env, import_roots, python_argv
+from harnesslab.tools.meta.client_audit import audit_workspace, prune, prune_command
 from harnesslab.tools.meta.client_setup import approve, client_status
 from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.owned_config import OwnedConfig
 from harnesslab.tools.state.projection import (
     ServerEntry,
     render_codex_toml,
@@ -137,6 +141,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from .task_server import build_task_server  # noqa: PLC0415
 
     state = ServerState.open(workspace, settings, name=args.name)
+    warn_foreign(state.workspace.root, settings)
     server = build_task_server(state)
 
     async def stdio() -> None:
@@ -154,6 +159,21 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     run_async(stdio if args.transport == "stdio" else http)
     return 0
+
+
+def warn_foreign(root: Path, settings: Settings) -> int:
+    """Say on stderr what the workspace's client files hold that harnesslab did not write (a
+    client runs those outside every sandbox); the number of such entries."""
+    try:
+        found = audit_workspace(root, settings)
+    except UsageError as exc:
+        print(f"harnesslab: cannot check the client files: {exc.message}", file=sys.stderr)
+        return 0
+    for finding in found:
+        print(f"warning: not written by harnesslab: {finding.line()}", file=sys.stderr)
+    if found:
+        print(f"  remove them with: {prune_command(root)}", file=sys.stderr)
+    return len(found)
 
 
 class BearerAuth:
@@ -321,7 +341,7 @@ def cmd_serve_generated(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("client", choices=["claude", "codex"], help="which client's format")
+    p.add_argument("client", nargs="?", choices=["claude", "codex"], help="which client's format")
     p.add_argument("-w", "--workspace", type=Path, default=Path("."), help="workspace folder")
     p.add_argument(
         "--write", action="store_true", help="merge into <ws>/.mcp.json or .codex/config.toml"
@@ -333,6 +353,13 @@ def _config_args(p: argparse.ArgumentParser) -> None:
         "(Claude Code: enabledMcpjsonServers in <ws>/.claude/settings.local.json and the "
         "workspace trusted in ~/.claude.json; Codex: the workspace trusted in "
         "~/.codex/config.toml)",
+    )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="remove from the workspace's .mcp.json, .claude/settings*.json, .codex/config.toml, "
+        ".codex/ and the skill folders every server, hook, approval, setting and skill that "
+        "harnesslab did not write (what `doctor` reports as FOREIGN)",
     )
     p.add_argument("--name", default="harnesslab", help="entry name in the client's config")
     p.add_argument("--url", help="connect to a running `serve --transport http` server instead")
@@ -377,10 +404,23 @@ def server_entry(args: argparse.Namespace, settings: Settings) -> ServerEntry:
 
 @command(
     "config",
-    "Print (or --write) the .mcp.json / .codex/config.toml entry that starts the task server.",
+    "Print (or --write) the .mcp.json / .codex/config.toml entry that starts the task server; "
+    "--prune removes what harnesslab did not write there.",
     _config_args,
 )
 def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    if args.prune:
+        root = args.workspace.resolve()
+        removed = prune(root, settings)
+        for finding in removed:
+            print(f"removed {finding.line()}")
+        print(f"{len(removed)} entries removed from {root}'s client files")
+        return 0
+    if args.client is None:
+        raise UsageError(
+            "which client? `harnesslab config claude` or `harnesslab config codex`.",
+            next_step="name the client, or pass --prune",
+        )
     if args.approve and not args.write:
         raise UsageError("--approve goes with --write.", next_step="add --write")
     entry = server_entry(args, settings)
@@ -392,9 +432,10 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     root = (
         open_workspace(args.workspace, settings).root if not args.url else args.workspace.resolve()
     )
+    owned = OwnedConfig.of(settings, root)
     writer = write_mcp_json if args.client == "claude" else write_codex_toml
-    print(f"wrote {writer(root, entry)}")
-    project_skills(root)  # shipped skills into .claude/skills/ and .agents/skills/
+    print(f"wrote {writer(root, entry, owned=owned)}")
+    project_skills(root, owned=owned)  # shipped skills into .claude/skills/ and .agents/skills/
     if args.approve:
         for path in approve(args.client, root, entry.name, settings):
             print(f"wrote {path}")
@@ -405,6 +446,7 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(f"not ready: {'; '.join(status.missing)}", file=sys.stderr)
         print(f"next: {status.fix}", file=sys.stderr)
+    warn_foreign(root, settings)
     return 0
 
 
@@ -417,4 +459,5 @@ __all__ = [
     "listening_socket",
     "port_number",
     "serve_http",
+    "warn_foreign",
 ]

@@ -4,8 +4,10 @@ which command fixes it?
 Checks, in order: the workspace; the executor (every GPU host reachable, the runner's torch and
 triton working: tools/execution/health.py); each agent CLI as its runner checks it before a run
 (installed, flags accepted, logged in: tools/loop/agent_clis.py); each client's config for the
-workspace (entry present, its command there, approved and trusted: tools/meta/client_setup.py).
-Nothing here spends tokens or changes a file.
+workspace (entry present, its command there, approved and trusted: tools/meta/client_setup.py);
+every server, hook, approval or skill in the workspace's client files that harnesslab did not
+write (tools/meta/client_audit.py: a client would run it outside every sandbox), with the
+command that removes it. Nothing here spends tokens or changes a file.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from .errors import HarnesslabError
 from .execution.health import health_check
 from .execution.launcher import build_launcher
 from .loop.runners import build_runner
+from .meta.client_audit import audit_workspace, prune_command
 from .meta.client_setup import ClientName, client_status
 from .settings import Settings
 from .state.workspace import Workspace, open_workspace
 
-CheckStatus = Literal["ok", "missing", "skipped"]
+CheckStatus = Literal["ok", "missing", "skipped", "foreign"]
 
 
 class Check(BaseModel):
@@ -34,7 +37,7 @@ class Check(BaseModel):
 
 
 class DoctorReport(BaseModel):
-    ok: bool = Field(description="nothing missing")
+    ok: bool = Field(description="nothing missing, nothing foreign in the client files")
     checks: list[Check]
 
 
@@ -84,6 +87,27 @@ def check_client_config(client: ClientName, root: Path, name: str, settings: Set
     return Check(name=label, status="missing", detail="; ".join(st.missing), fix=st.fix)
 
 
+def check_client_files(root: Path, settings: Settings) -> list[Check]:
+    """One `foreign` check per entry of the client files harnesslab did not write."""
+    try:
+        found = audit_workspace(root, settings)
+    except HarnesslabError as exc:
+        return [_error_check("client files", exc)]
+    if not found:
+        return [
+            Check(
+                name="client files",
+                status="ok",
+                detail="only harnesslab's entries in .mcp.json, .claude/settings*.json, "
+                ".codex/config.toml and the skill folders",
+            )
+        ]
+    fix = prune_command(root)
+    return [
+        Check(name=f"foreign {f.kind}", status="foreign", detail=f.line(), fix=fix) for f in found
+    ]
+
+
 async def run_doctor(
     root: Path,
     settings: Settings,
@@ -115,7 +139,17 @@ async def run_doctor(
             )
         else:
             checks.append(check_client_config(client, ws.root, name, settings))
-    return DoctorReport(ok=all(c.status != "missing" for c in checks), checks=checks)
+    if ws is not None:
+        checks += check_client_files(ws.root, settings)
+    bad = ("missing", "foreign")
+    return DoctorReport(ok=all(c.status not in bad for c in checks), checks=checks)
 
 
-__all__ = ["Check", "DoctorReport", "check_agent_cli", "check_client_config", "run_doctor"]
+__all__ = [
+    "Check",
+    "DoctorReport",
+    "check_agent_cli",
+    "check_client_config",
+    "check_client_files",
+    "run_doctor",
+]

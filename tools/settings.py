@@ -83,6 +83,12 @@ class Settings(BaseSettings):
         description="Run guarded verification even where no sandbox (Landlock) can be applied. "
         "Only for a machine whose agent-written code you trust; every result says sandbox: none.",
     )
+    custom_tools_workspace: Path | None = Field(
+        default=None,
+        description="Set by qualification for the generated server it starts: the path at "
+        "which the server's custom tools see the workspace (the clean room is mounted there in "
+        "their sandbox, so that it looks as it will when served). Unset otherwise.",
+    )
     gpus: str = Field(
         default="",
         description="GPU indices to use per host, e.g. '0,1'; empty = one GPU (index 0).",

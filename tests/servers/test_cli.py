@@ -128,7 +128,7 @@ def test_a_mistyped_command_or_flag_gets_the_closest_one_and_that_commands_usage
         (["evl"], "did you mean eval?", "usage: harnesslab [-h]"),
         (["eval", "--worksapce", "x"], "did you mean --workspace?", "usage: harnesslab eval"),
         (["run", "-w", "x", "--runner", "codx"], "did you mean codex?", "usage: harnesslab run"),
-        (["config", "claude", "--aprove"], "did you mean --approve?", "usage: harnesslab config"),
+        (["config", "claude", "--aprove"], "did you mean --approve", "usage: harnesslab config"),
     ):
         with pytest.raises(SystemExit) as done:
             cli_main(argv)

@@ -39,6 +39,14 @@ report), last `{"event": "sandbox_exit", "token", "status", "limits_hit"}` (writ
 process of the sandbox is gone; the token is the policy's, which the target never sees). Where
 nothing can be applied the policy decides: `require` makes the outer exit 3 with a message
 instead of running the target.
+
+Views (`bind`, (SOURCE, TARGET) pairs): in the reaper's mount namespace each SOURCE folder is
+mounted at TARGET, in order, after the socket folders are hidden and before the scratch tmpfs
+and anything of the target, so the policy's read, write and cwd paths name TARGETs (a generated
+server's custom tools see a clean room at the workspace's own path). A TARGET under /proc, or
+that is, holds or lies in the scratch folder, is refused (the binds never undo the private
+/proc or the scratch tmpfs); without a mount namespace the outer exits 126 instead of running
+the target with paths that would name the TARGETs themselves.
 """
 
 from __future__ import annotations
@@ -226,18 +234,76 @@ def _private_proc() -> bool:
     return _mount(b"proc", "/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
 
 
+def _open_binds(binds: Any) -> list[tuple[int, str]]:
+    """(descriptor of SOURCE, TARGET) for each bind, opened before the sockets' folders are
+    hidden (a SOURCE may sit in /tmp)."""
+    out: list[tuple[int, str]] = []
+    try:
+        for source, target in binds:
+            out.append((os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), target))
+    except OSError:
+        _close_binds(out)
+        raise
+    return out
+
+
+def _close_binds(opened: list[tuple[int, str]]) -> None:
+    for fd, _ in opened:
+        os.close(fd)
+
+
+def _mount_binds(opened: list[tuple[int, str]]) -> None:
+    """Mount each opened SOURCE at its TARGET (an existing folder, its last component not a
+    symlink), in order: a later TARGET may lie in an earlier one."""
+    for fd, target in opened:
+        tfd = os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            src, dst = f"/proc/self/fd/{fd}".encode(), f"/proc/self/fd/{tfd}"
+            if not _mount(src, dst, None, MS_BIND | MS_REC, None):
+                raise sc.oserror(f"bind at {target}")
+        finally:
+            os.close(tfd)
+
+
+def bind_refusal(binds: Any, scratch: str) -> str:
+    """Why these binds may not be applied with this scratch folder ('' when they may): a TARGET
+    under /proc would undo the private /proc, one that is, holds or lies in the scratch folder
+    the scratch tmpfs (both checked on the path as written and as resolved)."""
+    scratch = os.path.realpath(scratch)
+    for _, target in binds:
+        try:
+            paths = {os.path.normpath(target), os.path.realpath(target)}
+        except OSError as exc:
+            return f"bind target {target} cannot be resolved: {exc}"
+        for path in paths:
+            if path == "/proc" or path.startswith("/proc/"):
+                return f"bind target {target} is under /proc"
+            if path == scratch or scratch.startswith(path.rstrip("/") + "/"):
+                return f"bind target {target} holds the scratch folder"
+            if path.startswith(scratch + "/"):
+                return f"bind target {target} lies in the scratch folder"
+    return ""
+
+
 def _setup_mounts(policy: Any, scratch: str, argv: list[str], pidns: bool) -> None:
-    """The reaper's mount namespace: private, its own /proc, sockets hidden, the scratch folder
-    a tmpfs of the policy's size (gone with the namespace, whatever happens to the outer)."""
+    """The reaper's mount namespace: private, its own /proc, sockets hidden, the policy's views
+    (`bind`), the scratch folder a tmpfs of the policy's size (gone with the namespace, whatever
+    happens to the outer)."""
     if not (_unshare(CLONE_NEWNS) and _private_mounts()):
         raise OSError("cannot make a private mount namespace")
     if pidns:
         _private_proc()
+    binds = _open_binds(policy.bind)
     keep = [scratch, *policy.read, *policy.write, *policy.python_path, *sc.python_paths()]
     keep += [a for a in argv if os.path.isabs(a) and os.path.exists(a)]
+    keep += [target for _, target in binds]
     if policy.triton_cache:
         keep.append(policy.triton_cache)
-    _hide_sockets(keep)
+    try:
+        _hide_sockets(keep)
+        _mount_binds(binds)
+    finally:
+        _close_binds(binds)
     size = f"size={int(policy.limits.scratch_mb)}m,mode=0700".encode()
     if not _mount(b"tmpfs", scratch, b"tmpfs", MS_NOSUID | MS_NODEV, size):
         raise sc.oserror("scratch tmpfs")
@@ -460,6 +526,12 @@ def run(policy: Any, argv: list[str]) -> int:
             "HARNESSLAB_ALLOW_UNSANDBOXED=1 to run it anyway, knowingly.\n"
         )
         return finish(3, [])
+    refusal = bind_refusal(policy.bind, scratch.path)
+    if policy.bind and "mnt" not in namespaces:
+        refusal = "the policy mounts folders at other paths (bind), which needs a mount namespace"
+    if refusal:
+        sys.stderr.write(f"sandbox: {refusal}; not running the target\n")
+        return finish(126, [])
     if in_place:
         # No reaper: this process becomes the target (its lock goes with it; its lifetime is
         # its caller's process group).

@@ -11,9 +11,8 @@ length, the JSON, a newline) before anything else, and the target inherits stdin
 sandbox.py refuses a policy with a key it does not know (`Policy.from_json`): a new key is a field
 here and its use in sandbox.py, staged together (the staged copies are hash-checked against the
 installed package on every call), so an old sandbox never ignores a rule it cannot apply. A
-per-tool write set or a folder bound at another path inside the sandbox's mount namespace would be
-one more field each (a list of paths; a list of (source, target) pairs) applied where sandbox.py
-applies `write` and its tmpfs mounts.
+custom tool's write set is its `write`; `bind` ((source, target) pairs of absolute paths) mounts
+folders at other paths in the sandbox's mount namespace, where sandbox.py makes its tmpfs mounts.
 
 Import roots: children run `python -I` (no PYTHONPATH, no user site: nothing of the environment
 decides what they import), so the toolkit passes the folders its own interpreter imports from
@@ -113,6 +112,9 @@ class Policy:
     report_fd: int = -1  # the reports' descriptor (framed callers); -1: stdout
     token: str = ""  # echoed in the exit report, which the target cannot forge without it
     limits: Limits = field(default_factory=Limits)
+    # (SOURCE, TARGET) folders: SOURCE mounted at TARGET in the sandbox, in order, before the
+    # paths above are resolved there (they name TARGETs); needs a mount namespace
+    bind: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
@@ -143,11 +145,28 @@ def _build(cls: Any, raw: Any, what: str) -> Any:
         kind = str(known[name].type)
         if kind == "Limits":
             values[name] = Limits.from_dict(value)
+        elif kind == PAIRS:
+            values[name] = _pairs(value, f"{what}.{name}")
         elif not _fits(kind, value):
             raise ValueError(f"{what}.{name}: {value!r} is not {kind}")
         else:
             values[name] = value
     return cls(**values)
+
+
+PAIRS = "tuple[tuple[str, str], ...]"
+
+
+def _pairs(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """`value` as (source, target) pairs of absolute paths (ValueError for anything else)."""
+    if not isinstance(value, list) or not all(
+        isinstance(pair, list)
+        and len(pair) == 2
+        and all(isinstance(p, str) and os.path.isabs(p) for p in pair)
+        for pair in value
+    ):
+        raise ValueError(f"{where}: {value!r} is not a list of [SOURCE, TARGET] absolute paths")
+    return tuple((source, target) for source, target in value)
 
 
 def _fits(kind: str, value: Any) -> bool:

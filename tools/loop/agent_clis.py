@@ -4,18 +4,28 @@ checks that run before the first turn.
 Built for, and tested in CI against, the versions pinned in tests/agent_clis/package.json
 (Claude Code 2.1.330, codex-cli 0.169.0); the flags were read from their `--help`:
 - claude: `claude --print --output-format json --mcp-config FILE --strict-mcp-config
-  --permission-mode acceptEdits --permission-prompts none --allowedTools mcp__NAME,...
-  [--resume ID] -- PROMPT`. `--permission-prompts none` denies anything that would prompt
-  instead of waiting for an answer nobody gives; the result object on stdout carries
-  `session_id`, `is_error` and the CLI's message in `result` ("Not logged in · Please run /login").
+  --setting-sources user --plugin-dir DIR --permission-mode acceptEdits --permission-prompts
+  none --allowedTools mcp__NAME,... [--resume ID] -- PROMPT`. `--permission-prompts none`
+  denies anything that would prompt instead of waiting for an answer nobody gives; the result
+  object on stdout carries `session_id`, `is_error` and the CLI's message in `result` ("Not
+  logged in · Please run /login"). Only the toolkit's servers run (`--strict-mcp-config`), and
+  nothing of the workspace's `.claude/` is read (`--setting-sources user`: no project or local
+  hooks, settings, approvals or skills; measured: a SessionStart hook in
+  `.claude/settings.local.json` runs without it and not with it); the turn's skills come from
+  the toolkit's plugin folder (`--plugin-dir`, skills named `harnesslab:NAME`).
 - codex: `codex exec [resume ID] --json --skip-git-repo-check -c sandbox_mode="workspace-write"
-  -c approval_policy="never" -c mcp_servers.NAME.*=... -- PROMPT`. `codex exec` has no
-  `--full-auto` and no `-a` any more, and `codex exec resume` takes neither `-s` nor `-C`: the
-  sandbox and approval policy go in as config overrides, which both accept, and the turn runs in
-  the workspace as its working directory. The servers' tools are approved
-  (default_tools_approval_mode="approve"): exec cancels a tool call that waits for an approval.
-  Events are JSON lines (`thread.started` carries the session id, `turn.failed` and `error` the
-  CLI's message).
+  -c approval_policy="never" -c projects={"WS"={trust_level="untrusted"}}
+  -c mcp_servers.NAME.*=... [--ignore-rules] -- PROMPT`. `codex exec` has no `--full-auto` and
+  no `-a` any more, and `codex exec resume` takes neither `-s` nor `-C`: the sandbox and
+  approval policy go in as config overrides, which both accept, and the turn runs in the
+  workspace as its working directory. Codex has no flag that skips a project's `.codex/`
+  layer, and reads it only in a trusted project: the `projects` override makes the workspace
+  untrusted for the turn (measured: `codex mcp list` then shows none of its
+  `.codex/config.toml` servers), so its servers, hooks and settings are not read;
+  `--ignore-rules` is added when the workspace has `.codex/rules` (execpolicy rules that allow
+  commands). The servers' tools are approved (default_tools_approval_mode="approve"): exec
+  cancels a tool call that waits for an approval. Events are JSON lines (`thread.started`
+  carries the session id, `turn.failed` and `error` the CLI's message).
 
 `preflight` checks, spending no tokens: the program exists; its help lists every flag a turn
 uses and the turn's options followed by `--help` parse (a rejected flag or value fails here,
@@ -33,6 +43,7 @@ from typing import Any
 
 from ..errors import EnvironmentProblem
 from ..gpu import wire
+from ..meta.client_setup import folder_key
 from ..state.projection import ServerEntry, codex_entry, toml_key, toml_value
 from .turn import AgentRunner, Turn, read_lines
 
@@ -89,6 +100,7 @@ class CliRunner(AgentRunner):
         with tempfile.TemporaryDirectory(prefix="harnesslab-preflight-") as tmp:
             config = Path(tmp) / "mcp.json"
             config.write_text(json.dumps({"mcpServers": {"harnesslab": {"command": "true"}}}))
+            (Path(tmp) / ".codex" / "rules").mkdir(parents=True)  # every conditional flag too
             for session in (None, SAMPLE_SESSION):
                 turn = Turn(
                     phase="attempt" if session is None else "build",
@@ -98,6 +110,7 @@ class CliRunner(AgentRunner):
                     mcp_config=config,
                     timeout_s=1,
                     session_id=session,
+                    plugin_dir=Path(tmp),
                 )
                 await self._check_turn_flags(turn, version)
 
@@ -146,6 +159,10 @@ class ClaudeRunner(CliRunner):
             str(turn.mcp_config),
             "--strict-mcp-config",
         ]
+        if not _has(self.extra_args, "--setting-sources"):
+            argv += ["--setting-sources", "user"]  # no hook, setting or skill of the workspace
+        if turn.plugin_dir is not None:
+            argv += ["--plugin-dir", str(turn.plugin_dir)]
         if not _has(self.extra_args, "--permission-mode", "--dangerously-skip-permissions"):
             argv += ["--permission-mode", "acceptEdits"]
         if not _has(self.extra_args, "--permission-prompts"):
@@ -220,6 +237,9 @@ class CodexRunner(CliRunner):
             argv += ["-c", 'sandbox_mode="workspace-write"']
         if not (bypass or any("approval_policy" in a for a in extra)):
             argv += ["-c", 'approval_policy="never"']
+        argv += untrusted_project(turn.workspace)
+        if (turn.workspace / ".codex" / "rules").exists():
+            argv.append("--ignore-rules")
         return argv + codex_mcp_overrides(turn.mcp_config) + self.extra_args
 
     def help_args(self, turn: Turn) -> list[str]:
@@ -288,6 +308,14 @@ class CodexRunner(CliRunner):
         return f"codex {version} at {path}, {out.tail(1) or 'logged in'}"
 
 
+def untrusted_project(workspace: Path) -> list[str]:
+    """The override that makes Codex treat the workspace as untrusted for one invocation, so
+    that it reads nothing of the workspace's `.codex/` layer (servers, hooks, settings): Codex
+    keys trust on the folder in the user config's `projects` table, which this replaces."""
+    value = toml_value({folder_key(workspace): {"trust_level": "untrusted"}})
+    return ["-c", f"projects={value}"]
+
+
 def codex_mcp_overrides(mcp_config: Path) -> list[str]:
     """The Claude-format MCP config as Codex `-c mcp_servers.NAME.*=TOML` overrides, with the
     startup and tool timeouts a GPU tool needs (Codex's defaults, 10 s and 60 s, cut a sweep)
@@ -320,4 +348,5 @@ __all__ = [
     "CodexRunner",
     "codex_mcp_overrides",
     "mcp_server_names",
+    "untrusted_project",
 ]

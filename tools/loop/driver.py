@@ -28,6 +28,7 @@ from ..execution.launcher import Launcher, build_launcher
 from ..integrity.command_verify import command_verify
 from ..integrity.verdict_view import public_verdict
 from ..integrity.verify import guarded_verify
+from ..meta.client_audit import audit_workspace, prune_command
 from ..settings import Settings
 from ..state.checkpoints import Checkpoints
 from ..state.storage import atomic_write_json
@@ -46,6 +47,7 @@ from .servers import (
     register,
     turn_servers,
     write_mcp_config,
+    write_skills_plugin,
 )
 from .state import (
     Best,
@@ -220,6 +222,7 @@ class Loop:
         folder = self.store.fresh_turn_dir(it.index, phase)
         servers = turn_servers(self.ws, self.settings, meta=meta)
         config = write_mcp_config(folder / "mcp.json", servers)
+        self.report_foreign(folder)
         if phase == "attempt":
             it.active_servers = list(servers.entries)
         turn = Turn(
@@ -232,8 +235,29 @@ class Loop:
             session_id=None if phase == "attempt" else it.session_id,
             env=self.settings.to_env(),
             output_cap_bytes=self.state.config.output_cap_bytes,
+            plugin_dir=write_skills_plugin(self.store.dir / "skills-plugin", self.ws),
         )
         return turn, servers.tools
+
+    def report_foreign(self, folder: Path) -> None:
+        """What the workspace's client files hold that harnesslab did not write (servers,
+        hooks, approvals, skills: written by the agent or planted by its code). The agent CLIs
+        are started without them (claude: --strict-mcp-config --setting-sources user; codex:
+        the workspace untrusted for the turn); they are reported here, and in the turn folder,
+        with the command that removes them."""
+        found = audit_workspace(self.ws.root, self.settings)
+        if not found:
+            return
+        atomic_write_json(folder / "foreign.json", [f.model_dump() for f in found])
+        fix = prune_command(self.ws.root)
+        lines = "; ".join(f.line() for f in found[:3]) + ("; ..." if len(found) > 3 else "")
+        self.emit(
+            "warning",
+            f"{len(found)} entries of the workspace's client files were not written by "
+            f"harnesslab ({lines}); the agent CLI is started without them; remove them: {fix}",
+            findings=[f.model_dump() for f in found],
+            fix=fix,
+        )
 
     async def run_turn(self, turn: Turn) -> TurnOutcome:
         self.emit("phase", f"{turn.phase}: {self.runner.name} (limit {turn.timeout_s:.0f}s)")

@@ -122,7 +122,8 @@ session faster or more reliable (you suggested: {selected}) and build it as a ta
 MCP server with the meta-server `{meta_server}`:
 1. generate_server(spec): built-in tools with presets (a sweep region that worked, a case
    subset) and/or small custom async functions (they run sandboxed: JSON arguments and result,
-   the workspace through a `workspace` parameter, no network);
+   the workspace through a `workspace` parameter, which they read; they write only their
+   output folder .harnesslab/out/<name>/; no network);
 2. self_test_server(name) until it passes (qualification in a clean copy of the workspace);
 3. register_server(name).
 After this turn the loop registers every server you generated or changed that qualified for

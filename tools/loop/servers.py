@@ -4,13 +4,17 @@ A turn's servers are written to an MCP config file in the run folder in the Clau
 (`{"mcpServers": {name: {command, args, cwd, env}}}`); the claude runner passes it as is, the
 codex runner turns it into `-c mcp_servers.*` overrides, the autopilot reads it. Attempts get the
 task server plus every registered generated server; build and repair turns also get the
-meta-server. Generated servers are qualified and registered or quarantined through
+meta-server. The turn's skills (the shipped ones for the task, and each registered server's
+qualified skill) go into a Claude Code plugin folder in the trusted run folder
+(`write_skills_plugin`): the claude runner reads no project skill, hook or setting of the
+workspace. Generated servers are qualified and registered or quarantined through
 tools/qualification and tools/registry.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ from ..meta.qualification import (
     workspace_bundle,
 )
 from ..meta.registry import launcher_argv, load_registry, qualified_bundle, trusted_report
+from ..meta.skills import skill_dir, skills_for_task
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
@@ -74,6 +79,42 @@ def turn_servers(ws: Workspace, settings: Settings, *, meta: bool) -> TurnServer
 def write_mcp_config(path: Path, servers: TurnServers) -> Path:
     atomic_write_json(path, {"mcpServers": servers.entries})
     return path
+
+
+PLUGIN_NAME = "harnesslab"
+
+
+def write_skills_plugin(dest: Path, ws: Workspace) -> Path:
+    """A Claude Code plugin folder (`claude --plugin-dir DEST`, skills named `harnesslab:NAME`)
+    with the skills a turn gets: the shipped skills for the workspace's task and the qualified
+    skill of every registered server, copied from the toolkit and the trusted store, never from
+    the workspace. Rebuilt for every turn."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    skills = {name: skill_dir(name) for name in skills_for_task(ws.task.name)}
+    for name, digest in registered_names(ws).items():
+        try:
+            folder = qualified_bundle(ws, name, digest) / STATE / "skills" / name
+        except HarnesslabError:
+            continue
+        if (folder / "SKILL.md").is_file():
+            skills[name] = folder
+    for name, folder in skills.items():
+        shutil.copytree(
+            folder,
+            dest / "skills" / name,
+            symlinks=False,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
+    atomic_write_json(
+        dest / ".claude-plugin" / "plugin.json",
+        {
+            "name": PLUGIN_NAME,
+            "version": "1.0.0",
+            "description": "harnesslab's skills for this turn (shipped and qualified ones)",
+        },
+    )
+    return dest
 
 
 def registered_servers(
@@ -210,4 +251,5 @@ __all__ = [
     "registered_servers",
     "turn_servers",
     "write_mcp_config",
+    "write_skills_plugin",
 ]

@@ -41,6 +41,11 @@ class Turn(BaseModel):
     session_id: str | None = Field(default=None, description="resume this session")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment")
     output_cap_bytes: int = OUTPUT_CAP_BYTES
+    plugin_dir: Path | None = Field(
+        default=None,
+        description="a Claude Code plugin folder with the turn's skills (the toolkit's, from "
+        "the toolkit and the trusted store), for a runner that reads no project settings",
+    )
 
     @property
     def prompt_file(self) -> Path:

@@ -43,6 +43,7 @@ from ..gpu.sandbox_policy import (
 from ..settings import Settings
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
+from ..state.trusted_store import TrustedStore
 from ..state.workspace import STATE, init_workspace
 from ..task.kinds import kind_of
 from ..task.spec import list_tasks, load_task
@@ -60,12 +61,18 @@ def copy_bundle_item(src: Path, dest: Path) -> None:
 
 
 def make_clean_room(
-    ws_template: str | Path, dest: Path, bundle: dict[str, Path], settings: Settings
+    ws_template: str | Path,
+    dest: Path,
+    bundle: dict[str, Path],
+    settings: Settings,
+    *,
+    shown: Path | None = None,
 ) -> Path:
     """A fresh workspace at `dest` from `ws_template` (a task name, a task folder, a workspace
     of a shipped task, or any plain folder), plus each bundle item copied to its relative
     destination (e.g. ".harnesslab/mcp/<name>"). Its trusted store goes under
-    `settings.state_dir` (qualification passes a private one)."""
+    `settings.state_dir` (qualification passes a private one), under the key of `shown` too
+    when its sandbox shows the room at that path (a store is keyed by the workspace's path)."""
     template = Path(ws_template) if not isinstance(ws_template, Path) else ws_template
     # The private state dir exists from the start: a sandbox grants write access only to a
     # folder that exists, and a command task copied as a plain folder creates none (its self-test
@@ -94,6 +101,9 @@ def make_clean_room(
             copy_bundle_item(src, target)
         elif src.is_file():
             shutil.copy2(src, target)
+    store = TrustedStore.location(settings, dest)
+    if shown is not None and store.is_dir():
+        shutil.copytree(store, TrustedStore.location(settings, shown), dirs_exist_ok=True)
     return dest
 
 
@@ -159,20 +169,24 @@ def toolkit_paths() -> list[str]:
 
 def sandboxed(
     argv: list[str], room: Path, state_dir: Path, env: dict[str, str], *, python: str,
-    require: bool, limits: Limits,
+    require: bool, limits: Limits, shown: Path | None = None,
 ) -> Launch:  # fmt: skip
     """`argv` run in the sandbox (tools/gpu/sandbox.py): the clean room and its private state dir
     writable, nothing else; the toolkit, its import roots, Python and the system read-only; no
     network; only `env` on top of the sandbox's short allowlist; the sandbox's `limits`;
     nothing left running after it. Its first stdout line is the sandbox's report, its last
-    the exit report (`sandbox_report`). A Python `argv` is built with `python_argv`."""
+    the exit report (`sandbox_report`). A Python `argv` is built with `python_argv`. `shown`:
+    the path the room is mounted at in the sandbox (the served workspace's; `argv` names that
+    path)."""
+    seen = shown or room
     policy = Policy(
         read=toolkit_paths(),
-        write=[str(room), str(state_dir)],
-        cwd=str(room),
+        write=[str(seen), str(state_dir)],
+        cwd=str(seen),
         env=env,
         require=require,
         limits=limits,
+        bind=((str(room), str(seen)),) if seen != room else (),
         **python_policy(import_roots()),
     )
     return command(python, str(SANDBOX_PY), policy, argv)

@@ -15,7 +15,8 @@ Both clients key the trust on the folder they are started in (or a folder above 
 client has to be started inside the workspace.
 
 Writes are merges: every other key of those files is kept, and a file that does not parse is
-never overwritten.
+never overwritten. What is written into the workspace is recorded in its trusted store
+(tools/state/owned_config.py): tools/meta/client_audit.py reports whatever else is there.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import UsageError
 from ..settings import Settings
+from ..state.owned_config import OwnedConfig
 from ..state.projection import read_toml_table, write_toml_table
 from ..state.storage import atomic_write_text
 
@@ -98,6 +100,7 @@ def approve_claude(root: Path, name: str, settings: Settings) -> list[Path]:
     if isinstance(disabled, list) and name in disabled:  # --approve overrides an earlier "no"
         data["disabledMcpjsonServers"] = [s for s in disabled if s != name]
     _write_json(local, data)
+    OwnedConfig.of(settings, root).approval(name, added=True)
     global_config = settings.claude_global_config()
     glob = _read_json(global_config)
     projects = glob.setdefault("projects", {})

@@ -2,11 +2,16 @@
 
 Trusted side of the boundary. It runs in the generated server's process (toolkit code only) and
 never imports the agent's modules: tools/meta/custom_worker.py does, inside tools/gpu/sandbox.py, with
-read access to the server's bundle folder and the worker's own two files, read + write access to
-the workspace (the clean room in qualification), a private scratch folder for the rest, no
-network, nothing outliving it, and only the sandbox's environment allowlist. Requests and
-replies are wire.py frames; what comes back is hostile input (bounded in size and time, and
-annotations are only ever mapped through a fixed table, never evaluated).
+read access to the workspace (the clean room in qualification), the server's bundle folder and
+the worker's own two files, write access only to the server's declared write set
+(tools/meta/writeset.py: its output folder `.harnesslab/out/<name>/` and the task's editable
+files it names) and a private scratch folder, no network, nothing outliving it, and only the
+sandbox's environment allowlist. Where the sandbox has a mount namespace the worker sees the
+workspace at `seen_at` (qualification: the served workspace's own path, the clean room mounted
+there) and the bundle at `<workspace>/.harnesslab/mcp/<name>`, in qualification and when
+served alike. Requests and replies are wire.py frames; what comes back is hostile input
+(bounded in size and time, and annotations are only ever mapped through a fixed table, never
+evaluated).
 
     worker = CustomWorker(bundle, workspace, python=sys.executable, require=True)
     shapes = worker.describe([{"file": "diag.py", "function": "summary"}])   # at startup
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import functools
 import inspect
 import json
 import keyword
@@ -50,6 +56,8 @@ from ..gpu.sandbox_policy import (
     python_argv,
     python_policy,
 )
+from ..state import workspace_files as wf
+from .writeset import is_output
 
 HERE = Path(__file__).resolve().parent
 SANDBOX_PY = gpu.FOLDER / "sandbox.py"
@@ -270,9 +278,43 @@ def public_signature(where: str, shape: ToolShape) -> inspect.Signature:
 # -- the worker process --------------------------------------------------------------------------
 
 
+@functools.cache
+def mounts_available(python: str) -> bool:
+    """Whether the sandbox gets its namespaces on this machine (`sandbox.py --probe`): only
+    then can it mount a view (a user namespace refused, as in a nested sandbox, gives none)."""
+    try:
+        out = subprocess.run(
+            [python, "-I", "-B", str(SANDBOX_PY), "--probe"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return bool(json.loads(out.stdout).get("namespaces"))
+    except (OSError, subprocess.SubprocessError, ValueError, AttributeError):
+        return False
+
+
+def holds_toolkit(python: str, path: Path) -> bool:
+    """Whether `path` holds the interpreter or the toolkit (a virtualenv inside the workspace):
+    nothing may then be mounted over it, or the sandboxed process would not find them."""
+    mine = (Path(python).absolute(), Path(python).resolve(), HERE.parents[1])
+    return any(p == path or path in p.parents for p in mine)
+
+
+@dataclass
+class View:
+    """Where the worker sees the workspace and the bundle, and the mounts that put them there."""
+
+    workspace: Path
+    bundle: Path
+    binds: list[tuple[str, str]] = field(default_factory=list)
+
+
 @dataclass
 class CustomWorker:
-    """One sandboxed worker for the custom tools of one server (started on demand)."""
+    """One sandboxed worker for the custom tools of one server (started on demand). `writes`:
+    the checked write set, relative to the workspace (tools/meta/writeset.py); `seen_at`: the
+    path the worker sees the workspace at (default: its own); `name`: the server's."""
 
     bundle: Path
     workspace: Path
@@ -281,32 +323,65 @@ class CustomWorker:
     startup_timeout_s: float = 30.0
     report: Path | None = None
     limits: Limits = field(default_factory=Limits)
+    writes: list[str] = field(default_factory=list)
+    seen_at: Path | None = None
+    name: str = ""
+    shown: View | None = None  # the view the running worker got
     sandbox: dict[str, Any] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     reports: int = -1  # the sandbox's reports: a pipe only its outer process writes
     token: str = ""
 
-    def policy(self) -> Policy:
-        """The bundle and the worker's two files readable, the workspace writable, no
-        environment beyond the sandbox's short list, the sandbox's limits, and the server's
-        own import roots (the custom code may import what the toolkit's Python has)."""
+    def view(self) -> View:
+        """The workspace mounted at `seen_at` (or at its own path: the same mounts whether
+        qualified or served), the bundle at `<seen>/.harnesslab/mcp/<name>` where the workspace
+        has that folder; with no mount namespace, both where they are (`seen_at` unused: the
+        worker must never be granted the path of a workspace it is not shown)."""
+        if not mounts_available(self.python):
+            return View(self.workspace, self.bundle)
+        seen = self.seen_at or self.workspace
+        if holds_toolkit(self.python, seen):
+            seen = self.workspace
+        view = View(seen, self.bundle, [(str(self.workspace), str(seen))])
+        rel = f"{wf.STATE}/mcp/{self.name}"
+        if self.name and wf.is_dir(self.workspace, rel):
+            view.bundle = seen / rel
+            view.binds.append((str(self.bundle), str(view.bundle)))
+        return view
+
+    def policy(self, view: View) -> Policy:
+        """The workspace (as `view` shows it), the bundle and the worker's two files readable,
+        only the write set writable, no environment beyond the sandbox's short list, the
+        sandbox's limits, and the server's own import roots (the custom code may import what
+        the toolkit's Python has)."""
         return Policy(
-            read=[str(self.bundle), str(WORKER_PY), str(WIRE_PY)],
-            write=[str(self.workspace)],
-            cwd=str(self.workspace),
+            read=[str(view.workspace), str(view.bundle), str(WORKER_PY), str(WIRE_PY)],
+            write=[str(view.workspace / rel) for rel in self.writes],
+            cwd=str(view.workspace),
             require=self.require,
             die_with_parent=os.getpid(),
             limits=self.limits,
+            bind=tuple(view.binds),
             **python_policy(import_roots()),
         )
+
+    def _prepare(self) -> View:
+        """The output folders of the write set, made in the workspace (through no symlink: a
+        sandbox grant follows one), and the view the worker gets."""
+        for rel in self.writes:
+            if is_output(self.name, rel):
+                wf.real_dir(self.workspace, rel)
+        self.shown = self.view()
+        return self.shown
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         # Started from the server's event-loop thread, which lives as long as the server:
         # the sandbox dies with it (die_with_parent).
+        view = self._prepare()
         reports, report_w = os.pipe()
-        program = python_argv(self.python, [str(WORKER_PY), str(WIRE_PY), str(self.bundle)])
-        policy = replace(self.policy(), report_fd=report_w)
+        program = python_argv(self.python, [str(WORKER_PY), str(WIRE_PY), str(view.bundle)])
+        policy = replace(self.policy(view), report_fd=report_w)
         launch = command(self.python, str(SANDBOX_PY), policy, program)
         try:
             proc = subprocess.Popen(
@@ -508,12 +583,13 @@ class CustomWorker:
                 if self.proc is None:
                     self.proc = self._spawn()
                     self._started(await self._read_line(self.reports))
+                assert self.shown is not None
                 request = {
                     "op": "call",
                     "file": file,
                     "function": function,
                     "args": args,
-                    "workspace": str(self.workspace),
+                    "workspace": str(self.shown.workspace),
                 }
                 await self._send(request)
                 head = await self._read_exact(4)
@@ -604,8 +680,11 @@ __all__ = [
     "CustomWorker",
     "ParamShape",
     "ToolShape",
+    "View",
     "WorkerGone",
     "annotation_type",
+    "holds_toolkit",
+    "mounts_available",
     "public_signature",
     "return_type",
     "state_refusal",

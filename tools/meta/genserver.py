@@ -13,7 +13,10 @@ Every path written into those files is relative: the server runs from the worksp
 (`cwd` "."), so the same bundle works in a clean copy of the workspace and after registration.
 server.py is the toolkit's own rendering of the template (`render_server_py`); qualification and
 serve-generated run no other (`check_server_py`). Custom functions run in a sandboxed worker
-(tools/meta/custom_host.py), so one that asks for the server's `state` is refused here.
+(tools/meta/custom_host.py), so one that asks for the server's `state` is refused here. What
+they may write is declared (`writes`: the server's output folder `.harnesslab/out/<name>/`, by
+default, and files the task declares editable; never a client's configuration, a skill, or the
+rest of `.harnesslab/`), checked here (`check_writes`) and enforced by their sandbox.
 This module never imports mcp; the server's code lives in the templates (tools/meta/gentemplates.py).
 """
 
@@ -36,12 +39,16 @@ from ..state.workspace import STATE, Workspace
 from . import gentemplates
 from .custom_host import REFUSED as REFUSED_PARAM
 from .custom_host import state_refusal
+from .writeset import check_writes, output_dir
 
 # Agent Skills: lowercase letters, digits and single hyphens, at most 64, no leading/trailing hyphen.
 TOOL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 CUSTOM_FILE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.py$")
 RESERVED_FILES = frozenset({"server.py", "conftest.py", "__init__.py"})
 SKILL_DESCRIPTION_MAX = 1023
+# A custom tool's call may last this long at most (a built-in's, up to an hour: a sweep or a
+# guarded verify on the GPU); the agent's code needs no more, and a call holds the server.
+MAX_CUSTOM_TIMEOUT_S = 600.0
 
 # The task server's built-in tools (DESIGN.md MUST names); presets are checked against each
 # tool's input model by the server layer (`preset_check`), which can import it.
@@ -90,7 +97,12 @@ class ToolSpec(BaseModel):
         default_factory=dict,
         description="Arguments for --self-test and qualification: one small, fast call.",
     )
-    timeout_s: float = Field(default=120.0, gt=0, le=3600, description="Per-call limit.")
+    timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description=f"Per-call limit (custom tools: at most {MAX_CUSTOM_TIMEOUT_S:g}s).",
+    )
     verifier: bool = Field(
         default=False,
         description="Custom tools: it gives a verdict on the candidate, so qualification checks "
@@ -106,6 +118,11 @@ class ToolSpec(BaseModel):
             raise ValueError("each tool needs exactly one of 'builtin' or 'custom'")
         if self.custom is not None and self.presets:
             raise ValueError("presets apply to built-in tools; a custom tool has its own defaults")
+        if self.custom is not None and self.timeout_s > MAX_CUSTOM_TIMEOUT_S:
+            raise ValueError(
+                f"a custom tool's timeout_s is at most {MAX_CUSTOM_TIMEOUT_S:g}s (move long GPU "
+                "work into a built-in tool with presets)"
+            )
         if not TOOL_NAME_RE.match(self.tool_name):
             raise ValueError(f"tool name {self.tool_name!r} must match {TOOL_NAME_RE.pattern}")
         return self
@@ -135,6 +152,14 @@ class ServerSpec(BaseModel):
     )
     tools: list[ToolSpec] = Field(min_length=1, max_length=32)
     startup_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    writes: list[str] | None = Field(
+        default=None,
+        max_length=16,
+        description="What the custom tools may write, relative to the workspace root: their "
+        "output folder .harnesslab/out/<name> (the default) or folders below it, and files the "
+        "task declares editable (e.g. 'kernel_config.json'). Their sandbox lets them write "
+        "nothing else; they read the whole workspace.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ServerSpec:
@@ -191,6 +216,11 @@ class Manifest(BaseModel):
     self_test: SelfTest | None = None
     tests: str | None = Field(default="tests", description="pytest folder in the server folder.")
     generator: str = ""
+    writes: list[str] | None = Field(
+        default=None,
+        description="what the custom tools may write (workspace-relative; default: the output "
+        "folder .harnesslab/out/<name>); their sandbox enforces it",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Manifest:
@@ -200,6 +230,10 @@ class Manifest(BaseModel):
 
     def enabled_tools(self) -> list[ManifestTool]:
         return [t for t in self.tools if t.enabled]
+
+    def write_set(self) -> list[str]:
+        """What the custom tools may write: the declaration, or the output folder."""
+        return list(self.writes) if self.writes is not None else [output_dir(self.name)]
 
     def launch(self, workspace: Path, server_dir: Path, *, self_test: bool = False) -> LaunchSpec:
         """argv/cwd with placeholders expanded for a workspace at `workspace`."""
@@ -302,6 +336,9 @@ def generate(
                 next_step="use a plain module name such as 'diagnostics.py' (not server.py)",
             )
     warnings, docs = _check_tools(spec, sdir, files, preset_check)
+    if spec.writes is not None:
+        editable = ws.task.editable if isinstance(ws, Workspace) else []
+        spec = spec.model_copy(update={"writes": check_writes(spec.name, spec.writes, editable)})
     command = _portable_python(python or sys.executable, root)
     manifest = build_manifest(spec, command, docs)
 
@@ -401,6 +438,7 @@ def build_manifest(spec: ServerSpec, command: str, docs: dict[str, str] | None =
         ),
         tests="tests",
         generator=generator,
+        writes=spec.writes if spec.writes is not None else [output_dir(spec.name)],
     )
 
 
@@ -516,7 +554,9 @@ Run from the workspace root: the stdio MCP server, its self-test, its tests.
     python -m pytest {m.args[0].rsplit("/", 1)[0] if m.args else "."}/tests -q
 
 Custom tools are `async def` functions in this folder. They run in a sandboxed worker process:
-read-only access to this folder, read-write access to the workspace, no network, nothing left
+read access to the workspace (this folder included), write access only to
+{", ".join(f"`{w}`" for w in m.write_set()) or "nothing"} (manifest `writes`: the output folder
+`{output_dir(m.name)}/` unless the spec declares editable files too), no network, nothing left
 running after the server. A parameter named `workspace` receives the workspace root (a Path) and
 is not shown to the model; parameters and results are JSON. `server.py` is the toolkit's own
 (an edited copy is refused): regenerate rather than edit it.
@@ -544,7 +584,8 @@ This skill comes with the MCP server `{m.name}` (registered in this workspace's 
 
 {tools}
 
-Call them through MCP like any other tool; each answers within its timeout. If a tool is
+Call them through MCP like any other tool; each answers within its timeout. What its custom
+tools write lands in {", ".join(f"`{w}`" for w in m.write_set()) or "nothing"}. If a tool is
 missing, the server was quarantined or not registered: run `list_servers` on the meta-server.
 """
 

@@ -15,15 +15,20 @@ only the server's reusable `.harnesslab/` bundle. Checks, each with evidence and
     verifier:<name>       a verifier-like tool accepts the honest baseline and rejects cheating
                           kernels (x.clone() and a few of integrity/cheats/cpu)
     stdout_protocol_only  nothing but JSON-RPC on the server's stdout
+    served_rerun          (custom tools) the server started anew in the used room: each custom
+                          tool answers again, a verifier still rejects a cheat
     self_test             `--self-test` exits 0 (a generated server's: its custom tools)
     own_tests             the server's tests pass under pytest
     sandbox               where the agent's code ran, as each sandbox reported it
 
 The session, the self-test and the tests run at once, each in its own clean room (a fresh
-workspace and a private state dir). The agent's code runs sandboxed everywhere (tools/
-sandbox.py: the clean room writable and nothing else, no network, nothing left running): a
-generated server's custom tools in the sandboxed worker its server starts (the server process
-itself runs toolkit code only), the self-test and the own tests wholly inside the sandbox.
+workspace and a private state dir). In the session a generated server's custom tools see what
+they see when served: the clean room mounted at the served workspace's own path, the bundle
+at `<workspace>/.harnesslab/mcp/<name>`, the same environment. The agent's code runs sandboxed
+everywhere (tools/gpu/sandbox.py: the clean room writable and nothing else, no network, the
+sandbox's limits, nothing left running): a generated server's custom tools in the sandboxed
+worker its server starts (the server process itself runs toolkit code only; they write only
+their declared write set), the self-test and the own tests wholly inside the sandbox.
 Every step is bounded by its own limit and by the overall `timeout_s`; processes are killed by
 group after.
 Results go to qualification.json and, on failure, failure_report.md (written to be pasted into
@@ -65,6 +70,7 @@ from .bundle import (
     workspace_bundle,
 )
 from .cleanroom import bundle_files, describe_sandbox, kill_marked, make_clean_room
+from .custom_host import holds_toolkit, mounts_available
 from .genserver import SERVER_NAME_RE, LaunchSpec, Manifest, load_manifest
 from .qualify_checks import Check
 
@@ -119,7 +125,10 @@ async def qualify(
     tools = [t.name for t in manifest.enabled_tools()]
     if generated is None:
         generated = manifest.generator.startswith("harnesslab") or infer_dirty_roots(sdir) != [sdir]
-    board.total = 10 + generated + len(tools) + sum(t.verifier for t in manifest.enabled_tools())
+    custom = any(t.kind == "custom" for t in manifest.enabled_tools())
+    board.total = (
+        10 + generated + custom + len(tools) + sum(t.verifier for t in manifest.enabled_tools())
+    )
     bundle = bundle or default_bundle(sdir, manifest.name)
     await board.add(
         Check(
@@ -166,23 +175,40 @@ async def qualify(
     # the operator's trusted store or secrets), only the allowlisted environment, and carries
     # a mark by which whatever it leaves running is found and killed below.
     token = uuid.uuid4().hex
+    served = _served_root(sdir, dirty_roots) if generated else None
+    mounts = await anyio.to_thread.run_sync(mounts_available, settings.python)
+    mountable = mounts and served is not None and not holds_toolkit(settings.python, served)
     confined = qs.Confined(
         python=settings.python,
         require=not settings.allow_unsandboxed,
         limits=Limits.from_dict(settings.sandbox_limits()),
+        served=served if mountable else None,
     )
     try:
         rooms, states, envs = {}, {}, {}
         for key in ("session", "selftest", "pytest"):
             states[key] = base / f"{key}-state"
             private = settings.model_copy(update={"state_dir": states[key]})
-            rooms[key] = make_clean_room(ws_template, base / key, bundle, private)
-            envs[key] = qc.child_env(settings, base=base, token=token, state_dir=states[key])
+            shown = confined.shown(base / key) if key != "session" else None
+            rooms[key] = make_clean_room(
+                ws_template,
+                base / key,
+                bundle,
+                private,
+                shown=None if shown == base / key else shown,
+            )
+            envs[key] = qc.child_env(
+                settings,
+                base=base,
+                token=token,
+                state_dir=states[key],
+                served_at=served if key == "session" else None,
+            )
             (base / f"{key}-io").mkdir()
         session_settings = settings.model_copy(update={"state_dir": states["session"]})
         cheats = qc.cheats_for(rooms["session"], session_settings, cheats_dir, max_corpus_cheats)
         launch, self_test_argv = _launches(
-            manifest, rooms, srv_rel, settings.python, generated, base / "session-io"
+            manifest, rooms, srv_rel, settings.python, generated, base / "session-io", confined
         )
         if not generated:
             confined.levels["server"] = "unsandboxed (brought: started as its manifest says)"
@@ -228,7 +254,7 @@ async def qualify(
         for lane in lanes.values():
             for check in lane:
                 # Paths in tracebacks read as the workspace's own: ".harnesslab/mcp/x/fix.py".
-                for room in rooms.values():
+                for room in [*rooms.values(), *([served] if served else [])]:
                     check.evidence = check.evidence.replace(f"{room}/", "")
                 board.checks.append(check)
         names = {c.name for c in board.checks}
@@ -266,6 +292,13 @@ async def qualify(
 SANDBOX_REPORT = "custom-tools-sandbox.jsonl"
 
 
+def _served_root(sdir: Path, dirty_roots: list[Path] | None) -> Path | None:
+    """The workspace the server will be served in (its custom tools are shown the clean room at
+    that path), or None for a server folder outside a workspace."""
+    root = (dirty_roots or infer_dirty_roots(sdir))[0].resolve()
+    return root if root != sdir and (root / STATE).is_dir() else None
+
+
 def _launches(
     manifest: Manifest,
     rooms: dict[str, Path],
@@ -273,11 +306,13 @@ def _launches(
     python: str,
     generated: bool,
     session_io: Path,
+    confined: qs.Confined,
 ) -> tuple[LaunchSpec, list[str]]:
     """How the session starts the server, and the self-test's command. A generated server:
     the toolkit's own server.py with the toolkit's interpreter in isolated mode (-I: nothing of
     the bundle folder is importable by it) through the import bootstrap (the toolkit's own
-    import roots, however it was installed), never the manifest's command. A brought server:
+    import roots, however it was installed), never the manifest's command; the self-test names
+    the room where its sandbox shows it (the served workspace's path). A brought server:
     its manifest's."""
     if not generated:
         session = manifest.launch(rooms["session"], rooms["session"] / srv_rel)
@@ -295,7 +330,7 @@ def _launches(
     )
     # Built-ins are called by the session (which has the network an SSH executor needs); the
     # sandboxed self-test calls the agent's custom tools.
-    return session, [*server(rooms["selftest"]), "--self-test", "--custom-only"]
+    return session, [*server(confined.shown(rooms["selftest"])), "--self-test", "--custom-only"]
 
 
 MISSING_MODULE = re.compile(r"No module named '([A-Za-z0-9_.]{1,100})'")

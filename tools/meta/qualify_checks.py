@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tempfile
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
@@ -99,19 +100,31 @@ ENV_ALLOW = (
 RUN_MARK = "HARNESSLAB_QUALIFY_RUN"
 
 
-def child_env(settings: Settings, *, base: Path, token: str, state_dir: Path) -> dict[str, str]:
+def child_env(
+    settings: Settings,
+    *,
+    base: Path,
+    token: str,
+    state_dir: Path,
+    served_at: Path | None = None,
+) -> dict[str, str]:
     """The variables a child of qualification gets on top of ENV_ALLOW: the settings it needs
     (HARNESSLAB_*) with a private `state_dir` under `base` (not the operator's trusted store
     and secrets), a private TMPDIR, the run mark, and unbuffered output so that stdout noise
-    shows up when it is printed, not at exit."""
+    shows up when it is printed, not at exit. `served_at` (the session's server): its custom
+    tools see the clean room at that path, and their sandbox's scratch folder where a served
+    one's is (this user's TMPDIR, not a private one whose path would tell them apart)."""
     (base / "tmp").mkdir(parents=True, exist_ok=True)
     env = {
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
-        "TMPDIR": str(base / "tmp"),
+        "TMPDIR": str(base / "tmp") if served_at is None else tempfile.gettempdir(),
         RUN_MARK: token,
     }
-    env.update(settings.model_copy(update={"state_dir": state_dir}).to_env())
+    update: dict[str, Any] = {"state_dir": state_dir}
+    if served_at is not None:
+        update["custom_tools_workspace"] = served_at
+    env.update(settings.model_copy(update=update).to_env())
     return env
 
 
@@ -159,6 +172,7 @@ def expected_checks(manifest: Manifest) -> list[str]:
         *(f"tool:{t.name}" for t in tools),
         *(f"verifier:{t.name}" for t in tools if t.verifier),
         "stdout_protocol_only",
+        *(["served_rerun"] if any(t.kind == "custom" for t in tools) else []),
         "self_test",
         "own_tests",
     ]

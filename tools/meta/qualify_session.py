@@ -1,6 +1,14 @@
 """The checks that need the server running: the MCP session over stdio (startup, tools/list,
-each tool's probe call, verifier cheats, stdout noise), the self-test and the server's own tests.
-Each runs in its own clean room, bounded by its own limit and the overall deadline."""
+each tool's probe call, verifier cheats, stdout noise, then the custom tools again in a server
+started anew, as a served one is: `served_rerun`), the self-test and the server's own tests.
+Each runs in its own clean room, bounded by its own limit and the overall deadline.
+
+The session's server is started the way a client starts a registered one, and its custom tools
+see what they will see when served: the clean room at the served workspace's own path, the
+bundle at `<workspace>/.harnesslab/mcp/<name>`, the same environment (tools/meta/
+custom_host.py; qualification.py sets it up). The rerun comes after that first session used the
+room (its telemetry and files are there), so a tool that behaves until its workspace has been
+used, or until a later start, is called there too."""
 
 from __future__ import annotations
 
@@ -90,6 +98,7 @@ async def session_checks(
     starts the server: for a generated one the toolkit's own command (its custom tools then
     run in their sandboxed worker), never the manifest's."""
     session = ProtocolSession(python, io_dir)
+    rerun = False
     try:
         t0 = time.perf_counter()
         hello = await session.start(
@@ -187,10 +196,87 @@ async def session_checks(
                         session, tool, results.get(tool.name), cheats, room, deadline
                     )
                 )
+        rerun = not unresponsive
     finally:
         with anyio.CancelScope(shield=True):
             await session.close()
             await lane.add(_noise_check(session))
+    custom = [t for t in manifest.enabled_tools() if t.kind == "custom"]
+    if rerun and custom:
+        again = ProtocolSession(python, io_dir)
+        try:
+            startup_s = min(manifest.startup_timeout_s, remaining(deadline))
+            await lane.add(
+                await served_rerun(again, custom, launch, env, startup_s, deadline, cheats, room)
+            )
+        finally:
+            with anyio.CancelScope(shield=True):
+                await again.close()
+
+
+async def served_rerun(
+    session: ProtocolSession,
+    tools: list[ManifestTool],
+    launch: LaunchSpec,
+    env: dict[str, str],
+    startup_s: float,
+    deadline: float,
+    cheats: list[Cheat],
+    room: Path,
+) -> Check:
+    """`served_rerun`: the server started anew in the room the first session used, and each
+    custom tool called again (these are its new worker's first calls): every one must answer
+    its probe arguments, and a verifier must still reject the first cheat."""
+    t0 = time.perf_counter()
+
+    def result(problems: list[str], evidence: str = "") -> Check:
+        took = round(time.perf_counter() - t0, 3)
+        if problems:
+            return Check(
+                name="served_rerun",
+                passed=False,
+                evidence="\n".join(problems),
+                next_step="a tool must behave the same on every call and in every workspace: "
+                "make it answer from its arguments and the workspace's files only",
+                duration_s=took,
+            )
+        return Check(name="served_rerun", passed=True, evidence=evidence, duration_s=took)
+
+    hello = await session.start(launch.argv, launch.cwd, {**launch.env, **env}, startup_s)
+    if not hello.get("started"):
+        return result([f"the server did not start again: {hello.get('error')}"])
+    problems = []
+    for tool in tools:
+        _, check = await _call_tool(session, tool, deadline)
+        if not check.passed:
+            problems.append(f"{tool.name}: {check.evidence.splitlines()[0]}")
+        elif tool.verifier and cheats:
+            verdict = verdict_of(await _call_with(session, tool, cheats[0], room, deadline))
+            if verdict is not False:
+                how = "ACCEPTED" if verdict else "gave no verdict for"
+                problems.append(f"{tool.name}: {how} the cheating kernel '{cheats[0].name}'")
+    return result(problems, f"{len(tools)} custom tools answered again in a fresh server")
+
+
+async def _call_with(
+    session: ProtocolSession, tool: ManifestTool, cheat: Cheat, room: Path, deadline: float
+) -> dict[str, Any] | None:
+    """Call `tool` with the cheat's files in the room, then put the room's files back."""
+    saved = {
+        rel: (room / rel).read_bytes() if (room / rel).is_file() else None for rel in cheat.files
+    }
+    for rel, text in cheat.files.items():
+        (room / rel).parent.mkdir(parents=True, exist_ok=True)
+        (room / rel).write_text(text)
+    try:
+        reply, _ = await _call_tool(session, tool, deadline)
+    finally:
+        for rel, data in saved.items():
+            if data is None:
+                (room / rel).unlink(missing_ok=True)
+            else:
+                (room / rel).write_bytes(data)
+    return reply
 
 
 async def _call_tool(
@@ -262,21 +348,7 @@ async def verifier_check(
         return result(True, "accepted the honest baseline; no cheating kernels apply to this task")
     rejected = []
     for cheat in cheats:
-        saved = {
-            rel: (room / rel).read_bytes() if (room / rel).is_file() else None
-            for rel in cheat.files
-        }
-        for rel, text in cheat.files.items():
-            (room / rel).parent.mkdir(parents=True, exist_ok=True)
-            (room / rel).write_text(text)
-        try:
-            reply, _ = await _call_tool(session, tool, deadline)
-        finally:
-            for rel, data in saved.items():
-                if data is None:
-                    (room / rel).unlink(missing_ok=True)
-                else:
-                    (room / rel).write_bytes(data)
+        reply = await _call_with(session, tool, cheat, room, deadline)
         verdict = verdict_of(reply)
         if verdict is True:
             return result(
@@ -313,17 +385,23 @@ def _noise_check(session: ProtocolSession) -> Check:
 @dataclass
 class Confined:
     """How a lane runs the agent's processes: in the sandbox (cleanroom.sandboxed), writable
-    clean room and private state dir only. `levels` collects what each sandbox reported."""
+    clean room and private state dir only, the room shown at `served` (the served workspace's
+    path) where the sandbox can mount it. `levels` collects what each sandbox reported."""
 
     python: str
     require: bool
     limits: Limits = field(default_factory=Limits)
+    served: Path | None = None  # None where the sandbox cannot mount (mounts_available)
     levels: dict[str, str] = field(default_factory=dict)
+
+    def shown(self, room: Path) -> Path:
+        """Where the lane's processes see `room` (argv names that path)."""
+        return self.served or room
 
     def launch(self, argv: list[str], room: Path, state_dir: Path, env: dict[str, str]) -> Launch:
         return sandboxed(
             argv, room, state_dir, env, python=self.python, require=self.require,
-            limits=self.limits,
+            limits=self.limits, shown=self.shown(room),
         )  # fmt: skip
 
     async def run(
@@ -447,7 +525,8 @@ async def tests_check(
         # their built-in probes repeat what the session and the self-test already called.
         env = {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         argv += ["-p", "anyio", "-k", "not builtin_tool"]
-    argv += ["--rootdir", str(room / srv_rel), str(tests)]
+    seen = confined.shown(room)
+    argv += ["--rootdir", str(seen / srv_rel), str(seen / srv_rel / manifest.tests)]
     argv = python_argv(confined.python, argv)
     timeout_s = remaining(deadline)
     try:
@@ -477,6 +556,7 @@ async def tests_check(
 __all__ = [
     "Confined",
     "self_test_check",
+    "served_rerun",
     "session_checks",
     "tests_check",
     "tools_list_check",

@@ -37,6 +37,7 @@ from ..catalog import harnesslab_argv
 from ..errors import UsageError
 from ..state import projection
 from ..state import workspace_files as wf
+from ..state.owned_config import OwnedConfig
 from ..state.storage import atomic_write_json
 from ..state.trusted_store import private_dir
 from ..state.workspace import STATE, Workspace
@@ -131,8 +132,9 @@ def _rel(root: Path, path: str | Path) -> str:
 
 
 def _unproject(ws: Workspace, rec: ServerRecord) -> list[str]:
-    removed = [f"{c} config" for c in projection.unproject_server(ws.root, rec.name)]
-    removed += [_rel(ws.root, p) for p in projection.remove_skill(ws.root, rec.name)]
+    owned = OwnedConfig.in_store(ws.store)
+    removed = [f"{c} config" for c in projection.unproject_server(ws.root, rec.name, owned=owned)]
+    removed += [_rel(ws.root, p) for p in projection.remove_skill(ws.root, rec.name, owned=owned)]
     rec.projected = []
     return removed
 
@@ -275,10 +277,16 @@ def register(
             startup_timeout_s=min(math.ceil(manifest.startup_timeout_s), MAX_STARTUP_TIMEOUT_S),
             tool_timeout_s=min(math.ceil(manifest.tool_timeout_s), MAX_TOOL_TIMEOUT_S),
         )
-        files = projection.project_server(ws.root, entry, clients or ("claude", "codex"))  # type: ignore[arg-type]
+        owned = OwnedConfig.in_store(ws.store)
+        files = projection.project_server(
+            ws.root,
+            entry,
+            clients or ("claude", "codex"),  # type: ignore[arg-type]
+            owned=owned,
+        )
         skill = kept / STATE / "skills" / name
         if (skill / "SKILL.md").is_file():
-            files += projection.project_skill(ws.root, skill, name)
+            files += projection.project_skill(ws.root, skill, name, owned=owned)
         rec = _record(reg, name)
         rec.tools = [t.name for t in manifest.enabled_tools()]
         rec.bundle_hash = report.bundle_hash

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..state import workspace_files as wf
+from ..state.owned_config import OwnedConfig
 from ..state.projection import project_skill
 from ..state.workspace import STATE
 
@@ -247,15 +248,18 @@ def _workspace_task(ws_root: Path) -> str | None:
     return task if isinstance(task, str) else None
 
 
-def project_skills(ws_root: Path, names: list[str] | None = None) -> list[str]:
+def project_skills(
+    ws_root: Path, names: list[str] | None = None, *, owned: OwnedConfig | None = None
+) -> list[str]:
     """Copy shipped skills into the workspace's `.claude/skills/<name>/` (Claude Code) and
     `.agents/skills/<name>/` (Codex), replacing earlier copies. By default: the general skills
-    plus those of the workspace's task (from `.harnesslab/task.json`). Returns the names."""
+    plus those of the workspace's task (from `.harnesslab/task.json`). Returns the names.
+    `owned`: the trusted record of what the toolkit wrote (tools/state/owned_config.py)."""
     chosen = skills_for_task(_workspace_task(ws_root)) if names is None else list(names)
     for name in chosen:
         folder = skill_dir(name)
         validate_skill(folder)
-        project_skill(Path(ws_root), folder)
+        project_skill(Path(ws_root), folder, owned=owned)
     return chosen
 
 

@@ -22,6 +22,7 @@ from ..catalog import SERVER_NAME_RE
 from ..errors import UsageError
 from . import workspace_files as wf
 from .checkpoints import Checkpoints
+from .owned_config import OwnedConfig
 from .projection import unproject_server
 from .storage import append_jsonl, atomic_write_json
 from .trusted_store import TrustedStore
@@ -90,7 +91,7 @@ def import_legacy(ws: Workspace) -> dict[str, Any]:
             skipped.append(f"registry.json: {exc.message}")
     for name in sorted(names):
         try:
-            if unproject_server(ws.root, name):
+            if unproject_server(ws.root, name, owned=OwnedConfig.in_store(store)):
                 info["unprojected"].append(name)
         except UsageError as exc:
             skipped.append(f"projection of {name}: {exc.message}")

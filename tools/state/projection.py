@@ -10,7 +10,9 @@ projection:
 
 Merging keeps every other entry intact. TOML is written by hand (tomllib only reads): the
 `[mcp_servers.<name>]` table and its sub-tables are cut out of the text and the new table is
-appended, so comments and other tables survive byte for byte. Every write is atomic.
+appended, so comments and other tables survive byte for byte. Every write is atomic. Given an
+`owned` record (tools/state/owned_config.py, in the trusted store), each writer records what it
+wrote and forgets what it removed: what `doctor` and the loop compare the files against.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import UsageError
 from . import workspace_files as wf
+from .owned_config import OwnedConfig, tree_digest
 from .storage import atomic_write_text
 
 Client = Literal["claude", "codex"]
@@ -120,15 +123,20 @@ def _read_mcp_json(root: Path) -> dict[str, Any]:
     return data
 
 
-def write_mcp_json(root: Path, entry: ServerEntry) -> Path:
+def write_mcp_json(root: Path, entry: ServerEntry, *, owned: OwnedConfig | None = None) -> Path:
     """Merge `entry` into `<root>/.mcp.json` (other servers and keys are kept)."""
     data = _read_mcp_json(root)
-    data.setdefault("mcpServers", {})[entry.checked().name] = claude_entry(entry)
+    written = claude_entry(entry.checked())
+    data.setdefault("mcpServers", {})[entry.name] = written
     wf.write_text(root, MCP_JSON, json.dumps(data, indent=2) + "\n")
+    if owned is not None:
+        owned.server("claude", entry.name, written)
     return root / MCP_JSON
 
 
-def remove_mcp_json(root: Path, name: str) -> bool:
+def remove_mcp_json(root: Path, name: str, *, owned: OwnedConfig | None = None) -> bool:
+    if owned is not None:
+        owned.server("claude", name, None)
     data = _read_mcp_json(root)
     if name not in data.get("mcpServers", {}):
         return False
@@ -314,15 +322,19 @@ def read_toml_table(
     return node if isinstance(node, dict) else None
 
 
-def write_codex_toml(root: Path, entry: ServerEntry) -> Path:
+def write_codex_toml(root: Path, entry: ServerEntry, *, owned: OwnedConfig | None = None) -> Path:
     """Merge `entry` into `<root>/.codex/config.toml` (other tables and comments are kept)."""
     path = root / CODEX_TOML
-    return write_toml_table(
-        path, ["mcp_servers", entry.checked().name], codex_entry(entry), root=root
-    )
+    table = codex_entry(entry.checked())
+    write_toml_table(path, ["mcp_servers", entry.name], table, root=root)
+    if owned is not None:
+        owned.server("codex", entry.name, table)
+    return path
 
 
-def remove_codex_toml(root: Path, name: str) -> bool:
+def remove_codex_toml(root: Path, name: str, *, owned: OwnedConfig | None = None) -> bool:
+    if owned is not None:
+        owned.server("codex", name, None)
     path = root / CODEX_TOML
     text, data = _load_toml(path, root)
     if name not in data.get("mcp_servers", {}):
@@ -341,19 +353,21 @@ def remove_codex_toml(root: Path, name: str) -> bool:
 # -- both clients -------------------------------------------------------------------------------
 
 
-def project_server(root: Path, entry: ServerEntry, clients: tuple[Client, ...]) -> list[Path]:
+def project_server(
+    root: Path, entry: ServerEntry, clients: tuple[Client, ...], *, owned: OwnedConfig | None = None
+) -> list[Path]:
     """Write the entry into every named client's config under `root`; returns the files."""
     writers = {"claude": write_mcp_json, "codex": write_codex_toml}
-    return [writers[c](root, entry) for c in clients]
+    return [writers[c](root, entry, owned=owned) for c in clients]
 
 
-def unproject_server(root: Path, name: str) -> list[str]:
+def unproject_server(root: Path, name: str, *, owned: OwnedConfig | None = None) -> list[str]:
     """Remove a server from both clients' configs; returns the clients it was removed from."""
     check_name(name, "server name")
     removed = []
-    if remove_mcp_json(root, name):
+    if remove_mcp_json(root, name, owned=owned):
         removed.append("claude")
-    if remove_codex_toml(root, name):
+    if remove_codex_toml(root, name, owned=owned):
         removed.append("codex")
     return removed
 
@@ -361,7 +375,14 @@ def unproject_server(root: Path, name: str) -> list[str]:
 # -- skills -----------------------------------------------------------------------------------
 
 
-def project_skill(root: Path, skill_dir: Path, name: str | None = None) -> list[Path]:
+def skill_digest(root: Path, rel: str) -> str:
+    """The content hash of the skill folder `rel` under `root` (read without symlinks)."""
+    return tree_digest([(p[len(rel) + 1 :], data) for p, data in wf.walk_files(root, rel)])
+
+
+def project_skill(
+    root: Path, skill_dir: Path, name: str | None = None, *, owned: OwnedConfig | None = None
+) -> list[Path]:
     """Copy a skill folder (SKILL.md + files) to `.claude/skills/<name>/` and
     `.agents/skills/<name>/` under `root`, replacing an older copy atomically (rename)."""
     name = check_name(name or skill_dir.name, "skill name")
@@ -383,13 +404,17 @@ def project_skill(root: Path, skill_dir: Path, name: str | None = None) -> list[
         tmp.rename(dest)
         shutil.rmtree(old, ignore_errors=True)
         out.append(dest)
+        if owned is not None:
+            owned.skill(f"{rel}/{name}", skill_digest(root, f"{rel}/{name}"))
     return out
 
 
-def remove_skill(root: Path, name: str) -> list[Path]:
+def remove_skill(root: Path, name: str, *, owned: OwnedConfig | None = None) -> list[Path]:
     check_name(name, "skill name")
     removed = []
     for rel in SKILL_ROOTS:
+        if owned is not None:
+            owned.skill(f"{rel}/{name}", None)
         dest = root / rel / name
         if dest.is_symlink():
             dest.unlink()
@@ -415,6 +440,7 @@ __all__ = [
     "render_codex_toml",
     "render_mcp_json",
     "render_toml_table",
+    "skill_digest",
     "toml_key",
     "toml_string",
     "toml_value",

@@ -17,6 +17,8 @@ Side of the trust boundary: trusted. Nothing here is read from the workspace exc
         servers/<name>/<bundle hash>/ the qualified bundle, served by `harnesslab serve-generated`
         runs/<id>/                    loop run state (state.json, config.json, scores)
         imported.json                 what was imported from the workspace's .harnesslab/ once
+        client-files.json             what the toolkit wrote into .mcp.json, .claude/settings*,
+                                      .codex/config.toml and the skill folders (owned_config.py)
 
 Folders are 0700, so another OS user cannot read them; the agent running as the same user can
 (DESIGN.md "Trust model", party 3: run the server as another user to close that).

@@ -318,3 +318,34 @@ async def test_a_good_server_is_registered_and_a_broken_one_quarantined_after_on
     assert "fake-good-server" in active and "fake-bad-server" not in active
     mcp_json = json.loads((config.workspace / ".mcp.json").read_text())["mcpServers"]
     assert "fake-good-server" in mcp_json and "fake-bad-server" not in mcp_json
+
+
+def test_a_turn_reports_what_the_workspace_planted_and_gets_the_toolkits_skills_only(
+    tmp_path, settings
+):
+    """Each turn audits the client files: what harnesslab did not write is an event and
+    foreign.json in the turn folder, with the command that removes it; the turn's skills come
+    from the toolkit, in a plugin folder in the trusted run folder, not from the workspace."""
+    from harnesslab.tests.trust.planted import PLANTED, plant
+    from harnesslab.tools.loop.driver import Loop
+    from harnesslab.tools.loop.runners import ClaudeRunner
+    from harnesslab.tools.loop.state import Iteration, RunState
+    from harnesslab.tools.state.workspace import init_workspace
+
+    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", settings)
+    plant(ws.root)
+    events: list[dict[str, Any]] = []
+    config = RunConfig(task="rmsnorm_gate", workspace=ws.root)
+    store = RunStore(ws, "r1")
+    loop = Loop(RunState(run_id="r1", config=config), store, ws, settings, on_event=events.append)
+    turn, _ = loop._turn(Iteration(index=1), "attempt", meta=False, timeout_s=10)
+    (warning,) = [e for e in events if e["kind"] == "warning"]
+    assert warning["fix"] == f"harnesslab config --prune -w {ws.root}"
+    files = {f["file"] for f in warning["findings"]}
+    assert set(PLANTED.values()) <= files
+    assert json.loads((turn.dir / "foreign.json").read_text()) == warning["findings"]
+    assert turn.plugin_dir is not None and store.dir in turn.plugin_dir.parents
+    skills = sorted(p.name for p in (turn.plugin_dir / "skills").iterdir())
+    assert "kernel-optimization" in skills and "kernel-helper" not in skills
+    argv = ClaudeRunner().argv(turn)
+    assert argv[argv.index("--plugin-dir") + 1] == str(turn.plugin_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from harnesslab.tools.state.workspace import Workspace
 
 DIAG = '''
 import json
+import sys
 from pathlib import Path
 
 
@@ -317,8 +319,9 @@ async def test_a_hostile_custom_tool_fails_every_attempt_and_leaves_nothing_when
             await module.close_state(state)
         assert not result.is_error, result.content[0].text
         assert result.structured_content == {"worked": []}
-        assert (ws.root / "hostile-ran.txt").is_file()  # its workspace stays writable
-        hostile.contained()
+        out = ws.root / ".harnesslab/out/rms-tools"
+        assert (out / "hostile-ran.txt").is_file()  # its output folder is writable
+        hostile.contained(ws.root)
     finally:
         hostile.close()
 
@@ -333,3 +336,92 @@ def test_the_server_template_is_byte_identical_to_what_generated_servers_carry()
 
     digest = hashlib.sha256(gentemplates.SERVER_PY.encode()).hexdigest()
     assert digest == "f8b69b8385e959415a2857ea2b25f7db3f53a0ef08dd1287ca67e7cfb8864db5"
+
+
+WRITER = '''
+from pathlib import Path
+
+
+async def write_all(workspace: Path) -> dict:
+    """Writes where its write set allows, and tries where it does not."""
+    out = {}
+    for rel in (".harnesslab/out/rms-tools/notes.txt", "kernel_config.json", "kernel.py",
+                ".mcp.json", ".claude/settings.local.json", "planted.txt",
+                ".harnesslab/mcp/rms-tools/diag.py"):
+        try:
+            path = workspace / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(path.read_text() if path.is_file() else "{}")
+            out[rel] = "written"
+        except OSError as exc:
+            out[rel] = type(exc).__name__
+    return out
+'''
+
+
+@pytest.mark.anyio
+async def test_a_custom_tool_writes_its_output_folder_and_declared_editable_files_only(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp import Client
+
+    monkeypatch.setenv("HARNESSLAB_STATE_DIR", str(tmp_path / "state"))
+    tools = [{"custom": {"function": "write_all", "file": "w.py"}}]
+    writes = [".harnesslab/out/rms-tools", "kernel_config.json"]
+    generate(ws, spec(tools=tools, writes=writes), {"w.py": WRITER})
+    assert load_manifest(ws.root / ".harnesslab/mcp/rms-tools").writes == writes
+    module = _load_server(ws.root / ".harnesslab/mcp/rms-tools")
+    server, state = module.build_server(ws.root)
+    try:
+        with anyio.fail_after(60):
+            async with Client(server) as client:
+                result = await client.call_tool("write_all", {})
+    finally:
+        await module.close_state(state)
+    assert not result.is_error, result.content
+    got = result.structured_content
+    assert got[".harnesslab/out/rms-tools/notes.txt"] == got["kernel_config.json"] == "written"
+    for rel in (".mcp.json", ".claude/settings.local.json", "planted.txt", "kernel.py"):
+        assert got[rel] == "PermissionError", (rel, got)
+        assert rel == "kernel.py" or not (ws.root / rel).exists()
+    assert got[".harnesslab/mcp/rms-tools/diag.py"] == "PermissionError"  # its own source
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [".mcp.json", ".claude/settings.local.json", ".codex", ".harnesslab/mcp/rms-tools",
+     ".harnesslab/out/other-server", ".harnesslab", "task.md", "../x", "/tmp/x", "."],
+)  # fmt: skip
+def test_a_write_set_beyond_the_output_folder_and_editable_files_is_refused(
+    ws: Workspace, entry: str
+) -> None:
+    with pytest.raises(UsageError, match="writes") as err:
+        generate(ws, spec(writes=[entry]), {"diag.py": DIAG})
+    assert ".harnesslab/out/rms-tools" in err.value.next_step or "relative" in err.value.next_step
+
+
+def test_a_custom_tools_call_limit_is_capped_and_a_builtins_is_not() -> None:
+    with pytest.raises(UsageError, match="at most 600s"):
+        parse_spec(spec(tools=[{"custom": {"function": "f", "file": "d.py"}, "timeout_s": 3600}]))
+    parse_spec(spec(tools=[{"builtin": "sweep_kernel_config", "timeout_s": 3600}]))
+
+
+def test_the_clean_room_is_not_mounted_over_a_workspace_holding_the_interpreter(
+    tmp_path: Path,
+) -> None:
+    """A virtualenv inside the workspace: mounting the clean room at the workspace's path would
+    hide the interpreter from the sandbox, so the worker sees the room where it is."""
+    from harnesslab.tools.meta.custom_host import CustomWorker, mounts_available
+
+    if not mounts_available(sys.executable):
+        pytest.skip("no mount namespace here: no view is mounted at all")
+    room, served = tmp_path / "room", tmp_path / "ws"
+    room.mkdir()
+    python = served / ".venv" / "bin" / "python"
+    apart = CustomWorker(bundle=room, workspace=room, python=sys.executable, seen_at=served)
+    assert apart.view().workspace == served
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    inside = CustomWorker(bundle=room, workspace=room, python=str(python), seen_at=served)
+    view = inside.view()
+    assert view.workspace == room and view.binds == [(str(room), str(room))]

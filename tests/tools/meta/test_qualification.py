@@ -336,8 +336,8 @@ async def test_a_hostile_custom_tool_is_contained_in_qualification_and_when_regi
                 answer = await stdio.call_tool("hostile", {})
         assert not answer.is_error, answer.content
         assert answer.structured_content == {"worked": []}
-        assert (ws.root / "hostile-ran.txt").is_file()
-        hostile.contained()
+        assert (ws.root / ".harnesslab/out/hostile/hostile-ran.txt").is_file()
+        hostile.contained(ws.root)
     finally:
         hostile.close()
 
