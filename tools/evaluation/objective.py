@@ -264,6 +264,7 @@ def kernel_request(
         "config_file": ws.task.config_file,
         "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
         "triton_cache": f"@stage/{DEV_TRITON_CACHE}/{digest}",
+        "numerics": ws.task.numerics_request(),
         **extra,
     }
     if cases is not None:
