@@ -227,7 +227,7 @@ class Variant:
 
     def __init__(self, kind: str, args: list[Any], kwargs: dict[str, Any], torch, ref,
                  family: str = "") -> None:  # fmt: skip
-        self.kind, self.family = kind, family or kind  # the family: for the trusted store only
+        self.kind, self.family = kind, family or kind  # the family: for the raw record only
         self.args, self.kwargs = list(args), dict(kwargs)
         self.pristine = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.args]
         self.expected = ref.reference(*self.pristine, **self.kwargs)  # computed before any call
@@ -369,8 +369,8 @@ class Verify:
         """Check calls on fresh inputs, then every size edge and value family of the generic
         suite (numerics.py) and the task's own edge cases, all drawn from this verify's seed
         (a task without edge_cases gets its precision probes on the first two cases). Edges
-        the reference cannot take are left out and listed in the case's trusted record. The
-        kind says only edge or precision: which family failed is for the trusted store."""
+        the reference cannot take are left out and listed in the case's raw record. The kind
+        (in reason texts) says only edge or precision: the family is in the raw record only."""
         torch, ev = self.torch, self.ev
         shape = ev.case_shape(case)
         dtype = self.rt.dtype_of(torch, case["dtype"])
@@ -495,7 +495,7 @@ class Verify:
             "calls": [],
             "error": "",
             "null_control": null_control(torch, v0.pristine, v0.expected, tol, v0.spec),
-            # trusted store only: which family each call set was, which edges did not apply
+            # the raw record only: which family each call set was, which edges did not apply
             "families": [v.family for v in variants],
             "inapplicable": self.__dict__.get("skipped", {}).get(case["name"], []),
         }
