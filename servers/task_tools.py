@@ -399,11 +399,15 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         name="numerical_probe",
         title="Probe numerical edge cases",
         description=(
-            "Run the kernel on numerical edge cases against the fp32 reference: huge and tiny "
-            "magnitudes, all-zero rows, saturating SiLU gates, a single row, odd and wide dims, "
-            "each dtype. Per probe: max abs/rel error, worst element, NaN/Inf count, and why a "
-            "failure matters. Writes nothing. Costs a few GPU seconds. Next: fix the first "
-            "failing probe, then run_objective."
+            "Run the kernel on numerical edge cases against the fp32 reference, each dtype: "
+            "the task's own probes, and the generic suite the guarded verify also runs on "
+            "every hidden case (odd dims, a single row, an empty batch, the longest rows; a "
+            "large offset with a small spread, per-column and per-row scales, single-column "
+            "outliers, near-overflow, subnormals, signed zeros, ties) at a dev case's shape. "
+            "Per probe: tolerance_ratio (worst error in tolerances), max abs/rel error, worst "
+            "element, NaN/Inf count, which inputs a family changed, and why a failure "
+            "matters. Writes nothing. Costs a few GPU seconds. Next: fix the first failing "
+            "probe, then run_objective."
         ),
         input_model=ProbeIn,
         output_model=ProbeOut,

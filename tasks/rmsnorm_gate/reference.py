@@ -33,6 +33,12 @@ def _pack(
     return args, dict(kwargs)
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """fp32 for the reference's math; fp64 stays fp64 (the generic suite, tools/gpu/numerics.py,
+    checks that a draw's fp32 result is accurate against it)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 def make_inputs(
     shape: dict[str, int], dtype: torch.dtype, device: str, generator: torch.Generator
 ) -> Inputs:
@@ -48,7 +54,7 @@ def reference(
     x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5
 ) -> torch.Tensor:
     """The math in fp32 from the same fp16/bf16 inputs; returns fp32."""
-    x32, g32, w32 = x.float(), gate.float(), weight.float()
+    x32, g32, w32 = _wide(x), _wide(gate), _wide(weight)
     rstd = torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
     return x32 * rstd * w32 * torch.nn.functional.silu(g32)
 
@@ -126,10 +132,12 @@ def _shape_probe(rows: int, dim: int) -> Callable[[torch.dtype, str, torch.Gener
 def edge_cases(
     shape: dict[str, int], dtype: torch.dtype, device: str, generator: torch.Generator
 ) -> list[tuple[str, Inputs]]:
-    """Edge inputs for one hidden case, drawn by the verifier with its own secret-mixed seed:
-    the case's size, with the rows and positions that carry the edge values chosen at random,
-    plus one size edge (an odd dim, a single row, or an empty batch). A kernel that is right
-    only on the fixed-shape PROBES, or only where values are ordinary, fails here."""
+    """This task's own edge inputs for one hidden case, drawn by the verifier with its own
+    secret-mixed seed at the size it passes (the case's dim, a few rows), the rows and
+    positions that carry the edge values chosen at random. The generic suite
+    (tools/gpu/numerics.py: every size edge, offsets, per-column and per-row scales, outliers,
+    near-overflow, subnormals, signed zeros, ties) runs beside these; what is left here needs
+    this op's semantics: eps against tiny rows, and gates that saturate SiLU."""
     rows, dim = shape["rows"], shape["dim"]
     g = generator
 
@@ -144,33 +152,16 @@ def edge_cases(
 
     out: list[tuple[str, Inputs]] = []
     x, gate, w = base()
-    hi = math.log10(3e4 if dtype == torch.float16 else 1e12)
-    log_scale = torch.empty(rows, 1, device=g.device).uniform_(-3.0, hi, generator=g)
-    wide = x * 10.0**log_scale
-    wide = wide.clamp(-6e4, 6e4) if dtype == torch.float16 else wide
-    out.append(("wide_range", _pack(wide, gate, w, dtype, device)))
-    x, gate, w = base()
     tiny = torch.where(some_rows(), 1e-4 * x, x)
     # Rows of x ~ 1e-4: mean(x*x) ~ 1e-8 is far below eps (a kernel that drops eps is off by
     # 30x there), and with eps=1e-10 a sum of squares accumulated in fp16 underflows to 0.
     out.append(("tiny_rows", _pack(tiny, gate, w, dtype, device)))
     out.append(("tiny_rows_small_eps", _pack(tiny, gate, w, dtype, device, eps=1e-10)))
     x, gate, w = base()
-    out.append(("zero_rows", _pack(torch.where(some_rows(), 0.0, x), gate, w, dtype, device)))
-    x, gate, w = base()
     hot = torch.rand(rows, dim, generator=g, device=g.device) < 0.05
     mag = torch.empty(rows, dim, device=g.device).uniform_(20.0, 100.0, generator=g)
     sign = torch.where(torch.rand(rows, dim, generator=g, device=g.device) < 0.5, -1.0, 1.0)
     out.append(("saturating_gate", _pack(x, torch.where(hot, sign * mag, gate), w, dtype, device)))
-    which = int(torch.randint(0, 3, (1,), generator=g, device=g.device))
-    if which == 0:  # an odd dim near the case's: no vector width divides it
-        step = int(torch.randint(0, max(1, dim // 8), (1,), generator=g, device=g.device))
-        odd = max(1, dim - 1 - 2 * step)
-        out.append(("odd_dim", make_inputs({"rows": min(rows, 64), "dim": odd}, dtype, device, g)))
-    elif which == 1:
-        out.append(("single_row", make_inputs({"rows": 1, "dim": dim}, dtype, device, g)))
-    else:
-        out.append(("empty_batch", make_inputs({"rows": 0, "dim": dim}, dtype, device, g)))
     return out
 
 

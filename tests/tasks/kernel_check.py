@@ -1,7 +1,9 @@
 """Shared by the kernel-task tests: run a task's kernels on the Triton CPU interpreter in one
 subprocess (TRITON_INTERPRET=1 must be set before triton is first imported, and another test may
-already have imported it here) over given shapes and every reference probe, and report per
-kernel/dtype/input the worst |out - ref| / (atol + rtol * |ref|): <= 1 passes."""
+already have imported it here) over given shapes, every reference probe and, at the smallest shape,
+every size edge and value family of the generic suite (tools/gpu/numerics.py, as the guarded
+verify draws them), and report per kernel/dtype/input the worst
+|out - ref| / (atol + rtol * |ref|): <= 1 passes."""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from harnesslab.tools.task.spec import TaskSpec
 
 _SCRIPT = textwrap.dedent(
     """
-    import importlib.util, json, sys
+    import importlib.util, json, math, sys
     import torch
+    from harnesslab.tools.gpu import numerics
 
     job = json.loads(sys.argv[1])
 
@@ -43,12 +46,19 @@ _SCRIPT = textwrap.dedent(
                 inputs["x".join(map(str, shape.values()))] = ref.make_inputs(shape, dtype, "cpu", gen)
             for name, probe in ref.PROBES.items():
                 inputs["probe:" + name] = probe(dtype, "cpu", torch.Generator().manual_seed(1))
+            suite = numerics.Suite(torch, ref, "cpu", job["numerics"], interpret=True,
+                                   scale=ref.interpreter_shape)
+            gen = torch.Generator().manual_seed(2)
+            smallest = min(job["shapes"], key=lambda s: math.prod(s.values()))
+            for e in suite.edges(smallest, dtype, gen, tol):
+                if e.applicable:
+                    inputs["suite:" + e.name] = (e.args, e.kwargs)
             for name, (args, kwargs) in inputs.items():
                 out = call(*args, **kwargs)
                 expected = ref.reference(*args, **kwargs)
                 err = (out.float() - expected).abs() / (tol["atol"] + tol["rtol"] * expected.abs())
                 results[f"{label}/{dtype_name}/{name}"] = {
-                    "err": err.max().item(),
+                    "err": err.max().item() if err.numel() else 0.0,
                     "finite": bool(out.isfinite().all()),
                     "spec_ok": (tuple(out.shape), out.dtype) == ref.output_spec(*args, **kwargs),
                 }
@@ -77,6 +87,7 @@ def interpret(
         "kernels": {k: str(v) for k, v in kernels.items()},
         "tolerances": {d: spec.tolerances[d].model_dump() for d in spec.dtypes},
         "shapes": shapes,
+        "numerics": spec.numerics_request(),
     }
     proc = subprocess.run(
         [sys.executable, "-c", _SCRIPT, json.dumps(job)],
@@ -91,9 +102,12 @@ def interpret(
 
 
 def failures(results: dict[str, Any], prefix: str, *, probes: bool) -> list[str]:
-    """Entries under `prefix` (e.g. "baseline/") that fail, probes or plain shapes only."""
+    """Entries under `prefix` (e.g. "baseline/") that fail: the probes and the generic suite's
+    edges, or the plain shapes only."""
     chosen = {
-        k: v for k, v in results.items() if k.startswith(prefix) and ("/probe:" in k) == probes
+        k: v
+        for k, v in results.items()
+        if k.startswith(prefix) and ("/probe:" in k or "/suite:" in k) == probes
     }
     assert chosen, f"no results under {prefix!r}"
     return [f"{k}: {v}" for k, v in chosen.items() if not (v["finite"] and v["err"] <= 1.0)]

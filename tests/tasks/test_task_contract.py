@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from harnesslab.tests.tasks.kernel_check import failures, interpret, load_reference
+from harnesslab.tools.gpu import numerics
 from harnesslab.tools.task.kinds import kind_of
 from harnesslab.tools.task.spec import TaskSpec, list_tasks, load_task
 
@@ -58,11 +59,14 @@ def test_baseline_and_solutions_match_the_reference_on_irregular_shapes(interpre
         assert failures(results, f"{label}/", probes=False) == []
 
 
-def test_baseline_and_solutions_pass_every_probe(interpreted) -> None:
+def test_baseline_and_solutions_pass_every_probe_and_generic_edge(interpreted) -> None:
     spec, results = interpreted
     assert {k.split("probe:")[1] for k in results if "/probe:" in k} == set(
         load_reference(spec).PROBES
     )
+    # every size edge and every value family ran (an inapplicable one is the exception)
+    suite = {k.split("suite:")[1] for k in results if "/suite:" in k}
+    assert set(numerics.SIZE_EDGES) <= suite and len(suite) >= len(numerics.NAMES) - 2, suite
     for label in ["baseline", *spec.solutions()]:
         assert failures(results, f"{label}/", probes=True) == []
 

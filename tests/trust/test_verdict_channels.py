@@ -141,7 +141,8 @@ def test_a_value_written_where_the_reference_is_zero_never_comes_back(
     full = Verdict.model_validate_json(out)
     err_b = full.result.cases[0].max_abs_err
     assert err_b is not None and abs(err_b - dim * b) <= 0.02 * dim * b
-    assert "zero_rows" in full.reasons[0]["detail"]
+    # the edge where the reference is zero: the generic suite's "zeros" or the task's probe
+    assert re.search(r"\((zeros|zero_rows)\)", full.reasons[0]["detail"]), full.reasons
     assert full.evidence["checks"]["calls_checked"] > full.evidence["checks"]["calls_passed"]
     # ...and what an agent gets of it is byte for byte the first candidate's.
     public_b = json.loads(json.dumps(public_verdict(full)))

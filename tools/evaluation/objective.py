@@ -277,6 +277,7 @@ def kernel_request(
         "config_file": ws.task.config_file,
         "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
         "triton_cache": f"@stage/{launcher.dev_cache_of(staged)}/{digest}",
+        "numerics": ws.task.numerics_request(),
         **extra,
     }
     if cases is not None:

@@ -1,6 +1,10 @@
-"""numerical_probe's library half: the candidate against the reference on numerical edge cases
-(reference.PROBES: huge and tiny magnitudes, zero rows, saturating gates, odd shapes), through
-the runner's probe mode. Each failing probe comes back with the task's note on why it matters.
+"""numerical_probe's library half: the candidate against the reference on numerical edge cases,
+through the runner's probe mode: the task's own (reference.PROBES: huge and tiny magnitudes,
+zero rows, saturating gates, odd shapes, at fixed shapes) and the generic suite every kernel task
+gets (tools/gpu/numerics.py: odd dims, a single row, an empty batch, a long reduction; offsets,
+per-column and per-row scales, outliers, near-overflow, subnormals, signed zeros, ties), at a dev
+case's shape per dtype: the same families the guarded verify runs on the hidden cases. Each
+failing probe comes back with its numbers and a note on why it matters.
 
 Probe names are read from reference.py's source (its PROBES dict) without importing it, so
 validating a request costs no torch import in the server.
@@ -18,8 +22,8 @@ from pydantic import BaseModel, Field
 
 from ..errors import UsageError
 from ..execution.launcher import Launcher
+from ..gpu.numerics import NAMES as SUITE_NAMES
 from ..state.workspace import Workspace
-from ..task.declaration import PROBE_KINDS
 from ..task.spec import TaskSpec
 from .objective import Progress, case_events_progress, kernel_request, require_kernel_task
 
@@ -35,6 +39,21 @@ class ProbeResult(BaseModel):
     nan: int | None = Field(default=None, description="NaN values in the output")
     inf: int | None = Field(default=None, description="Inf values in the output")
     shape: list[int] | None = None
+    tolerance_ratio: float | None = Field(
+        default=None, description="worst |err| / (atol + rtol*|ref|): how many tolerances off"
+    )
+    family: str | None = Field(
+        default=None, description="the generic edge or value family this probe ran"
+    )
+    inputs: list[int] | None = Field(
+        default=None, description="positions of the inputs the family transformed"
+    )
+    level: float | None = Field(
+        default=None, description="the family's strength (1: the dtype's full range)"
+    )
+    not_applicable: str | None = Field(
+        default=None, description="why the family did not run here (it counts as passed)"
+    )
     why_it_matters: str = ""
 
 
@@ -50,15 +69,18 @@ class ProbeReport(BaseModel):
 
 
 def probe_names(task: TaskSpec) -> list[str]:
-    """Names in reference.py's PROBES dict literal, in order (empty if it has none); a
-    declared task's are the generic ones (tools/gpu/declared.py)."""
-    if task.declare is not None:
-        return list(PROBE_KINDS)
-    try:
-        st = task.reference_path.stat()
-    except OSError:
-        return []
-    return list(_probe_names(str(task.reference_path), st.st_mtime_ns, st.st_size))
+    """The task's own probes (the names in reference.py's PROBES dict literal, in order; a
+    declared task has none), then the generic suite's edges and families the task does not
+    skip ([numerics] in task.toml) and does not name itself."""
+    own: list[str] = []
+    if task.declare is None:
+        try:
+            st = task.reference_path.stat()
+        except OSError:
+            return []
+        own = list(_probe_names(str(task.reference_path), st.st_mtime_ns, st.st_size))
+    skip = set(task.numerics.skip) | set(own)
+    return [*own, *(n for n in SUITE_NAMES if n not in skip)]
 
 
 @functools.lru_cache(maxsize=32)
@@ -125,6 +147,7 @@ async def numerical_probe(
         files,
         digest,
         "probe",
+        cases=ws.task.dev_cases,  # the generic edges run at a dev case's shape per dtype
         seed=secrets.randbelow(2**31),
         probes=wanted,
         dtypes=wanted_dtypes,
@@ -170,6 +193,11 @@ def _probe_result(r: dict[str, Any]) -> ProbeResult:
         nan=r.get("nan"),
         inf=r.get("inf"),
         shape=r.get("shape"),
+        tolerance_ratio=r.get("tolerance_ratio"),
+        family=r.get("family"),
+        inputs=r.get("inputs"),
+        level=r.get("level"),
+        not_applicable=r.get("not_applicable"),
         why_it_matters=str(r.get("note") or "") if not r.get("passed") else "",
     )
 

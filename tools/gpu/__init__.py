@@ -27,6 +27,7 @@ STAGED = (
     "guard_gpu.py",
     "guard_child.py",
     "replay.py",
+    "numerics.py",
 )
 LAB = ("runner.py", "lab.py", "ncu.py")
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any

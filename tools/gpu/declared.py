@@ -4,8 +4,8 @@ task.toml) and the user's own reference source. Trusted: it decides correctness.
 
 Standard library + torch only, like every staged file. It gives the runner and the guard what a
 hand-written reference.py gives: make_inputs, reference, output_spec, bytes_moved, flops,
-interpreter_shape, PROBES, PROBE_NOTES and edge_cases (the guarded verify's value edges at each
-hidden case's size), all derived from the declaration:
+interpreter_shape and BATCH_DIM, all derived from the declaration (its edge inputs are the
+generic suite's, numerics.py, as for every task):
 
 - inputs: name, shape (dim names, integers or small expressions such as "2*dim"), dtype ("case"
   or a fixed one), distribution (normal: mean + scale * N(0, 1); uniform: [low, high);
@@ -134,29 +134,32 @@ _REF: Callable[..., Any] | None = _load_reference() if DECL else None
 _MODULES: dict[str, Any] = {}
 
 
-def _module(kwargs: dict[str, Any]) -> Any:
-    key = json.dumps(kwargs, sort_keys=True, default=str)
+def _module(kwargs: dict[str, Any], dtype: torch.dtype = torch.float32) -> Any:
+    key = json.dumps(kwargs, sort_keys=True, default=str) + str(dtype)
     if key not in _MODULES:
         # A fixed seed: the same parameters every time the task is evaluated, on every host.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(DECL["reference"].get("seed", 0)))
             assert _REF is not None
-            _MODULES[key] = _REF(**kwargs).float().eval()
+            _MODULES[key] = _REF(**kwargs).to(dtype).eval()
     return _MODULES[key]
 
 
 def _fp32(t: Any) -> Any:
-    if isinstance(t, torch.Tensor) and t.is_floating_point():
+    """fp32 for the reference; fp64 stays fp64 (the generic suite's accuracy check)."""
+    if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64:
         return t.float()
     return t
 
 
 def reference(*args: Any, **kwargs: Any) -> torch.Tensor:
-    """The user's reference on fp32 copies of the inputs; returns fp32."""
+    """The user's reference on fp32 copies of the inputs; returns fp32 (fp64 given fp64)."""
     fargs = [_fp32(a) for a in args]
     with torch.no_grad():
         if DECL["reference"].get("kind", "function") == "module":
-            model = _module(kwargs).to(fargs[0].device if fargs else "cpu")
+            wide = any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in fargs)
+            model = _module(kwargs, torch.float64 if wide else torch.float32)
+            model = model.to(fargs[0].device if fargs else "cpu")
             params = DECL["reference"].get("params", [])
             if params:  # the Model's weights are the task's last inputs
                 n = len(fargs) - len(params)
@@ -169,7 +172,7 @@ def reference(*args: Any, **kwargs: Any) -> torch.Tensor:
             out = _REF(*fargs, **kwargs)
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"the reference returned {type(out).__name__}, expected one tensor")
-    return out.float() if out.is_floating_point() else out
+    return _fp32(out)
 
 
 def _case_dtype(args: tuple) -> torch.dtype:
@@ -228,79 +231,22 @@ def interpreter_shape(shape: dict[str, int]) -> dict[str, int]:
     return {k: int(fixed.get(k, min(v, cap))) for k, v in shape.items()}
 
 
-# -- generic probes -----------------------------------------------------------------------------
+# -- the generic suite --------------------------------------------------------------------------
+# A declared task has no probes or edges of its own: the guarded verify and numerical_probe run
+# the generic suite (numerics.py: every size edge and value family) on its inputs, in the dim
+# the first input's first axis names (the batch).
 
 
-def _probe_dims(kind: str) -> dict[str, int]:
-    base = interpreter_shape(dict(DECL["probe_dims"]))
-    if kind == "odd_sizes":
-        return {k: (v // 2) * 2 + 1 if v > 2 else v for k, v in base.items()}
-    if kind == "single_row":
-        first = DECL["inputs"][0]["shape"][0]
-        if isinstance(first, str) and first in base:
-            base[first] = 1
-    return base
+def _batch_dim() -> str | None:
+    first = DECL["inputs"][0]["shape"][0] if DECL and DECL["inputs"][0]["shape"] else None
+    return first if isinstance(first, str) and first.isidentifier() else None
 
 
-def _values(kind: str, tensors: list[torch.Tensor], g: torch.Generator) -> list[torch.Tensor]:
-    """The value edge `kind` applied to the first input (when it is floating point)."""
-    first = tensors[0]
-    if first.is_floating_point():
-        if kind == "zeros":
-            tensors[0] = torch.zeros_like(first)
-        elif kind == "wide_magnitudes":
-            scale = 10.0 ** torch.empty_like(first).uniform_(-2.0, 2.0, generator=g)
-            tensors[0] = first * scale
-        elif kind == "tiny_magnitudes":
-            tensors[0] = first * 1e-3
-    return tensors
-
-
-def _probe(kind: str) -> Callable[[torch.dtype, str, torch.Generator], Inputs]:
-    def probe(dtype: torch.dtype, device: str, g: torch.Generator) -> Inputs:
-        dims = _probe_dims(kind)
-        tensors = [_draw(d, _shape(d, dims), g) for d in DECL["inputs"]]
-        return _pack(_values(kind, tensors, g), dtype, device)
-
-    return probe
-
-
-VALUE_EDGES = ("zeros", "wide_magnitudes", "tiny_magnitudes")
-
-
-def edge_cases(
-    shape: dict[str, int], dtype: torch.dtype, device: str, generator: torch.Generator
-) -> list[tuple[str, Inputs]]:
-    """The guarded verify's edge inputs for one hidden case: the value probes at the case's own
-    size, drawn from the verifier's secret-mixed generator."""
-    out = []
-    for kind in VALUE_EDGES:
-        tensors = [_draw(d, _shape(d, shape), generator) for d in DECL["inputs"]]
-        out.append((kind, _pack(_values(kind, tensors, generator), dtype, device)))
-    return out
-
-
-PROBE_KINDS = ("zeros", "wide_magnitudes", "tiny_magnitudes", "odd_sizes", "single_row")
-PROBES: dict[str, Callable[[torch.dtype, str, torch.Generator], Inputs]] = {
-    k: _probe(k) for k in PROBE_KINDS
-}
-PROBE_NOTES: dict[str, str] = {
-    "zeros": "The first input all zeros: fails when a kernel divides by a reduction of it "
-    "without the reference's epsilon, or reads uninitialised memory as the result.",
-    "wide_magnitudes": "The first input spans 1e-2..1e2 times its usual values: fails when "
-    "intermediate math overflows or loses precision in the input dtype (accumulate in fp32).",
-    "tiny_magnitudes": "The first input at 1e-3 of its usual values: fails when small results "
-    "are flushed to zero or underflow in a narrower type.",
-    "odd_sizes": "Every dim odd (e.g. 65): fails when the last block is not masked.",
-    "single_row": "The first input's leading dim is 1: fails when the grid assumes more.",
-}
+BATCH_DIM = _batch_dim()
 
 __all__ = [
-    "PROBES",
-    "PROBE_KINDS",
-    "PROBE_NOTES",
+    "BATCH_DIM",
     "bytes_moved",
-    "edge_cases",
     "evaluate",
     "flops",
     "interpreter_shape",

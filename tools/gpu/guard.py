@@ -4,10 +4,11 @@ Runs inside the GPU-side runner (`mode: "verify"`, a fresh process that never im
 code), staged and hash-checked like runner.py; standard library, torch and triton only. For
 every hidden case it
 1. draws fresh inputs (the host's seed mixed with os.urandom, so no file predicts them) for the
-   check calls and for edge cases whose rows, positions and sizes come from that same draw
-   (reference.edge_cases: zero rows, wide and tiny magnitudes, saturating gates, odd sizes, an
-   empty batch), keeps pristine copies and computes the expected values from them BEFORE any
-   candidate code runs; the expected values never leave this process;
+   check calls, for every size edge and value family of the generic suite (numerics.py: odd
+   dims, a single row, an empty batch, a long reduction; offsets, per-column and per-row
+   scales, outliers, near-overflow, subnormals, signed zeros, ties) and for the task's own
+   edge cases (reference.edge_cases), keeps pristine copies and computes the expected values
+   from them BEFORE any candidate code runs; the expected values never leave this process;
 2. runs the candidate (and the incumbent, the best final checkpoint) in sandboxed processes
    (sandbox.py; guard_child.py) that it cannot trust:
    - on the Triton CPU interpreter the candidate's process computes each output into a slot of
@@ -35,6 +36,7 @@ import types
 from dataclasses import replace
 from typing import Any
 
+import numerics
 import sandbox_limits
 import sandbox_policy as sp
 import wire
@@ -275,8 +277,9 @@ def _precision_kind(kind: str) -> bool:
 class Variant:
     """One set of inputs a case is checked on: args, kwargs, pristine copies, expected."""
 
-    def __init__(self, kind: str, args: list[Any], kwargs: dict[str, Any], torch, ref) -> None:
-        self.kind = kind
+    def __init__(self, kind: str, args: list[Any], kwargs: dict[str, Any], torch, ref,
+                 family: str = "") -> None:  # fmt: skip
+        self.kind, self.family = kind, family or kind  # the family: raw record, operator's text
         self.args, self.kwargs = list(args), dict(kwargs)
         self.pristine = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.args]
         self.expected = ref.reference(*self.pristine, **self.kwargs)  # computed before any call
@@ -422,8 +425,12 @@ class Verify:
 
     # -- inputs ----------------------------------------------------------------------------------
     def variants(self, case: dict[str, Any], idx: int) -> list[Variant]:
-        """Check calls on fresh inputs, then the task's edge cases drawn from this verify's
-        seed (or, for a task without edge_cases, its precision probes)."""
+        """Check calls on fresh inputs, then every size edge and value family of the generic
+        suite (numerics.py) and the task's own edge cases, all drawn from this verify's seed
+        (a task without edge_cases gets its precision probes on the first two cases). Edges
+        the reference cannot take are left out and listed in the case's raw record. A reason
+        text names the kind (edge or precision) and the family; an agent never reads it (the
+        public verdict has one fixed sentence per reason code)."""
         torch, ev = self.torch, self.ev
         shape = ev.case_shape(case)
         dtype = self.rt.dtype_of(torch, case["dtype"])
@@ -434,17 +441,34 @@ class Verify:
             out.append(Variant("check", list(args), kwargs, torch, ev.ref))
         gen = torch.Generator(device=self.env.device)
         gen.manual_seed((ev.seed + idx * 7919) % (2**63))
+        suite = self.suite()
+        skipped = self.__dict__.setdefault("skipped", {}).setdefault(case["name"], [])
+        for edge in suite.edges(shape, dtype, gen, ev.tolerances[case["dtype"]]):
+            if not edge.applicable:
+                skipped.append([edge.name, edge.why])
+                continue
+            kind = "precision" if edge.precision else "edge"
+            out.append(Variant(kind, list(edge.args), edge.kwargs, torch, ev.ref, edge.name))
         edges = getattr(ev.ref, "edge_cases", None)
         if edges is not None:
-            for name, (args, kwargs) in edges(shape, dtype, self.env.device, gen):
-                out.append(Variant(f"edge:{name}", list(args), kwargs, torch, ev.ref))
+            small = suite.family_shape(shape)
+            for name, (args, kwargs) in edges(small, dtype, self.env.device, gen):
+                kind = "precision" if _precision_kind(f"edge:{name}") else "edge"
+                out.append(Variant(kind, list(args), kwargs, torch, ev.ref, name))
         elif idx < 2:
             cpu = torch.Generator().manual_seed(ev.seed + idx)
             for name in PRECISION_PROBES:
                 if name in getattr(ev.ref, "PROBES", {}):
                     args, kwargs = ev.ref.PROBES[name](dtype, self.env.device, cpu)
-                    out.append(Variant(f"precision:{name}", list(args), kwargs, torch, ev.ref))
+                    out.append(Variant("precision", list(args), kwargs, torch, ev.ref, name))
         return out
+
+    def suite(self) -> Any:
+        """The generic adversarial inputs (numerics.py) for this task and device."""
+        return numerics.Suite(
+            self.torch, self.ev.ref, self.env.device, self.req.get("numerics"),
+            interpret=self.env.interpret, scale=lambda s: self.ev.case_shape({"shape": s}),
+        )  # fmt: skip
 
     def arena_fd(self) -> int:
         """CPU: one shared memory arena for every case (sized for the largest), sealed against
@@ -531,6 +555,9 @@ class Verify:
             "calls": [],
             "error": "",
             "null_control": null_control(torch, v0.pristine, v0.expected, tol, v0.spec),
+            # the raw record only: which family each call set was, which edges did not apply
+            "families": [v.family for v in variants],
+            "inapplicable": self.__dict__.get("skipped", {}).get(case["name"], []),
         }
         self.partial = rec
         return rec
@@ -621,7 +648,7 @@ class Verify:
                 out = view(slot) if reply.get("copied") else None
                 inputs_now = [view(s) if s is not None else a
                               for a, s in zip(v.args, lay["inputs"], strict=True)]  # fmt: skip
-                where = f"{v.kind} call {n}"
+                where = f"{v.kind} call {n}" + (f" ({v.family})" if v.family != v.kind else "")
                 call = self.judge_call(reply, out, v, tol, where, inputs_now)
                 call.update(role=kid.role, kind=v.kind, set=n, wall_us=wall_us)
                 rec["calls"].append(call)

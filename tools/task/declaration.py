@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # "case": the dev or final case's dtype (float16, bfloat16 or float32).
 INPUT_DTYPES = ("case", "float16", "bfloat16", "float32", "float64", "int32", "int64", "bool")
-PROBE_KINDS = ("zeros", "wide_magnitudes", "tiny_magnitudes", "odd_sizes", "single_row")
 Dim = int | str
 
 
@@ -148,4 +147,4 @@ class Declaration(BaseModel):
         return json.dumps(data, indent=1, sort_keys=True)
 
 
-__all__ = ["INPUT_DTYPES", "PROBE_KINDS", "Declaration", "InputDecl", "OutputDecl"]
+__all__ = ["INPUT_DTYPES", "Declaration", "InputDecl", "OutputDecl"]

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import UsageError
+from ..gpu.numerics import NAMES as NUMERICS_NAMES
 from .declaration import Declaration
 from .kinds import KINDS
 
@@ -110,6 +111,30 @@ def _short(dtype: str) -> str:
     return {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(dtype, dtype)
 
 
+class Numerics(BaseModel):
+    """task.toml `[numerics]`: what of the generic adversarial inputs (tools/gpu/numerics.py,
+    run by the guarded verify and numerical_probe) does not apply to this task, e.g. `skip =
+    ["empty_batch"]` for an op that needs at least one row. Integer and bool inputs are never
+    transformed; a family the reference cannot take (its output not finite) is skipped per
+    input on its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    skip: list[str] = Field(
+        default_factory=list, description="size edges or value families that do not apply"
+    )
+
+    @field_validator("skip")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in NUMERICS_NAMES:
+                raise ValueError(
+                    f"numerics.skip: {name!r} is not one of {', '.join(NUMERICS_NAMES)}"
+                )
+        return v
+
+
 class Objective(BaseModel):
     """One objective of a command task: a command printing JSON with a score key.
 
@@ -170,6 +195,9 @@ class TaskSpec(BaseModel):
         description="a declared task: inputs, reference function and output in task.toml, "
         "no reference.py (tools/gpu/declared.py is staged in its place)",
     )
+    numerics: Numerics = Field(
+        default_factory=Numerics, description="[numerics]: generic adversarial inputs skipped"
+    )
     # command tasks
     objective: str = Field(default="", description="one command for dev and final (older form)")
     objectives: dict[Literal["dev", "final"], Objective] = Field(default_factory=dict)
@@ -222,6 +250,15 @@ class TaskSpec(BaseModel):
         if self.final is not None:
             out |= set(self.final.ranges) | set(self.final.choices)
         return out
+
+    def numerics_request(self) -> dict[str, Any]:
+        """What the runner's generic suite needs from the host: the families skipped and each
+        dim's largest hidden value (the long-reduction edge)."""
+        max_dims: dict[str, int] = {}
+        if self.final is not None:
+            max_dims.update({k: r.max for k, r in self.final.ranges.items()})
+            max_dims.update({k: max(v) for k, v in self.final.choices.items() if v})
+        return {"skip": list(self.numerics.skip), "max_dims": max_dims}
 
     @property
     def workspace_template(self) -> Path:
@@ -373,6 +410,7 @@ def _case_from_toml(raw: dict[str, Any]) -> dict[str, Any]:
 __all__ = [
     "Case",
     "FinalDomain",
+    "Numerics",
     "Objective",
     "TaskSpec",
     "Tolerance",
