@@ -7,7 +7,8 @@ one ncu parser); tests/tools/gpu/test_staged.py checks that none imports harness
 
 Side of the trust boundary: runner.py (dev modes) runs inside sandbox.py with the candidate;
 guard.py, guard_gpu.py and replay.py are the guarded verify's trusted side; guard_child.py is the
-candidate's process.
+candidate's process; modelnew.py (a KernelBench `ModelNew` class as the entry) runs where the
+candidate runs.
 """
 
 from pathlib import Path
@@ -22,8 +23,9 @@ STAGED = (
     "guard_gpu.py",
     "guard_child.py",
     "replay.py",
+    "modelnew.py",
 )
-LAB = ("runner.py", "lab.py", "ncu.py")
+LAB = ("runner.py", "lab.py", "ncu.py", "modelnew.py")
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.
 TASK = ("declared.py",)
