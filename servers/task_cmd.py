@@ -120,6 +120,16 @@ def _check(rows: list[TaskRow], settings: Settings) -> None:
         record_check(Path(row.folder), row.baseline, row.failing)
 
 
+def _print_new(row: TaskRow) -> None:
+    print(f"task {row.task} written to {row.folder}")
+    if row.baseline == "passed":
+        print("  baseline matches the reference on every dev case")
+    elif row.baseline == "failed":
+        print("  baseline FAILS: " + "; ".join(row.failing))
+    else:
+        print("  baseline not run (--no-check)")
+
+
 def _print_table(rows: list[TaskRow]) -> None:
     width = min(48, max(len(r.file) for r in rows))
     for r in rows:
@@ -170,7 +180,10 @@ def cmd_task(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps({"status": "passed" if ok else "failed", "totals": totals,
                           "tasks": [r.model_dump() for r in rows]}))  # fmt: skip
         return 0 if ok else 1
-    _print_table(rows)
+    if args.task_command == "new":
+        _print_new(rows[0])
+    else:
+        _print_table(rows)
     if len(rows) > 1:
         print(
             f"{totals['files']} files: {totals['written']} tasks written "
