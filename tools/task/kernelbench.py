@@ -55,6 +55,10 @@ KB_TOLERANCES = {
 # Elements per input on the CPU interpreter (a Triton kernel there runs ~1000x slower); raised
 # when an op refuses the sizes it gives, up to BUDGET_MAX.
 BUDGET, BUDGET_MAX = 1 << 12, 1 << 22
+# Elements per tensor of a hidden case on the GPU: the guarded verify holds every case's inputs,
+# their pristine copies and expected outputs at once (a 4096 x 393216 ReLU would need ~300 GB),
+# so the hidden sizes stop where the largest tensor reaches 2^26 elements (256 MB in fp32).
+GPU_CASE_ELEMENTS = 1 << 26
 Mode = Literal["train", "eval"]
 
 
@@ -303,9 +307,11 @@ def _small(path: Path, mod: Any, a: Analysis, mode: Mode) -> tuple[dict[str, int
     raise Refused(f"its reference fails at every small size tried ({error})")
 
 
-def small_dims(dims: dict[str, int], shapes: list[list[Any]], budget: int) -> dict[str, int]:
-    """Dims at which every input and weight has at most `budget` elements where the dims allow:
-    the largest dim halved until then (the dev case's proportions kept roughly)."""
+def small_dims(
+    dims: dict[str, int], shapes: list[list[Any]], budget: int, only: set[str] | None = None
+) -> dict[str, int]:
+    """Dims at which every input and weight has at most `budget` elements where the dims (or
+    those in `only`) allow: the largest halved until then (the proportions kept roughly)."""
     out = dict(dims)
 
     def numel(shape: list[Any]) -> int:
@@ -315,7 +321,8 @@ def small_dims(dims: dict[str, int], shapes: list[list[Any]], budget: int) -> di
         return n
 
     while any(numel(s) > budget for s in shapes):
-        big = max((k for k in out if out[k] > 2), key=lambda k: out[k], default=None)
+        movable = [k for k in out if out[k] > 2 and (only is None or k in only)]
+        big = max(movable, key=lambda k: out[k], default=None)
         if big is None:
             break
         out[big] = (out[big] + 1) // 2
@@ -323,20 +330,33 @@ def small_dims(dims: dict[str, int], shapes: list[list[Any]], budget: int) -> di
 
 
 def _ranges(path: Path, mod: Any, a: Analysis, mode: Mode) -> dict[str, tuple[int, int]]:
-    """Hidden sizes from half the file's value up to it (never above: the file's sizes are
-    chosen to fit a GPU), narrowed to three quarters, or fixed, where the Model refuses half.
-    The constructor's sizes stay the file's on the GPU (KernelBench's Model as written)."""
-    varying = [k for k in a.sizes.dims if k not in a.sizes.init_dims]
-    for frac in (0.5, 0.75):
-        low = {
-            k: max(2, math.ceil(v * frac)) if k in varying else v for k, v in a.sizes.dims.items()
-        }
+    """Hidden sizes from half the top size up to it, narrowed to three quarters, or fixed, where
+    the Model refuses half. The top is the file's size (never above: the file's sizes are chosen
+    to fit a GPU), or smaller where a tensor would exceed GPU_CASE_ELEMENTS. The constructor's
+    sizes stay the file's on the GPU (KernelBench's Model as written)."""
+    train = mode == "train"
+    varying = {k for k in a.sizes.dims if k not in a.sizes.init_dims}
+    shapes = [*a.shapes, *a.weights.values()]
+    shapes += [a.out_shape] if isinstance(a.out_shape, list) else []
+    budget, top = GPU_CASE_ELEMENTS, dict(a.sizes.dims)
+    while budget >= 1:
+        top = small_dims(a.sizes.dims, shapes, budget, only=varying)
         try:
-            see(path, mod.Model, a.sizes, low, mode == "train", meta=True)
+            out = see(path, mod.Model, a.sizes, top, train, meta=True).out
+        except Exception:  # the user's op refused these sizes: the file's own
+            top = dict(a.sizes.dims)
+            break
+        if out.numel() <= GPU_CASE_ELEMENTS or top == small_dims(top, shapes, 1, only=varying):
+            break
+        budget //= 2  # an output larger than its inputs (a transposed conv): smaller inputs
+    for frac in (0.5, 0.75):
+        low = {k: max(2, math.ceil(v * frac)) if k in varying else v for k, v in top.items()}
+        try:
+            see(path, mod.Model, a.sizes, low, train, meta=True)
         except Exception:  # the user's op refused these sizes: a narrower range
             continue
-        return {k: (min(low[k], v), v) for k, v in a.sizes.dims.items()}
-    return {k: (v, v) for k, v in a.sizes.dims.items()}
+        return {k: (min(low[k], v), v) for k, v in top.items()}
+    return {k: (v, v) for k, v in top.items()}
 
 
 def class_baseline(path: Path) -> str:
