@@ -27,12 +27,13 @@ MODULE tells the runner and the guard how to build a candidate `ModelNew` class 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import json
 import operator
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,39 +144,54 @@ def make_inputs(
     shape: dict[str, int], dtype: torch.dtype, device: str, generator: torch.Generator
 ) -> Inputs:
     """Fresh inputs drawn where `generator` lives, each as declared (or made by the file's
-    inputs_from function, the Model's parameters then drawn as declared)."""
-    if not DECL.get("inputs_from"):
-        return _pack([_draw(d, _shape(d, shape), generator) for d in DECL["inputs"]], dtype, device)
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device).item())
-    where = torch.device(device)
-    cuda = [where.index or 0] if where.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(seed)
-        with where:
-            made = list(_inputs_function(shape)())
+    inputs_from function), then the Model's parameters (as its own initialiser draws them)."""
     decls = DECL["inputs"]
-    if len(made) + len(DECL["reference"].get("params", [])) != len(decls):
+    n = len(decls) - len(_PARAMS)
+    where = torch.device(device)
+    if DECL.get("inputs_from"):
+        made = _made_inputs(shape, where, generator, decls[:n])
+    else:
+        made = [_draw(d, _shape(d, shape), generator) for d in decls[:n]]
+    if any(d.get("distribution") == "init" for d in decls[n:]):
+        # The Model's parameters as its own constructor initialises them at these sizes, fresh
+        # per call (a seed from the case's generator), built where they are used.
+        with _seeded(generator, where):
+            model = _build(_kwargs(shape), where)
+        own = dict([*model.named_parameters(), *model.named_buffers()])
+    for d, p in zip(decls[n:], _PARAMS, strict=True):
+        made.append(
+            own[p].detach()
+            if d.get("distribution") == "init"
+            else _draw(d, _shape(d, shape), generator)
+        )
+    return _pack(made, dtype, device)
+
+
+@contextlib.contextmanager
+def _seeded(generator: torch.Generator, where: torch.device) -> Iterator[None]:
+    """Torch's global generators forked and seeded from `generator` (what a file's get_inputs()
+    and a Model's initialiser draw from)."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    with torch.random.fork_rng(devices=[where.index or 0] if where.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
+def _made_inputs(
+    shape: dict[str, int], where: torch.device, generator: torch.Generator, decls: list[dict]
+) -> list[torch.Tensor]:
+    """The file's inputs_from function at the case's dims, checked against the declaration."""
+    with _seeded(generator, where), where:
+        made = list(_inputs_function(shape)())
+    if len(made) != len(decls):
         raise ValueError(f"inputs_from made {len(made)} inputs, the declaration has {len(decls)}")
-    for i, (t, d) in enumerate(zip(made, decls, strict=False)):
+    for i, (t, d) in enumerate(zip(made, decls, strict=True)):
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != _shape(d, shape):
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(
                 f"inputs_from's input {i} is {got}, the declaration says {_shape(d, shape)}"
             )
-    if any(d.get("distribution") == "init" for d in decls[len(made) :]):
-        # The Model's parameters as its own constructor initialises them at these sizes, fresh
-        # per call (a seed from the case's generator), built where they are used.
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
-        with torch.random.fork_rng(devices=cuda):
-            torch.manual_seed(seed)
-            model = _build(_kwargs(shape), where)
-        own = dict([*model.named_parameters(), *model.named_buffers()])
-    for d, p in zip(decls[len(made) :], DECL["reference"].get("params", []), strict=True):
-        if d.get("distribution") == "init":
-            made.append(own[p].detach())
-        else:
-            made.append(_draw(d, _shape(d, shape), generator))
-    return _pack(made, dtype, device)
+    return made
 
 
 def load_source(path: Path, name: str, constants: dict[str, Any] | None = None) -> types.ModuleType:

@@ -223,9 +223,18 @@ def plan_kernelbench(path: Path, *, dtypes: list[str], mode: Mode = "train") -> 
     if not a.sizes.dims:
         raise Refused("it has no size the hidden cases could vary (no module-level size constant)")
     small, real = _small(path, mod, a, mode)
+    tolerances = {d: KB_TOLERANCES[d] for d in dtypes if d in KB_TOLERANCES}
+    normal = _null_passes(real.out, real.inputs, tolerances) and _normal_inputs(real, tolerances)
     init_all = {**real.init}  # in the constructor's order
     args = _arg_names(list(a.weights), set(a.names) | set(init_all))
     decls = [_input_spec(a, i, real) for i in range(len(a.names))]
+    inputs_from: dict[str, Any] | None = {
+        "call": f"{_in_task(path)}:get_inputs",
+        "constants": a.sizes.constants,
+    }
+    if normal:  # get_inputs() cannot tell the op from a copy of its input: N(0, 1) instead
+        decls = [InputSpec(name=d.name, shape=d.shape) for d in decls]
+        inputs_from = None
     decls += [_weight_spec(arg, a.weights[w], real.weights[w].detach())
               for w, arg in zip(a.weights, args, strict=True)]  # fmt: skip
     out_dtype = a.runs[0].out.dtype
@@ -244,7 +253,7 @@ def plan_kernelbench(path: Path, *, dtypes: list[str], mode: Mode = "train") -> 
         module_params=list(a.weights),
         module_mode=mode,
         inputs=decls,
-        inputs_from={"call": f"{_in_task(path)}:get_inputs", "constants": a.sizes.constants},
+        inputs_from=inputs_from,
         scalars=scalars,
         scalar_dims=a.init_dims,
         init_order=list(init_all),
@@ -254,11 +263,59 @@ def plan_kernelbench(path: Path, *, dtypes: list[str], mode: Mode = "train") -> 
         dtypes=dtypes,
         ranges=_ranges(path, mod, a, mode),
         interpreter=small,
-        tolerances={d: KB_TOLERANCES[d] for d in dtypes if d in KB_TOLERANCES},
+        tolerances=tolerances,
         entry_function=ENTRY,
         baseline=baseline or class_baseline(path),
-        brief=_brief(a.names, args, {**scalars, **_file_values(a)}, mode, bool(baseline)),
+        brief=_brief(a.names, args, {**scalars, **_file_values(a)}, mode, bool(baseline))
+        + (NORMAL_NOTE if normal else ""),
     )
+
+
+NORMAL_NOTE = (
+    "\nThe inputs are drawn from N(0, 1), not from the file's `get_inputs()`: on its inputs the "
+    "reference cannot be told from a copy of its input (ReLU on [0, 1) is the identity), so a "
+    "candidate returning its input would pass.\n"
+)
+
+
+def _null_passes(out: Any, inputs: list[Any], tolerances: dict[str, dict[str, float]]) -> bool:
+    """Whether an output of zeros, or a copy of the first input, is within the loosest tolerance
+    of `out` (the guarded verify's null control: such a case proves nothing)."""
+    import torch
+
+    if not out.is_floating_point() or not tolerances:
+        return False
+    atol = max(t["atol"] for t in tolerances.values())
+    rtol = max(t["rtol"] for t in tolerances.values())
+    ref = out.float()
+    nulls = [torch.zeros_like(ref)]
+    first = inputs[0] if inputs else None
+    if isinstance(first, torch.Tensor) and first.shape == ref.shape:
+        nulls.append(first.float())
+    return any(bool(((n - ref).abs() <= atol + rtol * ref.abs()).all()) for n in nulls)
+
+
+def _normal_inputs(real: Seen, tolerances: dict[str, dict[str, float]]) -> bool:
+    """True when N(0, 1) inputs make the null control fail (ReLU on get_inputs()'s [0, 1) is
+    the identity); refused when no input can (an output that is zeros whatever the input)."""
+    import torch
+
+    if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in real.inputs):
+        raise Refused("the checker cannot tell its output from zeros or a copy of its input "
+                      "on get_inputs(): nothing a candidate computes could be verified")  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(t.shape, generator=g) for t in real.inputs]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = forward(real.model, args)
+    except Exception as exc:  # the user's op refused N(0, 1) inputs
+        raise Refused(f"the checker cannot tell its output from zeros or a copy of its input on "
+                      f"get_inputs(), and it fails on N(0, 1) inputs ({user_error(exc)})") from exc  # fmt: skip
+    if bool(torch.isfinite(out).all()) and not _null_passes(out, args, tolerances):
+        return True
+    raise Refused("the checker cannot tell its output from zeros or a copy of its input, on "
+                  "get_inputs() or N(0, 1) inputs (|output| below the tolerance)")  # fmt: skip
 
 
 def _file_values(a: Analysis) -> dict[str, Any]:

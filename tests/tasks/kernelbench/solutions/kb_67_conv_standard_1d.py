@@ -10,17 +10,21 @@ import triton.language as tl
 
 @triton.jit
 def _conv1d(x_ptr, w_ptr, out_ptr, C, L, OC, L_OUT, K: tl.constexpr, BLOCK_O: tl.constexpr,
-            BLOCK_L: tl.constexpr):  # fmt: skip
+            BLOCK_C: tl.constexpr, BLOCK_L: tl.constexpr):  # fmt: skip
     b = tl.program_id(0)
     os_ = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
     ls = tl.program_id(2) * BLOCK_L + tl.arange(0, BLOCK_L)
     om, lm = os_ < OC, ls < L_OUT
     acc = tl.zeros([BLOCK_O, BLOCK_L], dtype=tl.float32)
-    for c in range(0, C):
-        for k in tl.static_range(K):
-            x = tl.load(x_ptr + b * C * L + c * L + ls + k, mask=lm, other=0.0)
-            w = tl.load(w_ptr + os_ * C * K + c * K + k, mask=om, other=0.0)
-            acc += w.to(tl.float32)[:, None] * x.to(tl.float32)[None, :]
+    for c0 in range(0, C, BLOCK_C):
+        cs = c0 + tl.arange(0, BLOCK_C)
+        cm = cs < C
+        for k in tl.static_range(K):  # out[o, l] += sum_c w[o, c, k] * x[c, l + k]
+            w = tl.load(w_ptr + os_[:, None] * C * K + cs[None, :] * K + k,
+                        mask=om[:, None] & cm[None, :], other=0.0)  # fmt: skip
+            x = tl.load(x_ptr + b * C * L + cs[:, None] * L + ls[None, :] + k,
+                        mask=cm[:, None] & lm[None, :], other=0.0)  # fmt: skip
+            acc += tl.dot(w.to(tl.float32), x.to(tl.float32))
     offs = b * OC * L_OUT + os_[:, None] * L_OUT + ls[None, :]
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=om[:, None] & lm[None, :])
 
@@ -38,9 +42,10 @@ class ModelNew(nn.Module):
         out_channels, _, k = w.shape
         l_out = length - k + 1
         out = torch.empty((batch, out_channels, l_out), device=x.device, dtype=x.dtype)
-        block_o = min(32, triton.next_power_of_2(out_channels))
-        block_l = min(128, triton.next_power_of_2(l_out))
+        block_o = max(16, min(64, triton.next_power_of_2(out_channels)))
+        block_c = max(16, min(32, triton.next_power_of_2(channels)))
+        block_l = max(16, min(128, triton.next_power_of_2(l_out)))
         grid = (batch, triton.cdiv(out_channels, block_o), triton.cdiv(l_out, block_l))
         _conv1d[grid](x, w, out, channels, length, out_channels, l_out, K=k, BLOCK_O=block_o,
-                      BLOCK_L=block_l)  # fmt: skip
+                      BLOCK_C=block_c, BLOCK_L=block_l)  # fmt: skip
         return out
