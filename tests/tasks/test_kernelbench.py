@@ -170,7 +170,8 @@ def test_a_folder_import_keeps_going_and_reports_every_file(
     assert code == 0, report
     rows = {r["file"]: r for r in report["tasks"]}
     assert rows["19_ReLU.py"]["baseline"] == "passed"
-    assert "not a tensor" in rows["5_Matrix_scalar_multiplication.py"]["reason"]
+    scalar = rows["5_Matrix_scalar_multiplication.py"]["reason"]
+    assert "not a tensor" in scalar and "--scalar" not in scalar  # a flag it does not take
     assert "defines no Model" in rows["not_kernelbench.py"]["reason"]
     assert "SyntaxError" in rows["broken.py"]["reason"]
     assert report["totals"] == {"files": 4, "written": 1, "baseline_passes": 1, "baseline_fails": 0,

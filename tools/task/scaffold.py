@@ -1,6 +1,8 @@
 """A declared kernel task folder from a plan (`TaskPlan`): what `harnesslab task new`
-(task/task_new.py) and `harnesslab task import-kernelbench` (task/kernelbench.py) write, and the
-inference both use (input declarations from example tensors, the output's axes).
+(task/task_new.py) and `harnesslab task import-kernelbench` (task/kernelbench.py) write (nothing
+of a failed one stays), the row each reports (`TaskRow`), the baseline check's record beside
+task.toml (`check.json`, read by `harnesslab init`), and task new's inference (input
+declarations from example tensors, the output's axes).
 
 Host side, trusted: it imports the user's own reference file to infer what the declaration
 cannot be told (input shapes from an example call, the output's shape), as the user asked it
@@ -136,9 +138,9 @@ def split_ref(text: str, flag: str) -> tuple[Path, str]:
 def infer_inputs(
     named: list[tuple[str, Any]], sizes: dict[str, int]
 ) -> tuple[list[InputSpec], dict[str, int]]:
-    """Declarations from example tensors: each axis is the first named size with its value (a
-    KernelBench module constant), else a new dim d0, d1, ... per distinct size; size-1 axes
-    stay literal. Floating tensors take the case dtype; integer ones keep theirs, drawn in the
+    """Declarations from example tensors (`task new --example`): each axis is the first named
+    size with its value, else a new dim d0, d1, ... per distinct size; size-1 axes stay
+    literal. Floating tensors take the case dtype; integer ones keep theirs, drawn in the
     example's value range."""
     import torch
 
@@ -182,19 +184,6 @@ def output_shape(shape: tuple[int, ...], dims: dict[str, int]) -> list[int | str
     for k, v in dims.items():
         by_value.setdefault(v, k)
     return [by_value.get(s, s) if s != 1 else 1 for s in shape]
-
-
-def call_reference(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-    import torch
-
-    with torch.no_grad():
-        out = fn(*args, **kwargs)
-    if not isinstance(out, torch.Tensor):
-        raise UsageError(
-            f"the reference returned {type(out).__name__}, not one tensor.",
-            next_step="make the reference return a single torch.Tensor",
-        )
-    return out
 
 
 def draw_example(inputs: list[InputSpec], dims: dict[str, int]) -> list[Any]:
@@ -482,7 +471,6 @@ __all__ = [
     "InputSpec",
     "TaskPlan",
     "TaskRow",
-    "call_reference",
     "draw_example",
     "failed_check",
     "infer_inputs",
