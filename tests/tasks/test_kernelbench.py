@@ -16,12 +16,13 @@ import anyio
 import pytest
 
 from harnesslab.servers.cli import main as cli_main
+from harnesslab.tools.errors import UsageError
 from harnesslab.tools.evaluation.baseline_check import check_baselines
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import init_workspace
-from harnesslab.tools.task.kernelbench import import_kernelbench, task_name
+from harnesslab.tools.task.kernelbench import import_kernelbench, plan_kernelbench, task_name
 from harnesslab.tools.task.scaffold import TaskRow
 from harnesslab.tools.task.spec import TaskSpec, load_task
 
@@ -230,3 +231,18 @@ async def test_a_triton_solution_of_each_kind_passes_the_guarded_verify(solution
     assert row.status == "written", row.reason
     with anyio.fail_after(840):
         await _verify(load_task(Path(row.folder)), solution, tmp_path)
+
+
+def test_eval_mode_makes_the_buffers_inputs_and_turns_dropout_off() -> None:
+    conv_bn = plan_kernelbench(EDGE / "strided_conv_bn.py", dtypes=["float32"], mode="eval")
+    assert conv_bn.module_mode == "eval"
+    assert conv_bn.module_params[-3:] == [
+        "bn.running_mean",
+        "bn.running_var",
+        "bn.num_batches_tracked",
+    ]
+    dropout = SAMPLE / "level2" / "66_Matmul_Dropout_Softmax.py"
+    assert plan_kernelbench(dropout, dtypes=["float32"], mode="eval").module_mode == "eval"
+    # BatchNorm alone in eval mode, at its initial statistics and affine, is the identity
+    with pytest.raises(UsageError, match="cannot tell its output from zeros or a copy"):
+        plan_kernelbench(SAMPLE / "level1" / "33_BatchNorm.py", dtypes=["float32"], mode="eval")
