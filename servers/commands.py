@@ -18,6 +18,7 @@ from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.owned_config import OwnedConfig
 from harnesslab.tools.state.workspace import init_workspace, open_workspace
 from harnesslab.tools.task.kinds import kind_of
+from harnesslab.tools.task.scaffold import failed_check
 from harnesslab.tools.task.spec import list_tasks
 
 from .cli_progress import CliProgress
@@ -46,6 +47,12 @@ def _init_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--force", action="store_true", help="overwrite task files in a non-empty folder"
     )
+    p.add_argument(
+        "--allow-failed-baseline",
+        action="store_true",
+        help="bind a task whose baseline failed its check when `task new`/`import-kernelbench` "
+        "made it",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
@@ -67,6 +74,13 @@ def init_folder(args: argparse.Namespace) -> Path:
 
 @command("init", "Create a workspace from a task template.", _init_args)
 def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
+    failed = failed_check(Path(args.task)) if Path(args.task).is_dir() else None
+    if failed and not args.allow_failed_baseline:
+        raise UsageError(
+            f"{args.task}: the task's own baseline failed its check when it was made ({failed}).",
+            next_step="fix the task (its reference, sizes or kernel) and make it again, or pass "
+            "--allow-failed-baseline to bind it anyway",
+        )
     ws = init_workspace(args.task, init_folder(args), settings, force=args.force)
     # .claude/skills/ and .agents/skills/ for the agent clients, recorded as the toolkit's
     project_skills(ws.root, owned=OwnedConfig.in_store(ws.store))

@@ -1,18 +1,20 @@
 """`harnesslab task new` and `harnesslab task import-kernelbench`: a kernel task from the user's
-own PyTorch reference (tools/task/scaffold.py) or from KernelBench-format files
-(tools/task/kernelbench.py), each checked once by running its baseline against its reference."""
+own PyTorch reference (tools/task/task_new.py) or from KernelBench-format files
+(tools/task/kernelbench.py), each checked once by running its baseline against its reference.
+Every file gets a row (written and its baseline's outcome, or refused and why), printed as a
+table or as JSON; the outcome is kept beside the task's task.toml for `harnesslab init`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
-from harnesslab.tools.evaluation.baseline_check import check_baseline
-from harnesslab.tools.evaluation.results import EvalResult
+from harnesslab.tools.evaluation.baseline_check import check_baselines
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.task.kernelbench import import_kernelbench
-from harnesslab.tools.task.scaffold import write_task
+from harnesslab.tools.task.scaffold import TaskRow, record_check, write_task
 from harnesslab.tools.task.task_new import plan_new
 
 from .cli_support import add_executor_args, command, run_async
@@ -62,68 +64,140 @@ def _args(p: argparse.ArgumentParser) -> None:
     kb.add_argument("source", type=Path, help="a KernelBench .py file or a folder of them")
     kb.add_argument("--out", type=Path, required=True, help="folder the task folders go in")
     kb.add_argument("--dtypes", default="float32", help="case dtypes (default float32)")
+    kb.add_argument(
+        "--module-mode",
+        choices=["train", "eval"],
+        default="train",
+        help="train (default): as KernelBench runs the Model (BatchNorm by the batch's "
+        "statistics; a random op such as dropout is refused); eval: running statistics, "
+        "dropout off",
+    )
     kb.add_argument("--force", action="store_true", help="overwrite existing task folders")
     kb.add_argument("--no-check", action="store_true", help="skip the baseline runs")
-    kb.add_argument("--json", action="store_true", help="print the result as JSON")
+    kb.add_argument("--json", action="store_true", help="print the rows as JSON")
     add_executor_args(kb)
 
 
-def _report(folder: Path, name: str, result: EvalResult | None, as_json: bool) -> dict:
-    row: dict = {"task": name, "folder": str(folder)}
-    if result is not None:
-        failing = [f"{c.name}: {c.reason}" for c in result.cases if c.status != "passed"]
-        row.update(baseline=result.status, failing=failing, reason=result.reason)
-    if not as_json:
-        print(f"task {name} written to {folder}")
-        if result is None:
-            print("  baseline not run (--no-check)")
-        elif result.status == "passed":
-            print("  baseline matches the reference on every dev case")
+def _new(args: argparse.Namespace, dtypes: list[str]) -> TaskRow:
+    started = time.perf_counter()
+    plan = plan_new(
+        args.name,
+        args.reference,
+        kernel=args.kernel,
+        inputs=args.input,
+        dims=args.dims,
+        scalars=args.scalar,
+        example=args.example,
+        dtypes=dtypes,
+        knobs=args.knob,
+        ranges=args.range,
+        bytes_formula=args.bytes or "",
+        flops_formula=args.flops or "",
+    )
+    folder = args.out or Path(args.name)
+    task = write_task(plan, folder, force=args.force)
+    return TaskRow(
+        file=Path(args.reference.rpartition(":")[0]).name,
+        task=task.name,
+        status="written",
+        folder=str(folder),
+        seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+def _check(rows: list[TaskRow], settings: Settings) -> None:
+    """Each written task's baseline against its reference, kept in the task folder."""
+    written = [r for r in rows if r.status == "written"]
+    results = run_async(check_baselines, [Path(r.folder) for r in written], settings)
+    for row, result in zip(written, results, strict=True):
+        if isinstance(result, str):
+            row.baseline, row.failing = "failed", [result]
         else:
-            print(f"  baseline {result.status}: " + ("; ".join(failing) or result.reason))
-        print(f"  next: harnesslab init --task {folder} -w WORKSPACE")
-    return row
+            row.baseline = "passed" if result.status == "passed" else "failed"
+            row.failing = [f"{c.name}: {c.reason}" for c in result.cases if c.status != "passed"]
+            if row.baseline == "failed" and not row.failing:
+                row.failing = [result.reason or result.status]
+        record_check(Path(row.folder), row.baseline, row.failing)
+
+
+def _print_new(row: TaskRow) -> None:
+    print(f"task {row.task} written to {row.folder}")
+    if row.baseline == "passed":
+        print("  baseline matches the reference on every dev case")
+    elif row.baseline == "failed":
+        print("  baseline FAILS: " + "; ".join(row.failing))
+    else:
+        print("  baseline not run (--no-check)")
+
+
+def _print_table(rows: list[TaskRow]) -> None:
+    width = min(48, max(len(r.file) for r in rows))
+    for r in rows:
+        if r.status == "refused":
+            outcome, detail = "refused", r.reason
+        elif r.baseline == "failed":
+            outcome, detail = "baseline FAILS", "; ".join(r.failing[:2])
+        elif r.baseline == "passed":
+            outcome, detail = "baseline passes", r.folder
+        else:
+            outcome, detail = "written", f"{r.folder} (baseline not run)"
+        print(f"{r.file[:width]:<{width}}  {outcome:<15}  {detail}")
+
+
+def _summary(rows: list[TaskRow]) -> dict[str, int]:
+    return {
+        "files": len(rows),
+        "written": sum(r.status == "written" for r in rows),
+        "baseline_passes": sum(r.baseline == "passed" for r in rows),
+        "baseline_fails": sum(r.baseline == "failed" for r in rows),
+        "refused": sum(r.status == "refused" for r in rows),
+    }
 
 
 @command(
     "task",
     "Make kernel tasks: `task new NAME --reference FILE.py:FN` from your own PyTorch function, "
-    "`task import-kernelbench FILE.py|FOLDER` from KernelBench-format problems.",
+    "`task import-kernelbench FILE.py|FOLDER` from KernelBench-format problems (one row per "
+    "file: written and its baseline checked, or refused and why).",
     _args,
 )
 def cmd_task(args: argparse.Namespace, settings: Settings) -> int:
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if args.task_command == "new":
-        plan = plan_new(
-            args.name,
-            args.reference,
-            kernel=args.kernel,
-            inputs=args.input,
-            dims=args.dims,
-            scalars=args.scalar,
-            example=args.example,
-            dtypes=dtypes,
-            knobs=args.knob,
-            ranges=args.range,
-        )
-        plan = plan.model_copy(
-            update={"bytes_formula": args.bytes or "", "flops_formula": args.flops or ""}
-        )
-        folder = args.out or Path(args.name)
-        write_task(plan, folder, force=args.force)
-        written = [(folder, plan.name)]
+        rows = [_new(args, dtypes)]
     else:
-        written = [
-            (t.root, t.name)
-            for t in import_kernelbench(args.source, args.out, dtypes=dtypes, force=args.force)
-        ]
-    rows, ok = [], True
-    for folder, name in written:
-        result = None if args.no_check else run_async(check_baseline, folder, settings)
-        ok = ok and (result is None or result.status == "passed")
-        rows.append(_report(folder, name, result, args.json))
+        rows = import_kernelbench(
+            args.source, args.out, dtypes=dtypes, force=args.force, mode=args.module_mode
+        )
+    if args.no_check:
+        for r in rows:
+            r.baseline = "not run" if r.status == "written" else ""
+    else:
+        _check(rows, settings)
+    totals = _summary(rows)
+    ok = totals["written"] > 0 and not totals["baseline_fails"]
     if args.json:
-        print(json.dumps({"status": "passed" if ok else "failed", "tasks": rows}))
+        print(json.dumps({"status": "passed" if ok else "failed", "totals": totals,
+                          "tasks": [r.model_dump() for r in rows]}))  # fmt: skip
+        return 0 if ok else 1
+    if args.task_command == "new":
+        _print_new(rows[0])
+    else:
+        _print_table(rows)
+    if len(rows) > 1:
+        print(
+            f"{totals['files']} files: {totals['written']} tasks written "
+            f"({totals['baseline_passes']} baselines pass, {totals['baseline_fails']} fail), "
+            f"{totals['refused']} refused"
+        )
+    good = [r for r in rows if r.baseline in ("passed", "not run")]
+    if good and ok:
+        print(f"next: harnesslab init --task {good[0].folder} -w WORKSPACE")
+    elif totals["baseline_fails"]:
+        print(
+            "a task whose baseline fails its own check is kept for you to fix (see its task.md "
+            "and the failing cases above); `harnesslab init` refuses it until a new check passes"
+        )
     return 0 if ok else 1
 
 

@@ -26,7 +26,8 @@ from harnesslab.tools.gpu import numerics
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import init_workspace
-from harnesslab.tools.task.kernelbench import import_kernelbench, size_constants
+from harnesslab.tools.task.kernelbench import import_kernelbench
+from harnesslab.tools.task.kernelbench_sizes import size_constants
 from harnesslab.tools.task.scaffold import write_task
 from harnesslab.tools.task.spec import TaskSpec, load_task, parse_task
 from harnesslab.tools.task.task_new import plan_new
@@ -55,8 +56,9 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskSpec]:
         ranges=["rows=8:40"],
     )
     out = {"gelu_res": write_task(plan, root / "gelu_res")}
-    for t in import_kernelbench(HERE / "kernelbench", root / "kb", dtypes=["float32"]):
-        out[t.name] = t
+    for row in import_kernelbench(HERE / "kernelbench", root / "kb", dtypes=["float32"]):
+        assert row.status == "written", row.reason
+        out[row.task] = load_task(Path(row.folder))
     return out
 
 
@@ -298,13 +300,16 @@ def test_equal_dev_sizes_do_not_confuse_the_output_axes(tmp_path: Path) -> None:
 async def test_a_kernelbench_models_weights_are_inputs_drawn_fresh(tmp_path: Path) -> None:
     """nn.Linear's weight and bias become the task's last inputs: the baseline that uses them
     passes, a candidate that uses its own copy of the seeded init's weights does not."""
-    (task,) = import_kernelbench(
+    (row,) = import_kernelbench(
         HERE / "kernelbench_weights" / "4_linear_relu.py", tmp_path / "kb", dtypes=["float32"]
     )
+    task = load_task(Path(row.folder))
     assert task.declare is not None
     assert task.declare.module_params == ["linear.weight", "linear.bias"]
     assert [i.name for i in task.declare.inputs] == ["x", "linear_weight", "linear_bias"]
-    assert task.declare.inputs[1].shape == ["d1", "d0"]  # (out_features, in_features)
+    # (out_features, in_features): the constructor's sizes, smaller on the interpreter
+    assert task.declare.inputs[1].shape == ["out_features", "in_features"]
+    assert task.declare.inputs[1].distribution == "init"  # as the Model's nn.Linear draws it
     cfg = Settings(state_dir=tmp_path / "state", interpret="always")
     ws = init_workspace(task.root, tmp_path / "ws", cfg)
     launcher = Launcher(cfg)
@@ -312,12 +317,12 @@ async def test_a_kernelbench_models_weights_are_inputs_drawn_fresh(tmp_path: Pat
         with anyio.fail_after(120):
             ev = await run_objective(ws, launcher, warmup=0, repeats=1)
             assert ev.status == "passed", [c.reason for c in ev.cases]
-            kernel = ws.root / "kernel.py"
+            kernel = ws.root / "kernel.py"  # the Model itself as ModelNew: it uses the weights
             kernel.write_text(
                 kernel.read_text()
-                + "\n\ndef model_new(x, linear_weight, linear_bias, *, in_features=40, "
-                "out_features=24):\n    torch.manual_seed(0)\n"
-                "    return _reference_Model(in_features, out_features)(x)\n"
+                + "\n\ndef model_new(x, linear_weight, linear_bias, *, in_features, "
+                "out_features):\n    torch.manual_seed(0)\n"
+                "    return Model(in_features, out_features)(x)\n"
             )
             ev = await run_objective(ws, launcher, warmup=0, repeats=1)
             assert ev.status == "failed"

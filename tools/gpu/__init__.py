@@ -9,7 +9,8 @@ Side of the trust boundary: sandbox.py (with sandbox_policy.py, the typed policy
 way to start it, sandbox_confine.py and sandbox_limits.py) is trusted up to the exec of its
 target; runner.py (dev modes) runs inside sandbox.py with the candidate;
 guard.py, guard_gpu.py and replay.py are the guarded verify's trusted side; guard_child.py is the
-candidate's process.
+candidate's process; modelnew.py (a KernelBench `ModelNew` class as the entry) runs where the
+candidate runs.
 """
 
 from pathlib import Path
@@ -28,8 +29,9 @@ STAGED = (
     "guard_child.py",
     "replay.py",
     "numerics.py",
+    "modelnew.py",
 )
-LAB = ("runner.py", "lab.py", "ncu.py")
+LAB = ("runner.py", "lab.py", "ncu.py", "modelnew.py")
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.
 TASK = ("declared.py",)

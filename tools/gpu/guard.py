@@ -359,6 +359,7 @@ class Verify:
             "device": self.env.device,
             "candidate_dir": cand_dir,
             "entry": self.req["entry"],
+            "module": getattr(self.ev.ref, "MODULE", None),  # how to build a ModelNew class
             "memfd": memfd,
         }
         return kid

@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import modelnew  # noqa: E402
 import wire  # noqa: E402
 
 STDLIB = os.path.dirname(os.__file__)
@@ -540,6 +541,7 @@ class Child:
         self.watched = [(o, n, getattr(o, n)) for o, n in watched]
         sys.addaudithook(self.obs.hook)
         self.fn: Any = None
+        self.module_entry: Any = None  # a ModelNew class: built and bound outside the recording
         self.arena: mmap.mmap | None = None
         self.held: list[Any] = []
 
@@ -572,9 +574,11 @@ class Child:
             mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
             sys.modules["_hl_candidate"] = mod
             spec.loader.exec_module(mod)  # type: ignore[union-attr]
-            self.fn = getattr(mod, func, None)
+            self.fn = modelnew.resolve(mod, func, cfg.get("module"))
             if not callable(self.fn):
                 error = "no_entry"
+            elif modelnew.is_module_class(self.fn):
+                self.module_entry = modelnew.ModuleEntry(self.fn, cfg.get("module"))
         except BaseException as exc:  # the candidate's import failing is a result, not a crash
             error = exception_kind(exc)
         finally:
@@ -649,8 +653,15 @@ class Child:
         self.obs.recording = True
         error, out = "", None
         try:
+            fn, call_args, call_kwargs = self.fn, args, kwargs
+            if self.module_entry is not None:
+                # ModelNew(*init) is built on the first (warm-up) call and the parameters bound
+                # without a copy, both outside the watched call: construction is not math on
+                # the inputs, and the recording sees the bound inputs, not memory of its own.
+                fn, call_args = self.module_entry.bind(args, kwargs)
+                call_kwargs = {}
             with self.Watch():
-                out = self.fn(*args, **kwargs)
+                out = fn(*call_args, **call_kwargs)
             if self.cuda:
                 torch.cuda.synchronize()
         except BaseException as exc:

@@ -580,9 +580,14 @@ class Evaluator:
         if not path.is_file():
             raise FileNotFoundError(f"{file_name} not found in the candidate")
         mod = load_module(path, f"_hl_candidate_{tree_hash(folder)}")
-        fn = getattr(mod, func_name, None)
+        modelnew = load_module(Path(HERE) / "modelnew.py", "_hl_modelnew")
+        module = getattr(self.ref, "MODULE", None)  # a declared module task (KernelBench)
+        fn = modelnew.resolve(mod, func_name, module)
         if not callable(fn):
-            raise AttributeError(f"{file_name} defines no function {func_name}()")
+            also = f" or class {modelnew.ENTRY_CLASS}" if module is not None else ""
+            raise AttributeError(f"{file_name} defines no function {func_name}(){also}")
+        if modelnew.is_module_class(fn):
+            fn = modelnew.ModuleEntry(fn, module)
         return fn, str(folder)
 
     def case_shape(self, case: dict[str, Any]) -> dict[str, int]:

@@ -93,6 +93,11 @@ FORBIDDEN_PREFIXES: dict[str, str] = {
     "sys.": "introspection",
 }
 SAFE_SYS = {"sys.maxsize", "sys.float_info", "sys.version_info", "sys.byteorder"}
+# A KernelBench `class ModelNew(nn.Module)` (tools/gpu/modelnew.py) subclasses torch.nn.Module and
+# builds its layers and parameters in __init__: construction, outside the verified call, never
+# math on the inputs (the runtime guard watches forward). torch.nn.functional stays forbidden.
+MODULE_BASE = "torch.nn.Module"
+CONSTRUCTION_EXEMPT = "torch.nn."
 DYNAMIC_BUILTINS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars"}
 NAME_BUILTINS = {"getattr", "setattr", "delattr", "hasattr"}
 DUNDER_ATTRS = {
@@ -156,6 +161,7 @@ class _Scanner(ast.NodeVisitor):
         self.file_rooted: set[str] = set()  # names assigned from expressions using __file__
         self.escaping: set[str] = set()  # names assigned from paths that climb out of it
         self.params: set[str] = set()
+        self.constructing = False  # inside a class's __init__
 
     # -- helpers ---------------------------------------------------------------------------------
     def add(self, node: ast.AST, code: str, severity: Severity, detail: str) -> None:
@@ -210,6 +216,9 @@ class _Scanner(ast.NodeVisitor):
 
     def check_target(self, node: ast.AST, name: str) -> None:
         if name in SAFE_SYS:
+            return
+        if (self.constructing and name.startswith(CONSTRUCTION_EXEMPT)
+                and not name.startswith("torch.nn.functional")):  # fmt: skip
             return
         if name in self.forbidden_calls:
             self.add(node, "forbidden_call", "reject", f"calls {name} (the reference's math)")
@@ -285,6 +294,18 @@ class _Scanner(ast.NodeVisitor):
         self.params = saved
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for base in node.bases:
+            if self.dotted(base) != MODULE_BASE:
+                self.visit(base)
+        for part in [*node.keywords, *node.decorator_list]:
+            self.visit(part)
+        for stmt in node.body:
+            init = isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__"
+            saved, self.constructing = self.constructing, init
+            self.visit(stmt)
+            self.constructing = saved
 
     # -- statements ------------------------------------------------------------------------------
     def _assign_targets(self, node: ast.AST, targets: Iterable[ast.AST], value: ast.AST | None):

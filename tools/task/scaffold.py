@@ -1,6 +1,8 @@
 """A declared kernel task folder from a plan (`TaskPlan`): what `harnesslab task new`
-(task/task_new.py) and `harnesslab task import-kernelbench` (task/kernelbench.py) write, and the
-inference both use (input declarations from example tensors, the output's axes).
+(task/task_new.py) and `harnesslab task import-kernelbench` (task/kernelbench.py) write (nothing
+of a failed one stays), the row each reports (`TaskRow`), the baseline check's record beside
+task.toml (`check.json`, read by `harnesslab init`), and task new's inference (input
+declarations from example tensors, the output's axes).
 
 Host side, trusted: it imports the user's own reference file to infer what the declaration
 cannot be told (input shapes from an example call, the output's shape), as the user asked it
@@ -18,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -46,8 +48,8 @@ class InputSpec(BaseModel):
     shape: list[int | str]
     dtype: str = "case"
     distribution: str = "normal"
-    low: float = 0.0
-    high: float = 1.0
+    low: float | str = 0.0
+    high: float | str = 1.0
     mean: float = 0.0
     scale: float = 1.0
 
@@ -61,9 +63,13 @@ class TaskPlan(BaseModel):
     reference_name: str
     reference_kind: str = "function"
     module_params: list[str] = Field(default_factory=list)
+    module_mode: str = "train"
     inputs: list[InputSpec]
+    inputs_from: dict[str, Any] | None = None
     scalars: dict[str, Any] = Field(default_factory=dict)
-    output_shape: list[int | str]
+    scalar_dims: dict[str, Any] = Field(default_factory=dict)
+    init_order: list[str] = Field(default_factory=list)
+    output_shape: list[int | str] | str
     output_dtype: str = "case"
     dims: dict[str, int]
     dtypes: list[str]
@@ -83,6 +89,20 @@ class TaskPlan(BaseModel):
         """The reference's file name in the task folder (reference.py is the generated one's)."""
         name = self.reference_file.name
         return "user_reference.py" if name == "reference.py" else name
+
+
+class TaskRow(BaseModel):
+    """One task `task new` or `task import-kernelbench` made from a file: written (and how its
+    baseline fared against its reference), or refused and why."""
+
+    file: str
+    task: str
+    status: Literal["written", "refused"]
+    folder: str = ""
+    reason: str = ""
+    baseline: str = Field(default="", description="passed, failed or not run (task written)")
+    failing: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
 
 
 def load_user_module(path: Path, tag: str) -> ModuleType:
@@ -118,9 +138,9 @@ def split_ref(text: str, flag: str) -> tuple[Path, str]:
 def infer_inputs(
     named: list[tuple[str, Any]], sizes: dict[str, int]
 ) -> tuple[list[InputSpec], dict[str, int]]:
-    """Declarations from example tensors: each axis is the first named size with its value (a
-    KernelBench module constant), else a new dim d0, d1, ... per distinct size; size-1 axes
-    stay literal. Floating tensors take the case dtype; integer ones keep theirs, drawn in the
+    """Declarations from example tensors (`task new --example`): each axis is the first named
+    size with its value, else a new dim d0, d1, ... per distinct size; size-1 axes stay
+    literal. Floating tensors take the case dtype; integer ones keep theirs, drawn in the
     example's value range."""
     import torch
 
@@ -164,19 +184,6 @@ def output_shape(shape: tuple[int, ...], dims: dict[str, int]) -> list[int | str
     for k, v in dims.items():
         by_value.setdefault(v, k)
     return [by_value.get(s, s) if s != 1 else 1 for s in shape]
-
-
-def call_reference(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-    import torch
-
-    with torch.no_grad():
-        out = fn(*args, **kwargs)
-    if not isinstance(out, torch.Tensor):
-        raise UsageError(
-            f"the reference returned {type(out).__name__}, not one tensor.",
-            next_step="make the reference return a single torch.Tensor",
-        )
-    return out
 
 
 def draw_example(inputs: list[InputSpec], dims: dict[str, int]) -> list[Any]:
@@ -265,8 +272,16 @@ def render_toml(plan: TaskPlan, entry: str) -> str:
     ]
     if plan.module_params:
         lines.append(f"module_params = {_toml_value(plan.module_params)}")
+    if plan.reference_kind == "module":
+        lines.append(f"module_mode = {_toml_value(plan.module_mode)}")
+    if plan.inputs_from:
+        lines.append(f"inputs_from = {_toml_value(plan.inputs_from)}")
     if plan.scalars:
         lines.append(f"scalars = {_toml_value(plan.scalars)}")
+    if plan.scalar_dims:
+        lines.append(f"scalar_dims = {_toml_value(plan.scalar_dims)}")
+    if plan.init_order:
+        lines.append(f"init_order = {_toml_value(plan.init_order)}")
     if plan.interpreter:
         lines.append(f"interpreter = {_toml_value(plan.interpreter)}")
     if plan.bytes_formula:
@@ -283,8 +298,8 @@ def render_toml(plan: TaskPlan, entry: str) -> str:
         lines.append(f"dtype = {_toml_value(i.dtype)}")
         if i.distribution != "normal":
             lines.append(f"distribution = {_toml_value(i.distribution)}")
-            lines.append(f"low = {i.low!r}")
-            lines.append(f"high = {i.high!r}")
+            lines.append(f"low = {_toml_value(i.low)}")
+            lines.append(f"high = {_toml_value(i.high)}")
         elif (i.mean, i.scale) != (0.0, 1.0):
             lines.append(f"mean = {i.mean!r}")
             lines.append(f"scale = {i.scale!r}")
@@ -303,12 +318,24 @@ def render_brief(plan: TaskPlan, entry: str, params: str) -> str:
         f"| `{i.name}` | {i.shape} | {'the case dtype' if i.dtype == 'case' else i.dtype} |"
         for i in plan.inputs
     )
-    scalars = ", ".join(f"{k}={v!r}" for k, v in plan.scalars.items()) or "none"
+    scalars = (
+        ", ".join(
+            [f"{k}={v!r}" for k, v in plan.scalars.items()]
+            + [f"{k}={v} (the case's size)" for k, v in plan.scalar_dims.items()]
+        )
+        or "none"
+    )
+    what = "a plain function"
+    if plan.reference_kind == "module":
+        what = "a plain function, or a KernelBench `ModelNew` class (below)"
+    shape = plan.output_shape
+    if shape == "reference":
+        shape = "the one the reference returns for the inputs (it depends on the sizes)"
     return f"""# {plan.name}
 
 {plan.summary}
 
-Write a faster `{entry}` (a plain function whose work runs in Triton kernels: the guarded
+Write a faster `{entry}` ({what} whose work runs in Triton kernels: the guarded
 verify rejects PyTorch math outside them) that returns what the
 reference below returns:
 
@@ -319,7 +346,7 @@ reference below returns:
 {inputs}
 
 Keyword arguments (passed to the reference and to your function alike): {scalars}.
-The output has shape {plan.output_shape} and dtype
+The output has shape {shape} and dtype
 {"the case dtype" if plan.output_dtype == "case" else plan.output_dtype}. Dev dims: {plan.dims};
 dtypes {", ".join(plan.dtypes)}. Hidden final cases draw other sizes of the same dims (see
 `inspect_context`), so do not specialise on the dev sizes. Launch parameters go in
@@ -350,7 +377,22 @@ def write_task(plan: TaskPlan, out: Path, *, force: bool = False) -> TaskSpec:
         )
     if out.exists() and any(out.iterdir()) and not force:
         raise UsageError(f"{out} is not empty.", next_step="choose a new folder or pass --force")
+    fresh = not out.exists()
+    empty = out.is_dir() and not any(out.iterdir())
+    try:
+        _write_files(plan, out)
+        return load_task(out)
+    except BaseException:
+        if fresh or empty:  # nothing of a failed task stays behind (an old folder is the user's)
+            shutil.rmtree(out, ignore_errors=True)
+            if empty:
+                out.mkdir()
+        raise
+
+
+def _write_files(plan: TaskPlan, out: Path) -> None:
     (out / "workspace").mkdir(parents=True, exist_ok=True)
+    (out / CHECK_FILE).unlink(missing_ok=True)  # a new task has not been checked yet
     ref_copy = out / plan.reference_in_task
     if ref_copy.resolve() != plan.reference_file.resolve():
         shutil.copyfile(plan.reference_file, ref_copy)
@@ -365,10 +407,35 @@ def write_task(plan: TaskPlan, out: Path, *, force: bool = False) -> TaskSpec:
     (out / "workspace" / "kernel_config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "task.toml").write_text(render_toml(plan, entry))
     params = ", ".join(
-        [i.name for i in plan.inputs] + [f"{k}={v!r}" for k, v in plan.scalars.items()]
+        [i.name for i in plan.inputs]
+        + [f"{k}={v!r}" for k, v in plan.scalars.items()]
+        + [f"{k}={v}" for k, v in plan.scalar_dims.items()]  # a size: the case's dim
     )
     (out / "task.md").write_text(render_brief(plan, entry, params))
-    return load_task(out)
+
+
+# -- the baseline check's record ---------------------------------------------------------------
+# `task new` and `task import-kernelbench` run the new task's baseline against its reference and
+# keep the outcome beside task.toml, so that `harnesslab init` does not bind a task whose own
+# baseline failed without being told to.
+CHECK_FILE = "check.json"
+
+
+def record_check(folder: Path, baseline: str, failing: list[str]) -> None:
+    data = {"baseline": baseline, "failing": failing}
+    (folder / CHECK_FILE).write_text(json.dumps(data, indent=1) + "\n")
+
+
+def failed_check(folder: Path) -> str | None:
+    """Why the task folder's baseline failed its check when the task was made (None: it passed,
+    or was never checked)."""
+    try:
+        data = json.loads((folder / CHECK_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("baseline") != "failed":
+        return None
+    return "; ".join(str(f) for f in data.get("failing", [])[:3]) or "it failed"
 
 
 def baseline_source(plan: TaskPlan) -> str:
@@ -379,24 +446,11 @@ def baseline_source(plan: TaskPlan) -> str:
     sig = names + (", *, " + kw if kw else "")
     pass_kw = ", ".join(f"{k}={k}" for k in plan.scalars)
     ref = f"_reference_{plan.reference_name}"  # the entry may have the reference's name
-    if plan.reference_kind == "module" and plan.module_params:
-        n = len(plan.inputs) - len(plan.module_params)
-        state = ", ".join(
-            f"{p!r}: {i.name}" for p, i in zip(plan.module_params, plan.inputs[n:], strict=True)
-        )
-        fwd = ", ".join(i.name for i in plan.inputs[:n])
-        body = (
-            f"    model = {ref}({pass_kw}).to({plan.inputs[0].name}.device)\n"
-            f"    return torch.func.functional_call(model, {{{state}}}, ({fwd},))"
-        )
-    elif plan.reference_kind == "module":
-        body = f"    return {ref}({pass_kw}).to({plan.inputs[0].name}.device)({names})"
-    else:
-        body = f"    return {ref}({names}{', ' + pass_kw if pass_kw else ''})"
     return (
         f'"""Baseline: the reference itself, in PyTorch. Replace `{plan.entry_function}` with a '
         f'faster kernel."""\n\n{src}\n\n\n{ref} = {plan.reference_name}\n\n\n'
-        f"def {plan.entry_function}({sig}):\n{body}\n"
+        f"def {plan.entry_function}({sig}):\n"
+        f"    return {ref}({names}{', ' + pass_kw if pass_kw else ''})\n"
     )
 
 
@@ -412,14 +466,17 @@ def signature_names(fn: Callable[..., Any]) -> list[str]:
 
 
 __all__ = [
+    "CHECK_FILE",
     "TOLERANCES",
     "InputSpec",
     "TaskPlan",
-    "call_reference",
+    "TaskRow",
     "draw_example",
+    "failed_check",
     "infer_inputs",
     "load_user_module",
     "output_shape",
+    "record_check",
     "render_toml",
     "signature_names",
     "split_ref",
