@@ -220,7 +220,7 @@ def call(result: dict[str, Any] | None, events=(), *, timed_out: bool = False) -
 
 
 def evaluate(c: RunnerCall):
-    return to_eval_result(c, CASES, candidate="abc", config={"w": 1}, mode="dev", seed=7)
+    return to_eval_result(c, CASES, candidate="abc", config={"w": 1}, mode="final", seed=7)
 
 
 def test_a_passing_run_is_scored_by_the_sum_of_its_medians() -> None:
@@ -229,7 +229,13 @@ def test_a_passing_run_is_scored_by_the_sum_of_its_medians() -> None:
            "copy_gbps": 3000.0}  # fmt: skip
     ev = evaluate(call(res))
     assert (ev.status, ev.score_us, ev.meaningful) == ("passed", 15.0, True)
-    assert (ev.candidate, ev.config, ev.mode, ev.seed, ev.wall_s) == ("abc", {"w": 1}, "dev", 7, 3.0)
+    assert (ev.candidate, ev.config, ev.mode, ev.seed, ev.wall_s) == (
+        "abc",
+        {"w": 1},
+        "final",
+        7,
+        3.0,
+    )
     assert (ev.geomean_pct_of_copy_bw, ev.copy_gbps, ev.env.device) == (42.0, 3000.0, "H100")
 
 

@@ -187,9 +187,7 @@ def test_the_latest_best_is_the_most_recently_set_pointer_of_the_mode(ws: Worksp
         ckpt.set_best("final", f"aaaa111{i}", 1.0, f"r{i}", case_set=f"s{i}")
     ckpt.set_best("dev", "cccc3333", 1.0, "rd", case_set="all")
     # Newest by time is the first by name, so neither name order nor creation order works.
-    finals = sorted(
-        p for p in (ckpt.root / "best").glob("*.json") if '"final"' in p.read_text()
-    )
+    finals = sorted(p for p in (ckpt.root / "best").glob("*.json") if '"final"' in p.read_text())
     for t, path in enumerate(reversed(finals)):
         os.utime(path, (100 + t, 100 + t))
     newest = json.loads(finals[0].read_text())["hash"]

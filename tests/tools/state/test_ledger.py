@@ -168,9 +168,7 @@ def test_ranked_takes_given_records_instead_of_reading_the_file(tmp_path: Path) 
 def test_given_records_of_another_mode_are_left_out(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "h.jsonl")
     given = [rec("final", 1.0, mode="final"), rec("dev", 5.0)]
-    assert [r["candidate"] for r in ledger.ranked("dev", case_set="all", records=given)] == [
-        "dev"
-    ]
+    assert [r["candidate"] for r in ledger.ranked("dev", case_set="all", records=given)] == ["dev"]
 
 
 # -- case sets ---------------------------------------------------------------------------------

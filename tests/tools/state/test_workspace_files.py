@@ -108,6 +108,33 @@ def test_more_paths_that_are_not_plain_relative_paths_are_refused(rel) -> None:
         wf.check_relative(rel)  # type: ignore[arg-type]
 
 
+def test_every_descriptor_the_gate_opens_refuses_links_and_is_close_on_exec(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[tuple[str, int]] = []
+    real_open = os.open
+
+    def spy(path, flags, *args, **kwargs):
+        opened.append((str(path), flags))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    wf.read_bytes(root, "sub/ok.txt")
+    wf.list_dir(root, "sub")
+    wf.walk_files(root, "sub")
+    wf.write_bytes(root, "sub/new/w.txt", b"x")
+    wf.append_line(root, "sub/log", "x\n")
+    wf.real_dir(root, "sub/made")
+    below_root = [(p, f) for p, f in opened if p != str(root)]
+    assert below_root and all(f & os.O_CLOEXEC for _, f in opened)
+    assert all(f & os.O_NOFOLLOW for _, f in below_root)
+    temps = [f for p, f in opened if p.endswith(".tmp")]
+    assert temps and all(f & os.O_EXCL and f & os.O_CREAT for f in temps)
+    (log,) = [f for p, f in opened if p == "log"]
+    assert log & os.O_APPEND  # concurrent appends never overwrite each other
+    assert all(f & os.O_DIRECTORY for p, f in opened if p in ("sub", "new", "made"))
+
+
 def test_a_relative_path_comes_back_as_a_pure_path_and_errors_name_what_it_is() -> None:
     assert wf.check_relative("a/b.py") == PurePosixPath("a/b.py")
     with pytest.raises(UsageError, match="is not a relative path"):
@@ -196,7 +223,11 @@ def test_the_default_size_limits(root: Path) -> None:
         wf.read_json(root, sparse("over.json", (1 << 20) + 1))
     (root / "at.json").write_text("1" + " " * ((1 << 20) - 1))
     assert wf.read_json(root, "at.json") == 1
-    assert wf.read_jsonl(root, sparse("over.jsonl", (64 << 20) + 1)) == []
+    line = b'\n{"a": 1}\n'
+    sparse("over.jsonl", (64 << 20) + 1 - len(line))
+    with open(root / "over.jsonl", "ab") as fh:
+        fh.write(line)
+    assert wf.read_jsonl(root, "over.jsonl") == []  # refused whole, not read in part
 
 
 class _Grew:
@@ -323,6 +354,7 @@ def test_text_must_be_utf8(root: Path) -> None:
         ('{"a": {"b": {}}}', 3, True),
         ('{"a": {"b": {"c": []}}}', 3, False),
         ("[[]][[]][[]][[]]", 2, True),  # closing brackets count
+        ("[[]][[[]]]", 2, False),  # ... one level each
         ("[{}]{[]}", 2, True),
         ('["[[[[[[", "{{{{"]', 1, True),  # brackets inside strings do not
         ('["\\"[[[[["]', 1, True),  # nor after an escaped quote

@@ -4,6 +4,7 @@ alone, no task folder, no torch."""
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from harnesslab.tools.task import declaration
 from harnesslab.tools.task.declaration import Declaration
 
 DIMS = {"rows", "dim"}
@@ -33,7 +35,9 @@ def problems(dims: set[str] = DIMS, **changes: Any) -> list[str]:
 def test_a_valid_declaration_has_no_problems() -> None:
     assert problems() == []
     assert problems(bytes="rows*dim*dtype_bytes", flops="2*rows*dim") == []
-    assert problems(inputs=[{"name": "x", "shape": [0, "rows", "2*dim", "dim//2 + rows%3 - 1"]}]) == []
+    assert (
+        problems(inputs=[{"name": "x", "shape": [0, "rows", "2*dim", "dim//2 + rows%3 - 1"]}]) == []
+    )
 
 
 def test_the_defaults_the_staged_declaration_carries() -> None:
@@ -60,8 +64,17 @@ def test_the_defaults_the_staged_declaration_carries() -> None:
         {"reference_kind": "class"},
         {"surprise": 1},
     ],
-    ids=["no-inputs", "cap-0", "name-digit", "name-dash", "distribution", "input-extra",
-         "output-extra", "reference-kind", "extra"],  # fmt: skip
+    ids=[
+        "no-inputs",
+        "cap-0",
+        "name-digit",
+        "name-dash",
+        "distribution",
+        "input-extra",
+        "output-extra",
+        "reference-kind",
+        "extra",
+    ],
 )
 def test_the_model_refuses_what_it_cannot_hold(changes: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
@@ -118,9 +131,9 @@ def test_an_unknown_dim_is_named_with_its_field_and_the_known_dims() -> None:
     assert problems(output={"shape": ["2*cols"]}) == [
         "declare.output.shape: unknown dim 'cols' (dims: dim, rows)"
     ]
-    assert decl(inputs=[{"name": "x", "shape": ["n"]}], output={"shape": [4]}).problems(
-        set()
-    ) == ["declare.inputs[0].shape: unknown dim 'n' (dims: none)"]
+    assert decl(inputs=[{"name": "x", "shape": ["n"]}], output={"shape": [4]}).problems(set()) == [
+        "declare.inputs[0].shape: unknown dim 'n' (dims: none)"
+    ]
 
 
 def test_a_negative_size_is_refused_and_zero_is_not() -> None:
@@ -134,6 +147,10 @@ def test_a_formula_that_does_not_parse_is_named() -> None:
     assert problems(output={"shape": ["rows*"]}) == [
         "declare.output.shape: 'rows*' is not an expression"
     ]
+    for statement in ("import os", "rows; dim", "del rows"):
+        assert problems(output={"shape": [statement]}) == [
+            f"declare.output.shape: {statement!r} is not an expression"
+        ]
 
 
 @pytest.mark.parametrize("expr", ["rows(1)", "rows.real", "rows[0]", "dim.bit_length()"])
@@ -193,6 +210,22 @@ def test_every_problem_is_reported_not_only_the_first() -> None:
         "declare.inputs",
         "declare.output.dtype",
     ]
+
+
+# -- probes ----------------------------------------------------------------------------------
+def test_the_host_lists_exactly_the_probes_the_staged_reference_implements() -> None:
+    # tools/gpu/declared.py runs on the GPU host without harnesslab: it keeps its own copy.
+    staged = Path(declaration.__file__).parent.parent / "gpu" / "declared.py"
+    tree = ast.parse(staged.read_text())
+    (kinds,) = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "PROBE_KINDS" for t in node.targets)
+    ]
+    assert declaration.PROBE_KINDS == kinds == (
+        "zeros", "wide_magnitudes", "tiny_magnitudes", "odd_sizes", "single_row",
+    )  # fmt: skip
 
 
 # -- the folder ------------------------------------------------------------------------------
