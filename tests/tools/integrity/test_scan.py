@@ -502,3 +502,178 @@ def test_integrity_rules_keep_only_lists_and_survive_a_broken_task_toml(tmp_path
 def test_a_finding_is_a_plain_record() -> None:
     f = Finding(code="c", severity="warn", file="k.py", line=3, detail="d")
     assert f.where() == "k.py:3"
+
+
+# -- each branch of the scanner, where the tables above do not reach ----------------------------
+def test_hasattr_with_a_computed_name_is_dynamic_code() -> None:
+    assert found("def kernel(x, n):\n    return hasattr(x, n)\n") == {("dynamic_code", "reject")}
+
+
+def test_a_forbidden_call_is_one_finding_even_where_a_prefix_matches_too() -> None:
+    body = "def kernel(x):\n    return os.system('a')\n"
+    assert found(body, forbidden_calls=["os.system"]) == {("forbidden_call", "reject")}
+    body = "def kernel(x):\n    return torch.nn._private(x)\n"
+    assert found(body) == {("forbidden_call", "reject")}
+
+
+def test_an_import_that_rebinds_a_name_is_followed() -> None:
+    body = "import os as torch\nimport torch.nn\ndef kernel(x):\n    return torch.nn.functional.silu(x)\n"
+    assert ("forbidden_call", "reject") in found(body)
+    body = "import os as o\ndef kernel(x):\n    o.system('ls')\n"
+    assert found(body) == {("subprocess", "reject")}
+
+
+def test_patching_a_dotted_module_imported_whole_is_a_monkey_patch() -> None:
+    assert ("monkey_patch", "reject") in found("import xml.dom\nxml.dom.minidom = None\n")
+    assert ("monkey_patch", "reject") in found("import xml.dom as d\nd.minidom = None\n")
+
+
+def test_a_from_import_is_checked_when_imported_and_followed_when_used() -> None:
+    assert found("from torch.nn.functional import silu\n") == {("forbidden_call", "reject")}
+    assert found("from os import system\n") == {("subprocess", "reject")}
+    assert found("from torch import cuda\ndef kernel(x):\n    cuda.Stream()\n") == {
+        ("stream_creation", "reject")
+    }
+    assert found("from torch import cuda as c\ndef kernel(x):\n    c.Stream()\n") == {
+        ("stream_creation", "reject")
+    }
+    assert found("from torch import cuda\n") == set()
+
+
+def test_torch_anywhere_in_a_triton_body_is_one_finding_per_body() -> None:
+    report = scan("@triton.jit\ndef k(x):\n    t = torch\n    return t\n")
+    assert [(f.code, f.line) for f in report.findings] == [("forbidden_call", 5)]
+    report = scan("@triton.jit\ndef k(x):\n    a = torch.sum(x)\n    return torch.exp(a)\n")
+    assert [(f.code, f.line) for f in report.findings] == [("forbidden_call", 5)]
+
+
+def test_any_decorator_shape_is_read_and_only_triton_jit_is_triton() -> None:
+    body = "DECORATORS = [lambda f: f]\n@DECORATORS[0]\ndef kernel(x):\n    return x\n"
+    assert found(body) == set()
+    body = "import helpers\n@helpers.jit\ndef k(x):\n    os.system('a')\n"
+    assert found(body) == {("subprocess", "reject")}
+
+
+def test_only_tensor_annotations_make_a_helpers_argument_a_tensor() -> None:
+    assert found("def helper(n: int):\n    return n * 2\n") == set()
+    assert found("def helper(t: 'torch.Tensor'):\n    return t * 2\n") == set()  # a string
+
+
+def test_odd_assignment_targets_do_not_break_the_scan() -> None:
+    body = "def kernel(x, cfgs):\n    cfgs[0].block = 4\n    n = 0\n    n += 1\n    cfgs.path = __file__\n"
+    assert found(body) == set()
+    assert found("def kernel(x, d):\n    d['a'] = 1\n") == set()
+
+
+def test_writing_os_environ_by_its_imported_name_is_a_patch() -> None:
+    assert found("from os import environ\nenviron['A'] = '1'\n") == {("monkey_patch", "reject")}
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "y = exec('a')",
+        "y += exec('a')",
+        "y: int = exec('a')",
+        "del y[exec('a')]",
+        "y = exec('a').bit_length()",
+        "y = exec('a') == 0",
+        "y = exec('a') + 1",
+        "print(exec('a'))",
+    ],
+)
+def test_calls_inside_any_statement_or_expression_are_scanned(statement: str) -> None:
+    assert found(f"def kernel(x, y):\n    {statement}\n") == {("dynamic_code", "reject")}
+
+
+def test_storing_into_a_private_name_is_a_patch_not_a_private_read() -> None:
+    assert found("torch.cuda._lazy_x = 1\n") == {("monkey_patch", "reject")}
+
+
+def test_only_the_environment_is_probed_by_its_keys() -> None:
+    assert found("def kernel(x, d):\n    return d['FINAL']\n") == set()
+    assert found("def kernel(x):\n    return os.environ[0]\n") == {("env_read", "warn")}
+    assert found("def kernel(x):\n    return str('SECRET_SAUCE')\n") == set()
+    assert found("def kernel(x):\n    return os.getenv()\n") == set()
+    assert ("env_probe", "reject") in found("def kernel(x):\n    return os.getenv('GUARD', 'd')\n")
+    assert ("env_probe", "reject") in found(
+        "def kernel(x):\n    return 'SECRET' in os.environ == True\n"
+    )
+
+
+def test_comparisons_with_numbers_are_fine() -> None:
+    assert found("def kernel(x, m):\n    return m == 3\n") == set()
+
+
+def test_an_unaliased_tl_is_triton_language() -> None:
+    assert found("def kernel(x):\n    return tl.sum(x)\n") == set()
+
+
+def test_escaping_is_only_parent_of_parent_or_dirname_of_dirname() -> None:
+    body = """
+    from pathlib import Path
+    P = Path(__file__)
+    HERE = os.path.dirname(os.path.abspath(__file__))
+    def kernel(x):
+        open(P.anchor.parent)
+        open(os.path.join(HERE, "a"))
+        open(P.with_name(P.parent.name))
+        return os.path.dirname(FNS[0](__file__))
+    """
+    assert ("reads_outside_workspace", "reject") not in found(body)
+
+
+def test_a_syntax_error_skips_only_its_file() -> None:
+    report = scan_sources({"a.py": b"import socket\n", "b.py": b"x = (\n"})
+    assert [(f.code, f.file) for f in report.findings] == [
+        ("exfiltration", "a.py"),
+        ("syntax_error", "b.py"),
+    ]
+    (nul,) = scan_sources({"k.py": b"import os\x00\n"}).findings
+    assert (nul.code, nul.line) == ("syntax_error", 0)  # no line from the parser
+
+
+def test_findings_are_kept_per_code_file_and_line() -> None:
+    report = scan_sources({"a.py": b"import socket\nimport socket\n", "b.py": b"import socket\n"})
+    assert [(f.file, f.line) for f in report.findings] == [("a.py", 1), ("a.py", 2), ("b.py", 1)]
+    report = scan("def kernel(x):\n    return os.system('a') + x.item()\n")
+    assert {f.code for f in report.findings} == {"subprocess", "host_sync"}
+
+
+def test_the_references_math_in_the_entry_stays_a_reject_beside_an_unused_helper() -> None:
+    body = "def helper(x):\n    return x\ndef kernel(x):\n    return torch.rsqrt(x)\n"
+    assert found(body, forbidden_calls=["torch.rsqrt"]) == {("forbidden_call", "reject")}
+
+
+def test_the_references_math_in_an_unused_helpers_default_runs_at_import() -> None:
+    body = (
+        "def helper(x, y=torch.rsqrt(torch.ones(1))):\n    return x\ndef kernel(x):\n    return x\n"
+    )
+    assert found(body, forbidden_calls=["torch.rsqrt"]) == {("forbidden_call", "reject")}
+    body = "def helper(\n    x,\n    y=torch.rsqrt(torch.ones(1)),\n):\n    return x\ndef kernel(x):\n    return x\n"
+    assert found(body, forbidden_calls=["torch.rsqrt"]) == {("forbidden_call", "reject")}
+
+
+def test_a_workspace_scan_uses_the_tasks_entry_and_methods(tmp_path: Path) -> None:
+    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", Settings(state_dir=tmp_path / "state"))
+    helper = (
+        b"import torch\ndef reference(x):\n    return torch.rsqrt(x)\n"
+        b"def rmsnorm_gate(x, gate, weight, eps=1e-5):\n    return x\n"
+    )
+    files = {**ws.editable_files(), "kernel.py": helper}
+    assert [f.code for f in scan_workspace(ws, files).findings] == ["unused_reference"]
+    task_root = tmp_path / "task"
+    task_root.mkdir()
+    ws.task = ws.task.model_copy(update={"root": task_root})
+    (task_root / "task.toml").write_text('[integrity]\nforbidden_methods = ["relu"]\n')
+    relu = b"def rmsnorm_gate(x):\n    return x.relu()\n"
+    rsqrt = b"def rmsnorm_gate(x):\n    return x.rsqrt()\n"
+    assert [f.code for f in scan_workspace(ws, {"kernel.py": relu}).rejects] == ["forbidden_call"]
+    assert scan_workspace(ws, {"kernel.py": rsqrt}).rejects == []
+
+
+def test_default_arguments_are_scanned_they_run_at_import() -> None:
+    assert found("def kernel(x, _=os.system('a')):\n    return x\n") == {("subprocess", "reject")}
+    assert found("def kernel(x, *, _=exec('a')):\n    return x\n") == {("dynamic_code", "reject")}
+    body = "@triton.jit\ndef k(x, n=os.system('a')):\n    return x\n"
+    assert ("subprocess", "reject") in found(body)
