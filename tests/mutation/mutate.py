@@ -426,10 +426,11 @@ def main(argv: list[str] | None = None) -> int:
         if touched is None:
             print("mutation: no git history to compare with; nothing to run")
             return 0
-        modules = [
+        # A changed module first, then one whose tests changed: the budget may not reach all.
+        modules = [m for m in modules if m.path in touched] + [
             m
             for m in modules
-            if m.path in touched or any(t.split("::")[0] in touched for t in m.tests)
+            if m.path not in touched and any(t.split("::")[0] in touched for t in m.tests)
         ]
         print(f"mutation: modules touched by this change: {[m.name for m in modules] or 'none'}")
     if args.list:

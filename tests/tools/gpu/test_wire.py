@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import struct
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -165,3 +167,94 @@ def test_read_line_reads_one_line_within_its_limit(pipe) -> None:
 def test_wire_errors_carry_their_kind() -> None:
     assert str(wire.WireError("eof")) == "eof" and wire.WireError("eof").kind == "eof"
     assert str(wire.WireError("protocol", "x")) == "protocol: x"
+
+
+# -- waiting: how long, and how ----------------------------------------------------------------
+class SelectSpy:
+    """select.select, recording each call's timeout (0 is a poll: the spinning wait)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.timeouts: list[float | None] = []
+        real = select.select
+
+        def spy(r, w, x, timeout=None):
+            self.timeouts.append(timeout)
+            return real(r, w, x, timeout)
+
+        monkeypatch.setattr(select, "select", spy)
+
+
+def test_a_plain_read_blocks_in_select_and_a_spinning_one_polls(
+    pipe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r, w = pipe
+    spy = SelectSpy(monkeypatch)
+    wire.send(w, {"a": 1})
+    assert wire.recv(r, timeout_s=5) == {"a": 1}  # spin is off by default
+    assert spy.timeouts and all(t is not None and t > 0 for t in spy.timeouts)
+    spy.timeouts.clear()
+    wire.send(w, "x")
+    assert wire.read_exact(r, 4, timeout_s=5) and wire.read_exact(r, 3, timeout_s=5)
+    os.write(w, b"line\n")
+    assert wire.read_line(r, timeout_s=5) == b"line\n"
+    assert spy.timeouts and all(t is not None and t > 0 for t in spy.timeouts)
+    spy.timeouts.clear()
+    wire.send(w, {"b": 2})
+    assert wire.recv(r, timeout_s=5, spin=True) == {"b": 2}
+    assert spy.timeouts and all(t == 0 for t in spy.timeouts)
+
+
+def test_without_a_deadline_even_a_spinning_read_blocks(pipe, monkeypatch) -> None:
+    r, w = pipe
+    spy = SelectSpy(monkeypatch)
+    wire.send(w, [1])
+    assert wire.recv(r, timeout_s=None, spin=True) == [1]
+    assert spy.timeouts == [None, None]
+
+
+def test_data_arriving_later_within_the_limit_is_read(pipe) -> None:
+    r, w = pipe
+    late = threading.Timer(0.05, lambda: (os.write(w, b"ab\n"), wire.send(w, 7)))
+    late.start()
+    try:
+        assert wire.read_exact(r, 1, timeout_s=10) == b"a"
+        assert wire.read_line(r, timeout_s=10) == b"b\n"
+        assert wire.recv(r, timeout_s=10, spin=True) == 7
+    finally:
+        late.join()
+
+
+@pytest.mark.parametrize("spin", [False, True])
+def test_a_short_limit_is_kept_short(pipe, spin: bool) -> None:
+    # Bounds, not timings: a 50 ms limit must not stretch to a second-long wait or poll.
+    r, _ = pipe
+    began = time.monotonic()
+    with pytest.raises(wire.WireError, match="timeout"):
+        wire.recv(r, timeout_s=0.05, spin=spin)
+    assert time.monotonic() - began < 0.9
+
+
+def test_a_frame_read_in_pieces_never_takes_bytes_of_the_next(
+    pipe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r, w = pipe
+    wire.send(w, {"first": "x" * 10})
+    wire.send(w, {"second": 2})
+    real = os.read
+    calls = [0]
+
+    def short_first(fd, n):
+        calls[0] += 1
+        return real(fd, min(n, 2) if calls[0] in (1, 3) else n)  # a short read per part
+
+    monkeypatch.setattr(os, "read", short_first)
+    assert wire.recv(r, timeout_s=5) == {"first": "x" * 10}
+    assert wire.recv(r, timeout_s=5) == {"second": 2}
+
+
+def test_closing_braces_close_a_level_as_brackets_do() -> None:
+    objects = b"[" + b"{}," * 700 + b"{}]"  # depth 2, 702 openers
+    assert wire.decode(objects) == [{}] * 701
+    climbing = b"[" + b"[]," * 600 + nest(64) + b"]"  # depth 65 after 600 closed pairs
+    with pytest.raises(wire.WireError, match="nesting too deep"):
+        wire.decode(climbing)
