@@ -336,17 +336,23 @@ def _run_mutants(
 
 
 def changed_paths(root: Path, base: str | None) -> set[str] | None:
-    """Files this change touched: against `base`, else the merge base with origin/main, else
-    the first parent (a clean checkout of main: the last commit is the change)."""
+    """Files this change touched (committed or not): since the merge base with `base` (default
+    origin/main), else since the first parent (a clean checkout of main: the last commit is the
+    change)."""
 
     def git(*args: str) -> str | None:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        except OSError:  # no git
+            return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    if base is None:
-        head = git("rev-parse", "HEAD")
-        merge_base = git("merge-base", "HEAD", "origin/main")
-        base = merge_base if merge_base and merge_base != head else "HEAD^"
+    head = git("rev-parse", "HEAD")
+    merge_base = git("merge-base", "HEAD", base or "origin/main")
+    if merge_base and merge_base != head:
+        base = merge_base  # what this branch changed, not what the other side did since
+    elif base is None:
+        base = "HEAD^"
     names = git("diff", "--name-only", base)
     return None if names is None else set(names.splitlines())
 

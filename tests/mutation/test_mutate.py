@@ -114,3 +114,34 @@ def test_a_run_kills_keeps_and_explains_mutants_and_leaves_the_tree_as_it_was(
     assert hashlib.sha256(module.read_bytes()).hexdigest() == before
     cached = list(root.rglob("mini*.pyc"))
     assert all(b"x / 2" not in p.read_bytes() for p in cached)
+
+
+def test_the_change_is_the_last_commit_and_what_is_not_committed(tmp_path: Path) -> None:
+    from harnesslab.tests.mutation.mutate import changed_paths
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text("x = 1\n")
+        git("add", name)
+        git("commit", "-q", "-m", name)
+    assert changed_paths(tmp_path, None) == {"b.py"}
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert changed_paths(tmp_path, None) == {"a.py", "b.py"}
+    git("checkout", "-q", "-b", "topic")
+    git("commit", "-q", "-am", "a")
+    (tmp_path / "c.py").write_text("")
+    git("add", "c.py")
+    git("commit", "-q", "-m", "c")
+    git("checkout", "-q", "main")
+    (tmp_path / "d.py").write_text("")
+    git("add", "d.py")
+    git("commit", "-q", "-m", "d")  # main moves on: not part of topic's change
+    git("checkout", "-q", "topic")
+    assert changed_paths(tmp_path, "main") == {"a.py", "c.py"}
+    (tmp_path.parent / "plain").mkdir()
+    assert changed_paths(tmp_path.parent / "plain", None) is None

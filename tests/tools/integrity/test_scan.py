@@ -517,8 +517,8 @@ def test_a_forbidden_call_is_one_finding_even_where_a_prefix_matches_too() -> No
 
 
 def test_an_import_that_rebinds_a_name_is_followed() -> None:
-    body = "import os as torch\nimport torch.nn\ndef kernel(x):\n    return torch.nn.functional.silu(x)\n"
-    assert ("forbidden_call", "reject") in found(body)
+    body = "import os as torch\nimport torch.linalg\ndef kernel(x):\n    return torch.linalg.inv(x)\n"
+    assert found(body) == {("forbidden_call", "reject")}
     body = "import os as o\ndef kernel(x):\n    o.system('ls')\n"
     assert found(body) == {("subprocess", "reject")}
 
@@ -563,6 +563,7 @@ def test_odd_assignment_targets_do_not_break_the_scan() -> None:
     body = "def kernel(x, cfgs):\n    cfgs[0].block = 4\n    n = 0\n    n += 1\n    cfgs.path = __file__\n"
     assert found(body) == set()
     assert found("def kernel(x, d):\n    d['a'] = 1\n") == set()
+    assert found("def kernel(x, f):\n    f()[0] = 1\n") == set()
 
 
 def test_writing_os_environ_by_its_imported_name_is_a_patch() -> None:
@@ -595,7 +596,7 @@ def test_only_the_environment_is_probed_by_its_keys() -> None:
     assert found("def kernel(x):\n    return os.environ[0]\n") == {("env_read", "warn")}
     assert found("def kernel(x):\n    return str('SECRET_SAUCE')\n") == set()
     assert found("def kernel(x):\n    return os.getenv()\n") == set()
-    assert ("env_probe", "reject") in found("def kernel(x):\n    return os.getenv('GUARD', 'd')\n")
+    assert ("env_probe", "reject") in found("def kernel(x, d):\n    return os.getenv('GUARD', d)\n")
     assert ("env_probe", "reject") in found(
         "def kernel(x):\n    return 'SECRET' in os.environ == True\n"
     )
@@ -618,7 +619,8 @@ def test_escaping_is_only_parent_of_parent_or_dirname_of_dirname() -> None:
         open(P.anchor.parent)
         open(os.path.join(HERE, "a"))
         open(P.with_name(P.parent.name))
-        return os.path.dirname(FNS[0](__file__))
+        there = os.path.dirname(FNS[0](__file__))
+        return there
     """
     assert ("reads_outside_workspace", "reject") not in found(body)
 
@@ -636,6 +638,8 @@ def test_a_syntax_error_skips_only_its_file() -> None:
 def test_findings_are_kept_per_code_file_and_line() -> None:
     report = scan_sources({"a.py": b"import socket\nimport socket\n", "b.py": b"import socket\n"})
     assert [(f.file, f.line) for f in report.findings] == [("a.py", 1), ("a.py", 2), ("b.py", 1)]
+    report = scan("def kernel(x):\n    return os.system('a') or exec('b')\n")
+    assert {f.code for f in report.findings} == {"subprocess", "dynamic_code"}  # one line
     report = scan("def kernel(x):\n    return os.system('a') + x.item()\n")
     assert {f.code for f in report.findings} == {"subprocess", "host_sync"}
 
