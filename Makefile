@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH ?= 2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test lint install
+.PHONY: demo test lint install mutation
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -33,3 +33,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# Mutation testing of the trusted modules (tests/mutation/config.toml): a table of mutants
+# killed per module; fails below a module's threshold. MUTATION_ARGS="-m ledger" for one module,
+# "--changed --budget-s 300" for what CI runs.
+mutation: $(STAMP)
+	$(PY) tests/mutation/mutate.py $(MUTATION_ARGS)

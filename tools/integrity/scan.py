@@ -265,6 +265,9 @@ class _Scanner(ast.NodeVisitor):
                     return
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        for default in [*node.args.defaults, *node.args.kw_defaults]:
+            if default is not None:  # Python evaluated at import, whatever the function is
+                self.visit(default)
         names = [
             self.dotted(d.func if isinstance(d, ast.Call) else d) or "" for d in node.decorator_list
         ]

@@ -29,8 +29,8 @@ def _names(node: ast.AST) -> set[str]:
 
 def unreachable_functions(tree: ast.Module, entry: str) -> dict[str, tuple[int, int]]:
     """Top-level functions of `tree` that neither module-level code (imports run it all) nor
-    `entry` reaches: name -> (first line, last line). Empty when `entry` is not defined here:
-    then anything may be called from elsewhere."""
+    `entry` reaches: name -> (first and last line of its body). Empty when `entry` is not
+    defined here: then anything may be called from elsewhere."""
     defs: dict[str, FunctionNode] = {
         n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
     }
@@ -53,8 +53,10 @@ def unreachable_functions(tree: ast.Module, entry: str) -> dict[str, tuple[int, 
             continue
         reached.add(name)
         todo += [n for n in _names(defs[name]) if n in defs and n not in reached]
+    # The body's lines only: the def line (and any line before the body) holds defaults and
+    # annotations, which run at import whether or not the function is ever called.
     return {
-        name: (node.lineno, node.end_lineno or node.lineno)
+        name: (node.body[0].lineno, node.end_lineno or node.lineno)
         for name, node in defs.items()
         if name not in reached
     }

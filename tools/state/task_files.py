@@ -112,6 +112,8 @@ def kept_files(store: TrustedStore) -> dict[str, bytes]:
     folder = store.root / SNAPSHOT / "current"
     try:
         manifest = json.loads((folder / "manifest.json").read_text())["files"]
+        if not isinstance(manifest, dict):
+            raise TypeError(f"'files' is a {type(manifest).__name__}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(
             f"the task files kept in {folder} are missing or damaged.",
