@@ -54,6 +54,14 @@ def _args(p: argparse.ArgumentParser) -> None:
         help="a trial of an arm with generated servers counts only if it called one of them",
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=0,
+        metavar="N",
+        help="trials at once, each on its own GPU (--gpus 0,1,...; default: one per GPU; "
+        "1: one after another)",
+    )
     again = p.add_mutually_exclusive_group()
     again.add_argument(
         "--resume",
@@ -104,6 +112,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         attempt_timeouts_s=args.attempt_timeouts or [],
         require_harness_tool_use=args.require_harness_tool_use,
         seed=args.seed,
+        parallel=args.parallel,
     )
 
     def progress(ev: dict[str, Any]) -> None:

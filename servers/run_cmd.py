@@ -304,6 +304,12 @@ def _run_args(p: argparse.ArgumentParser) -> None:
         help="--runner claude: spend cap per turn (claude --max-budget-usd)",
     )
     p.add_argument("--stop-score", type=float, help="stop once the verified score is this good")
+    p.add_argument(
+        "--budget",
+        type=duration_s,
+        help="wall-clock budget, e.g. 10m: no new iteration starts after it (with a large "
+        "--iterations, a run of fixed length)",
+    )
     p.add_argument("--higher-is-better", action="store_true", help="for command tasks' scores")
     p.add_argument(
         "--optimization-mode",
@@ -432,6 +438,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         task_text=args.task_text or "",
         build_timeout_s=args.build_timeout,
         stop_score=args.stop_score,
+        budget_s=args.budget,
         higher_is_better=args.higher_is_better,
         optimization_mode=args.optimization_mode,
         restore_best=not args.no_restore_best,

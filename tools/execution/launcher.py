@@ -8,6 +8,7 @@ warm workers plug in behind the same `call()` so callers never change.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -268,6 +269,16 @@ class Launcher:
 
     def remote(self, slot: Slot, rel: str) -> str:
         return slot.executor.path("stage", rel)
+
+    def pinned(self, slot: Slot) -> Launcher:
+        """A view of this launcher whose only slot is `slot`: the same executors, stage, sync
+        locks, warm workers and compile pool, so every call made through it (a guarded verify,
+        a command task's final objective) runs on that GPU. For callers that run several jobs
+        at once, one per GPU (compare's trials, the loop's scoring). Close the launcher it came
+        from, never the view."""
+        view = copy.copy(self)
+        view.slots = [slot]
+        return view
 
     def pick(self, prefer: int | None = None) -> Slot:
         if prefer is not None:

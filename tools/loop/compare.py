@@ -26,9 +26,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
+from ..execution.launcher import Launcher, build_launcher
 from ..meta import registry
 from ..meta.qualification import bundle_roots
 from ..settings import Settings
@@ -76,6 +78,12 @@ class CompareConfig(BaseModel):
     attempt_timeouts_s: list[float] = Field(default_factory=list)
     require_harness_tool_use: bool = False
     seed: int = Field(default=0, description="bootstrap resampling seed (the report is stable)")
+    parallel: int = Field(
+        default=0,
+        ge=0,
+        description="trials run at once, each on its own GPU slot of the executor (0: one per "
+        "slot; 1: one after another)",
+    )
 
 
 class Trial(BaseModel):
@@ -97,6 +105,7 @@ class Trial(BaseModel):
         description="whether its timings mean anything (None: its objective does not say)",
     )
     certifies: str = Field(default="", description="what its last verified score certifies")
+    slot: str = Field(default="", description="the GPU slot its loop was scored on (host:gpuN)")
     wall_s: float = 0.0
 
 
@@ -195,8 +204,16 @@ def discard_trial(root: Path, settings: Settings) -> None:
 
 
 async def run_trial(
-    config: CompareConfig, arm: Arm, index: int, secret: dict[str, Any], settings: Settings
+    config: CompareConfig,
+    arm: Arm,
+    index: int,
+    secret: dict[str, Any],
+    settings: Settings,
+    *,
+    launcher: Launcher | None = None,
 ) -> Trial:
+    """One trial's loop. With `launcher` (a view pinned to one GPU slot: `Launcher.pinned`),
+    its scores run on that slot and its agent's servers are given that GPU alone."""
     root = trial_root(config, arm, index)
     if root.exists():
         raise UsageError(
@@ -209,6 +226,10 @@ async def run_trial(
         servers = adopt_servers(open_workspace(arm.servers_from, settings), ws, settings)
     started = time.perf_counter()
     trial = Trial(arm=arm.name, index=index + 1, workspace=str(ws.root))
+    if launcher is not None and len(launcher.slots) == 1:
+        slot = launcher.slots[0]
+        trial.slot = slot.label
+        settings = settings.model_copy(update={"gpus": str(slot.gpu_index)})
     run = RunConfig(
         task=config.task,
         workspace=ws.root,
@@ -223,7 +244,7 @@ async def run_trial(
         final_verify=False,
         restore_best=False,
     )
-    summary = await start_run(run, settings)
+    summary = await start_run(run, settings, launcher=launcher)
     trial.run_id = summary["run_id"]
     trial.wall_s = round(time.perf_counter() - started, 1)
     trial.tool_calls = dict(summary.get("tool_calls") or {})
@@ -233,6 +254,7 @@ async def run_trial(
     trial.verdict = str((scores[-1] if scores else {}).get("verdict", ""))
     trial.meaningful = said(sc.get("meaningful") for sc in scores)
     trial.certifies = str((scores[-1] if scores else {}).get("certifies") or "")
+    trial.slot = str((scores[-1] if scores else {}).get("slot") or trial.slot)
     best = summary.get("best")
     trial.score = best["score_us"] if best else None
     if summary.get("status") == "agent_failed":
@@ -373,8 +395,10 @@ def prepare_out(config: CompareConfig, settings: Settings, *, resume: bool, forc
         )
     before = json.loads(started.read_text())
     now = config.model_dump(mode="json")
-    changed = sorted(
-        k for k in {*before, *now} if k not in ("trials", "out") and before.get(k) != now.get(k)
+    changed = sorted(  # trials, out and parallel change how, not what, a compare measures
+        k
+        for k in {*before, *now}
+        if k not in ("trials", "out", "parallel") and before.get(k) != now.get(k)
     )
     if changed:
         raise UsageError(
@@ -391,9 +415,10 @@ async def compare(
     resume: bool = False,
     force: bool = False,
 ) -> CompareReport:
-    """Run every trial (A and B alternating, so drift hits both) and write the report. Each
-    finished trial is appended to trials.jsonl at once: `resume` runs only the others (a trial
-    that was cut short starts again from scratch); `force` starts over in a used --out."""
+    """Run every trial (A and B alternating, so drift hits both; on several GPU slots at once,
+    one trial per slot: `_run_trials`) and write the report. Each finished trial is appended to
+    trials.jsonl at once: `resume` runs only the others (a trial that was cut short starts
+    again from scratch); `force` starts over in a used --out."""
     prepare_out(config, settings, resume=resume, force=force)
     names = [a.name for a in config.arms]
     if len(set(names)) != 2:
@@ -417,23 +442,18 @@ async def compare(
     secret = workspace_secret(settings, anchor, rotate=force)
     started = time.perf_counter()
     done = {(t.arm, t.index): t for t in finished_trials(config.out)} if resume else {}
-    trials: list[Trial] = []
-    for i in range(config.trials):
-        for arm in config.arms:
-            kept = done.get((arm.name, i + 1))
-            if kept is not None:
-                trials.append(kept)
-                if on_event:
-                    on_event({"kind": "trial_done", "message": f"{_trial_line(kept)} (kept)"})
-                continue
-            discard_trial(trial_root(config, arm, i), settings)  # cut short before: again
-            if on_event:
-                on_event({"kind": "trial", "message": f"{arm.name} trial {i + 1}/{config.trials}"})
-            trial = await run_trial(config, arm, i, secret, settings)
-            append_jsonl(config.out / TRIALS_FILE, trial.model_dump(mode="json"))
-            trials.append(trial)
-            if on_event:
-                on_event({"kind": "trial_done", "message": _trial_line(trial), "trial": trial})
+    order = [(i, j, arm) for i in range(config.trials) for j, arm in enumerate(config.arms)]
+    trials = [done[(arm.name, i + 1)] for i, _, arm in order if (arm.name, i + 1) in done]
+    for kept in trials:
+        if on_event:
+            on_event({"kind": "trial_done", "message": f"{_trial_line(kept)} (kept)"})
+    todo = [(i, j, arm) for i, j, arm in order if (arm.name, i + 1) not in done]
+    launcher = build_launcher(settings)
+    try:
+        trials += await _run_trials(config, todo, secret, settings, launcher, on_event)
+    finally:
+        await launcher.aclose()
+    trials.sort(key=lambda t: (t.index, names.index(t.arm)))
     higher = kind_of(task).higher_is_better(task)
     adopted: dict[str, list[str]] = {}
     for t in trials:
@@ -463,6 +483,54 @@ async def compare(
     return report
 
 
+async def _run_trials(
+    config: CompareConfig,
+    todo: list[tuple[int, int, Arm]],
+    secret: dict[str, Any],
+    settings: Settings,
+    launcher: Launcher,
+    on_event: EventSink | None,
+) -> list[Trial]:
+    """Run `todo` ((trial index, arm index, arm), A and B alternating) on the launcher's GPU
+    slots at once, one trial per slot: trial i of arm j goes to slot (i + j) mod width, so with
+    two slots each arm's trials alternate between the GPUs instead of one arm owning one GPU.
+    Each finished trial is appended to trials.jsonl at once. The first failure stops the others
+    (what they finished is kept) and is raised as itself."""
+    width = min(config.parallel or len(launcher.slots), len(launcher.slots), max(1, len(todo)))
+    slots = launcher.slots[:width]
+    queues: list[list[tuple[int, int, Arm]]] = [[] for _ in slots]
+    for i, j, arm in todo:
+        queues[(i + j) % width].append((i, j, arm))
+    out: list[Trial] = []
+    failed: list[BaseException] = []
+
+    async def work(slot_index: int, scope: anyio.CancelScope) -> None:
+        view = launcher.pinned(slots[slot_index]) if width > 1 else launcher
+        for i, _, arm in queues[slot_index]:
+            discard_trial(trial_root(config, arm, i), settings)  # cut short before: again
+            if on_event:
+                where = f" on {slots[slot_index].label}" if width > 1 else ""
+                on_event({"kind": "trial", "message": f"{arm.name} trial {i + 1}/"
+                          f"{config.trials}{where}"})  # fmt: skip
+            try:
+                trial = await run_trial(config, arm, i, secret, settings, launcher=view)
+            except Exception as exc:  # the first failure ends the compare, raised as itself
+                failed.append(exc)
+                scope.cancel()
+                return
+            append_jsonl(config.out / TRIALS_FILE, trial.model_dump(mode="json"))
+            out.append(trial)
+            if on_event:
+                on_event({"kind": "trial_done", "message": _trial_line(trial), "trial": trial})
+
+    async with anyio.create_task_group() as tg:
+        for k in range(width):
+            tg.start_soon(work, k, tg.cancel_scope)
+    if failed:
+        raise failed[0]
+    return out
+
+
 def _case_set(trials: list[Trial], settings: Settings) -> str:
     for t in trials:
         try:
@@ -480,7 +548,8 @@ def _trial_line(t: Trial) -> str:
     score = "-" if t.score is None else f"{t.score:.6g}"
     if t.score is not None and t.meaningful is False:
         score += " (timings not meaningful)"
-    return f"{t.arm} {t.index}: {'valid' if t.valid else 'INVALID'} score {score}" + (
+    where = f" ({t.slot})" if t.slot else ""
+    return f"{t.arm} {t.index}{where}: {'valid' if t.valid else 'INVALID'} score {score}" + (
         f" ({t.invalid_reason})" if t.invalid_reason else ""
     )
 

@@ -108,6 +108,7 @@ class Loop:
         *,
         runner: AgentRunner | None = None,
         on_event: EventSink | None = None,
+        launcher: Launcher | None = None,
     ) -> None:
         self.state = state
         self.store = store
@@ -118,6 +119,9 @@ class Loop:
             cfg.runner, agent_cmd=cfg.agent_cmd, extra_args=cfg.agent_args, settings=settings
         )
         self.on_event = on_event
+        # A launcher from the caller (compare's trials share one, each pinned to its GPU) is
+        # the caller's to close; one built here is closed when the run ends.
+        self.shared_launcher = launcher
         self.launcher: Launcher | None = None
         self.kind = kind_of(ws.task)
         self.higher = cfg.higher_is_better or self.kind.higher_is_better(ws.task)
@@ -143,13 +147,19 @@ class Loop:
 
     # -- scoring ----------------------------------------------------------------------------------
     async def score(self, *, rotate: bool = False, label: str = "") -> Score:
-        """Guarded verification of the workspace as it stands; never raises for a bad candidate."""
+        """Guarded verification of the workspace as it stands, on one GPU slot (a free one;
+        the score names it); never raises for a bad candidate."""
         assert self.launcher is not None
-        self.emit("phase", f"{label}: guarded verify" + (" (rotated cases)" if rotate else ""))
+        slot = self.launcher.pick()
+        launcher = self.launcher.pinned(slot)
+        self.emit(
+            "phase",
+            f"{label}: guarded verify on {slot.label}" + (" (rotated cases)" if rotate else ""),
+        )
         started = time.perf_counter()
         try:
             if not self.kind.runs_kernel:  # its final objective, guarded
-                cv = await command_verify(self.ws, self.launcher, self.settings, rotate=rotate)
+                cv = await command_verify(self.ws, launcher, self.settings, rotate=rotate)
                 out = Score(
                     verdict=cv.verdict,
                     score_us=cv.score,
@@ -160,7 +170,7 @@ class Loop:
                     reasons=[r["detail"] for r in cv.reasons][:8],
                 )
             else:
-                v = await guarded_verify(self.ws, self.launcher, self.settings, rotate=rotate)
+                v = await guarded_verify(self.ws, launcher, self.settings, rotate=rotate)
                 # The run's summary and prompts are the agent's to read: the public view only.
                 shown = public_verdict(v)
                 inc = shown.get("incumbent") or {}
@@ -182,6 +192,7 @@ class Loop:
             log.exception("%s: scoring failed", label)
             out = Score(verdict="error", error=f"{type(exc).__name__}: {exc}"[:1000])
         out.wall_s = time.perf_counter() - started
+        out.slot = slot.label
         self.emit("score", f"{label}: {out.verdict} {out.score_us}", score=out.model_dump())
         return out
 
@@ -431,7 +442,7 @@ class Loop:
             "build": self.step_build,
             "qualify": self.step_qualify,
         }
-        self.launcher = build_launcher(self.settings)
+        self.launcher = self.shared_launcher or build_launcher(self.settings)
         try:
             if state.baseline is None and cfg.score_baseline:
                 state.baseline = await self.score(label="baseline")
@@ -469,10 +480,14 @@ class Loop:
                 state.status = "interrupted" if interrupted else "failed"
                 state.error = "" if interrupted else f"{type(exc).__name__}: {exc}"[:2000]
                 self.save()
-                await self.launcher.aclose()
+                await self._close_launcher()
             raise
-        await self.launcher.aclose()
+        await self._close_launcher()
         return summarize(state, self.ws.telemetry_records())
+
+    async def _close_launcher(self) -> None:
+        if self.launcher is not None and self.launcher is not self.shared_launcher:
+            await self.launcher.aclose()
 
     def fail_iteration(self, it: Iteration, step: str, exc: Exception) -> None:
         """An unexpected error in a step: the iteration is scored as an error and done; the
@@ -489,6 +504,13 @@ class Loop:
         if state.iterations and state.iterations[-1].step != "done":
             return state.iterations[-1]
         if state.status == "stopped" or len(state.iterations) >= state.config.iterations:
+            return None
+        budget = state.config.budget_s
+        if budget is not None and time.time() - state.created_at >= budget:
+            state.status = "stopped"
+            state.stop_reason = (
+                f"budget of {budget:g} s spent after {len(state.iterations)} iterations"
+            )
             return None
         it = Iteration(index=len(state.iterations) + 1)
         state.iterations.append(it)
@@ -525,8 +547,10 @@ async def start_run(
     on_event: EventSink | None = None,
     runner: AgentRunner | None = None,
     run_id: str | None = None,
+    launcher: Launcher | None = None,
 ) -> dict[str, Any]:
-    """Start a new run; returns summary.json's content."""
+    """Start a new run; returns summary.json's content. `launcher`: score through this one
+    (the caller closes it) instead of one built for the run."""
     runner = runner or build_runner(
         config.runner, agent_cmd=config.agent_cmd, extra_args=config.agent_args, settings=settings
     )
@@ -541,7 +565,7 @@ async def start_run(
         )
     state = RunState(run_id=store.run_id, config=config)
     store.write("config.json", config.model_dump(mode="json"))
-    loop = Loop(state, store, ws, settings, runner=runner, on_event=on_event)
+    loop = Loop(state, store, ws, settings, runner=runner, on_event=on_event, launcher=launcher)
     loop.emit("run", f"run {store.run_id} in {store.dir}", run_id=store.run_id, dir=str(store.dir))
     return await loop.run()
 

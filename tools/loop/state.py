@@ -63,6 +63,12 @@ class RunConfig(BaseModel):
         default=True, description="restore the best and verify it again at the end"
     )
     stop_score: float | None = Field(default=None, description="stop once verified this good")
+    budget_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="wall-clock seconds from the run's start after which no new iteration "
+        "starts (the one running finishes, then the final restore and verify)",
+    )
     higher_is_better: bool = False
     score_key: str = Field(default="score_us", description="what a score is (from the task)")
     unit: str = Field(default="us", description="unit of the scores (from the task)")
@@ -104,6 +110,7 @@ class Score(BaseModel):
         default=None, description="geomean incumbent/candidate time over the cases; >1 is faster"
     )
     faster_than_incumbent: bool | None = None
+    slot: str = Field(default="", description="the GPU slot it was verified on (host:gpuN)")
 
 
 class Best(BaseModel):
@@ -336,6 +343,8 @@ def summarize(state: RunState, telemetry: list[dict[str, Any]]) -> dict[str, Any
                 "error": it.error,
                 "tool_calls": _window(records, it.started_at, it.finished_at)[0],
                 "wall_s": round((it.finished_at or time.time()) - it.started_at, 1),
+                # when it ended, in seconds from the run's start: the x axis of a score curve
+                "at_s": round((it.finished_at or time.time()) - state.created_at, 1),
             }
         )
     start = state.iterations[0].started_at if state.iterations else state.created_at

@@ -95,7 +95,7 @@ class FlakyTrials:
     def __init__(self, fail: set[int]) -> None:
         self.fail, self.calls = fail, []
 
-    async def __call__(self, config, arm, index, secret, settings):
+    async def __call__(self, config, arm, index, secret, settings, *, launcher=None):
         root = compare_mod.trial_root(config, arm, index)
         assert not root.exists(), f"{root} was not cleared before the trial ran again"
         self.calls.append((arm.name, index + 1))

@@ -127,6 +127,8 @@ async def test_verified_improvement_becomes_best_and_a_deleted_kernel_is_rolled_
     # the agent claimed 0.001 us; the loop's own verify decides
     assert first["attempt"]["claimed"]["score_us"] == 0.001
     assert first["score"]["score_us"] > 1.0 and first["score"]["verdict"] == "passed"
+    assert first["score"]["slot"] == "local:gpu0"  # every score names the GPU it ran on
+    assert 0 < first["wall_s"] <= first["at_s"] <= second["at_s"]
     assert second["attempt"]["status"] == "failed" and second["attempt"]["exit_code"] == 3
     assert second["score"]["verdict"] == "error" and "kernel.py" in second["score"]["error"]
     # 300 KB of output was capped: the head, a note, the tail

@@ -13,6 +13,9 @@ runs the n-th action (the last one repeats). Turn counts live next to the plan f
   bad_server   generate a server whose custom tool raises
   two_servers  good_server and bad_server in one turn
   noop         write a result.json and exit 0
+  rendezvous   improve, then wait (up to 60 s) until plan["rendezvous"] agents of this plan
+               have arrived; the result says whether they all did ("met") or not ("alone"):
+               proof that trials ran at the same time
 """
 
 import json
@@ -77,6 +80,17 @@ elif action == "hang":
         plan_file.with_name("pids.json").write_text(json.dumps(pids))
         marker.write_text("hung")
         time.sleep(600)
+elif action == "rendezvous":
+    set_rows(16)
+    arrived = plan_file.with_name(f"arrived.{os.getpid()}")
+    arrived.write_text("here")
+    deadline = time.monotonic() + 60
+    while len(list(plan_file.parent.glob("arrived.*"))) < int(plan["rendezvous"]):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    met = len(list(plan_file.parent.glob("arrived.*"))) >= int(plan["rendezvous"])
+    claim.update(status="improved", summary="met" if met else "alone")
 elif action in ("good_server", "two_servers"):
     generate("fake-good-server", broken=False)
 if action in ("bad_server", "two_servers"):
