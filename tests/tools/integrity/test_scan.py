@@ -517,7 +517,9 @@ def test_a_forbidden_call_is_one_finding_even_where_a_prefix_matches_too() -> No
 
 
 def test_an_import_that_rebinds_a_name_is_followed() -> None:
-    body = "import os as torch\nimport torch.linalg\ndef kernel(x):\n    return torch.linalg.inv(x)\n"
+    body = (
+        "import os as torch\nimport torch.linalg\ndef kernel(x):\n    return torch.linalg.inv(x)\n"
+    )
     assert found(body) == {("forbidden_call", "reject")}
     body = "import os as o\ndef kernel(x):\n    o.system('ls')\n"
     assert found(body) == {("subprocess", "reject")}
