@@ -7,7 +7,8 @@ one ncu parser); tests/tools/gpu/test_staged.py checks that none imports harness
 
 Side of the trust boundary: runner.py (dev modes) runs inside sandbox.py with the candidate;
 guard.py, guard_gpu.py and replay.py are the guarded verify's trusted side; guard_child.py is the
-candidate's process.
+candidate's process; harnesslab_cuda.py (with nvrtc.py and cuda_source.py) runs in the
+candidate's process, imported by its kernel.py.
 """
 
 from pathlib import Path
@@ -22,8 +23,13 @@ STAGED = (
     "guard_gpu.py",
     "guard_child.py",
     "replay.py",
+    # CUDA C++ candidates: the launcher kernel.py imports, NVRTC, the source reader.
+    "harnesslab_cuda.py",
+    "nvrtc.py",
+    "cuda_source.py",
 )
-LAB = ("runner.py", "lab.py", "ncu.py")
+LAB = ("runner.py", "lab.py", "ncu.py", "harnesslab_cuda.py", "nvrtc.py", "cuda_source.py",
+       "cudadrv.py")  # fmt: skip
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.
 TASK = ("declared.py",)
