@@ -346,6 +346,11 @@ class _Configured:
         if len(devices) > 1:
             raise LaunchError(f"{k.expression}: some tensors are on the GPU, some on the CPU")
         device = devices.pop() if devices else ("cuda" if _has_gpu() else "cpu")
+        if device == "cuda":
+            here = int(_torch().cuda.current_device())
+            if any(_is_tensor(a.obj) and a.obj.device.index != here for a in converted):
+                raise LaunchError(f"{k.expression}: a tensor is not on cuda:{here}, the current "
+                                  "device (launches run there)")  # fmt: skip
         if 0 in grid:
             return  # nothing to run (rows = 0): no launch, nothing recorded
         stream = _torch().cuda.current_stream().cuda_stream if device == "cuda" else 0

@@ -62,24 +62,30 @@ __device__ float block_sum(float v) {
   return warp_sum(v);
 }
 
+// Sum of x*x over this thread's part of the row (packs of N elements, N = VEC or 1).
 template <typename T, int N>
-__device__ void row_pass(const T* x, const T* gate, const T* weight, T* out, long long base,
-                         int dim, float rstd, float* ss) {
-  // rstd < 0: pass 1 (sum of squares into *ss); else pass 2 (write the output).
-  const int npack = dim / N;
-  for (int i = threadIdx.x; i < npack; i += blockDim.x) {
-    const Pack<T, N> xv = load_pack<T, N>(x + base, i);
-    if (rstd < 0.f) {
-      for (int j = 0; j < N; ++j) *ss += to_f(xv.v[j]) * to_f(xv.v[j]);
-      continue;
-    }
-    const Pack<T, N> gv = load_pack<T, N>(gate + base, i), wv = load_pack<T, N>(weight, i);
+__device__ float sum_squares(const T* x, int dim) {
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < dim / N; i += blockDim.x) {
+    const Pack<T, N> xv = load_pack<T, N>(x, i);
+    for (int j = 0; j < N; ++j) ss += to_f(xv.v[j]) * to_f(xv.v[j]);
+  }
+  return ss;
+}
+
+// y = x * rstd * weight * silu(gate) for this thread's part of the row.
+template <typename T, int N>
+__device__ void write_row(const T* x, const T* gate, const T* weight, T* out, int dim,
+                          float rstd) {
+  for (int i = threadIdx.x; i < dim / N; i += blockDim.x) {
+    const Pack<T, N> xv = load_pack<T, N>(x, i), gv = load_pack<T, N>(gate, i),
+                     wv = load_pack<T, N>(weight, i);
     Pack<T, N> o;
     for (int j = 0; j < N; ++j) {
       const float g = to_f(gv.v[j]);
       o.v[j] = from_f<T>(to_f(xv.v[j]) * rstd * to_f(wv.v[j]) * (g / (1.f + __expf(-g))));
     }
-    store_pack<T, N>(out + base, i, o);
+    store_pack<T, N>(out, i, o);
   }
 }
 
@@ -90,10 +96,8 @@ rmsnorm_gate_kernel(const T* __restrict__ x, const T* __restrict__ gate,
                     const T* __restrict__ weight, T* __restrict__ out, int dim, float eps,
                     int vector_ok) {
   const long long base = (long long)blockIdx.x * dim;
-  float ss = 0.f;
-  if (vector_ok) row_pass<T, VEC>(x, gate, weight, out, base, dim, -1.f, &ss);
-  else row_pass<T, 1>(x, gate, weight, out, base, dim, -1.f, &ss);
+  const float ss = vector_ok ? sum_squares<T, VEC>(x + base, dim) : sum_squares<T, 1>(x + base, dim);
   const float rstd = rsqrtf(block_sum(ss) / (float)dim + eps);
-  if (vector_ok) row_pass<T, VEC>(x, gate, weight, out, base, dim, rstd, &ss);
-  else row_pass<T, 1>(x, gate, weight, out, base, dim, rstd, &ss);
+  if (vector_ok) write_row<T, VEC>(x + base, gate + base, weight, out + base, dim, rstd);
+  else write_row<T, 1>(x + base, gate + base, weight, out + base, dim, rstd);
 }
