@@ -9,8 +9,9 @@ Side of the trust boundary: sandbox.py (with sandbox_policy.py, the typed policy
 way to start it, sandbox_confine.py and sandbox_limits.py) is trusted up to the exec of its
 target; runner.py (dev modes) runs inside sandbox.py with the candidate;
 guard.py, guard_gpu.py and replay.py are the guarded verify's trusted side; guard_child.py is the
-candidate's process; modelnew.py (a KernelBench `ModelNew` class as the entry) runs where the
-candidate runs.
+candidate's process; modelnew.py (a KernelBench `ModelNew` class as the entry) and
+harnesslab_cuda.py (with nvrtc.py and cuda_source.py, imported by a CUDA kernel.py) run where
+the candidate runs.
 """
 
 from pathlib import Path
@@ -30,8 +31,13 @@ STAGED = (
     "replay.py",
     "numerics.py",
     "modelnew.py",
+    # CUDA C++ candidates: the launcher kernel.py imports, NVRTC, the source reader.
+    "harnesslab_cuda.py",
+    "nvrtc.py",
+    "cuda_source.py",
 )
-LAB = ("runner.py", "lab.py", "ncu.py", "modelnew.py")
+LAB = ("runner.py", "lab.py", "ncu.py", "modelnew.py", "harnesslab_cuda.py", "nvrtc.py",
+       "cuda_source.py", "cudadrv.py")  # fmt: skip
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.
 TASK = ("declared.py",)

@@ -233,14 +233,16 @@ class Driver:
             sizes.append(size.value)
         return sizes
 
-    def launch(self, function: int, grid: tuple[int, int, int], block_x: int, shared: int,
-               stream: int, params: Any, *, num_ctas: int = 1, cooperative: bool = False,
-               pdl: bool = False) -> None:  # fmt: skip
+    def launch(self, function: int, grid: tuple[int, int, int],
+               block: int | tuple[int, int, int], shared: int, stream: int, params: Any, *,
+               num_ctas: int = 1, cooperative: bool = False, pdl: bool = False) -> None:  # fmt: skip
+        """`block`: threads (Triton's 1-D blocks) or (x, y, z) (CUDA C++ kernels)."""
         gx, gy, gz = grid
+        bx, by, bz = (block, 1, 1) if isinstance(block, int) else block
         if gx * gy * gz == 0:
             return
         if num_ctas == 1 and not cooperative and not pdl:
-            self.call("cuLaunchKernel", ctypes.c_void_p(function), gx, gy, gz, block_x, 1, 1,
+            self.call("cuLaunchKernel", ctypes.c_void_p(function), gx, gy, gz, bx, by, bz,
                       shared, ctypes.c_void_p(stream), params, None)  # fmt: skip
             return
         attrs = (LaunchAttribute * 4)()
@@ -263,7 +265,7 @@ class Driver:
             if num_ctas == 16:
                 self.call("cuFuncSetAttribute", ctypes.c_void_p(function),
                           CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)  # fmt: skip
-        cfg = LaunchConfig(gx * num_ctas, gy, gz, block_x, 1, 1, shared, stream, attrs, n)
+        cfg = LaunchConfig(gx * num_ctas, gy, gz, bx, by, bz, shared, stream, attrs, n)
         self.call("cuLaunchKernelEx", ctypes.byref(cfg), ctypes.c_void_p(function), params, None)
 
     def encode_tma(self, out_addr: int, elem_type: int, addr: int, shape: list[int],

@@ -146,6 +146,9 @@ def strategies(
     sources += [(f"sol:{p.stem}", p.parent, f"{p.name}:{func}")
                 for p in sorted((root / "solutions").glob("*.py")) if not p.name.startswith("_")]  # fmt: skip
     for name, folder, entry in sources:
+        if interpret and name.startswith("sol:cuda_"):  # the lab's CUDA column needs a GPU
+            errors[name] = "skipped: a CUDA C++ solution runs only on a GPU"
+            continue
         ev.req["entry"] = entry
         try:
             fns[name], _ = ev.load_candidate(str(folder))

@@ -44,6 +44,15 @@ REASONS: dict[str, str] = {
     "stream_creation": "static: creates or switches CUDA streams / graphs",
     "concurrency": "static: threading, multiprocessing, asyncio, fork",
     "harness_access": "static: imports the runner, guard or harnesslab",
+    "host_extension": "static: builds or loads native code outside the harness's CUDA launcher "
+    "(torch cpp_extension, jiterator, cupy, numba, cuda-python); CUDA goes through harnesslab_cuda",
+    "cuda_include": "static: a .cu includes a header outside the allowlist, computes an include "
+    "or probes files",
+    "cuda_timer": "static: a .cu reads a timer or hardware identity (clock64, %globaltimer, %smid)",
+    "device_state": "static: a .cu keeps state that outlives a launch (__device__ variables, "
+    "function statics, the device heap)",
+    "cuda_host_code": "static: a .cu holds host code, printf, runtime API calls or device-side "
+    "launches",
     "implausible_speed": "faster than its minimal bytes over the measured copy bandwidth",
     "timing_mismatch": "the parent's wall clock disagrees with the child's device time",
     "null_control": "a null output (zeros / input copy) passed the checker: case is void",

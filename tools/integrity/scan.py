@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..state.workspace import Workspace
+from .scan_cuda import scan_cuda
 from .scan_reach import unreachable_functions
 
 Severity = Literal["reject", "warn"]
@@ -52,12 +53,23 @@ FORBIDDEN_MODULES: dict[str, str] = {
     "urllib": "exfiltration",
     "http": "exfiltration",
     "cupy": "host_compute",
+    "torch.utils.cpp_extension": "host_extension",
+    "numba": "host_extension",
+    "pycuda": "host_extension",
+    "cuda": "host_extension",  # cuda-python: cuda.bindings, cuda.core
+    "cuda_bindings": "host_extension",
     "runner": "harness_access",
     "guard": "harness_access",
     "guard_child": "harness_access",
     "harnesslab": "harness_access",
     "__main__": "harness_access",
     "__mp_main__": "harness_access",
+    # The launcher's internals (a candidate uses harnesslab_cuda, nothing under it).
+    "cudadrv": "harness_access",
+    "nvrtc": "harness_access",
+    "cuda_source": "harness_access",
+    "replay": "harness_access",
+    "guard_gpu": "harness_access",
     "torch._C": "private_api",
     "torch.utils._python_dispatch": "private_api",
     "torch.overrides": "private_api",
@@ -83,6 +95,8 @@ FORBIDDEN_PREFIXES: dict[str, str] = {
     "torch.Stream": "stream_creation",
     "torch.cuda.graph": "stream_creation",
     "torch.from_numpy": "host_compute",
+    "torch.utils.cpp_extension": "host_extension",
+    "torch.cuda.jiterator": "host_extension",
     "os.system": "subprocess",
     "os.popen": "subprocess",
     "os.fork": "concurrency",
@@ -92,6 +106,7 @@ FORBIDDEN_PREFIXES: dict[str, str] = {
     "os.kill": "subprocess",
     "sys.": "introspection",
 }
+PRIVATE_ROOTS = ("torch", "triton", "harnesslab_cuda")  # their _names are internals
 SAFE_SYS = {"sys.maxsize", "sys.float_info", "sys.version_info", "sys.byteorder"}
 # A KernelBench `class ModelNew(nn.Module)` (tools/gpu/modelnew.py) subclasses torch.nn.Module and
 # builds its layers and parameters in __init__: construction, outside the verified call, never
@@ -228,7 +243,7 @@ class _Scanner(ast.NodeVisitor):
                 self.add(node, code, "reject", f"uses {name}")
                 return
         root = name.split(".", 1)[0]
-        if "._" in name and root in ("torch", "triton") and not name.endswith("__"):
+        if "._" in name and root in PRIVATE_ROOTS and not name.endswith("__"):
             self.add(node, "private_api", "reject", f"uses private {name}")
 
     # -- imports ---------------------------------------------------------------------------------
@@ -470,11 +485,16 @@ def scan_sources(
     forbidden_calls: Iterable[str] = (),
     forbidden_methods: Iterable[str] = DEFAULT_METHODS,
 ) -> ScanReport:
-    """Scan every .py file of a candidate snapshot (relative name -> bytes)."""
+    """Scan every .py, .cu and .cuh file of a candidate snapshot (relative name -> bytes)."""
     report = ScanReport()
     calls, methods = set(forbidden_calls), set(forbidden_methods)
     found: list[Finding] = []
     for rel, data in sorted(files.items()):
+        if rel.endswith((".cu", ".cuh")):
+            report.files.append(rel)
+            found += [Finding(code=c, severity="reject", file=rel, line=n, detail=d)
+                      for c, n, d in scan_cuda(rel, data, files)]  # fmt: skip
+            continue
         if not rel.endswith(".py"):
             continue
         report.files.append(rel)

@@ -133,8 +133,17 @@ class TrustedStore:
             ) from exc
         return data if isinstance(data, dict) else None
 
-    def bind(self, *, task: str, task_root: Path | None, task_toml: str | None, how: str) -> None:
-        """Record the task: `task_root`/`task_toml` only for a folder task (operator's)."""
+    def bind(
+        self,
+        *,
+        task: str,
+        task_root: Path | None,
+        task_toml: str | None,
+        how: str,
+        language: str = "triton",
+    ) -> None:
+        """Record the task: `task_root`/`task_toml` only for a folder task (operator's);
+        `language` the kernel language the workspace was made in (its editable files)."""
         atomic_write_json(
             self.binding_path,
             {
@@ -145,6 +154,7 @@ class TrustedStore:
                     hashlib.sha256(task_toml.encode()).hexdigest() if task_toml else None
                 ),
                 "workspace": str(self.workspace_root),
+                "language": language,
                 "bound_at": time.time(),
                 "how": how,
             },

@@ -146,12 +146,12 @@ def bind_task(store: TrustedStore, task: TaskSpec, how: str) -> TaskSpec:
     text as it is now (later edits of the folder's task.toml change nothing). Returns the task
     as the store will give it from now on."""
     if is_shipped(task):
-        store.bind(task=task.name, task_root=None, task_toml=None, how=how)
+        store.bind(task=task.name, task_root=None, task_toml=None, how=how, language=task.language)
         return task
     folder = task.root.resolve()
     text = wf.read_text(folder, "task.toml", what="task file")
-    spec = parse_task(text, folder)
-    store.bind(task=spec.name, task_root=folder, task_toml=text, how=how)
+    spec = parse_task(text, folder).for_language(task.language)
+    store.bind(task=spec.name, task_root=folder, task_toml=text, how=how, language=spec.language)
     if kind_of(spec).copies_task_files:  # its verifier may sit where the agent edits: keep it now
         task_files.snapshot(store, spec)
     return spec
@@ -159,14 +159,20 @@ def bind_task(store: TrustedStore, task: TaskSpec, how: str) -> TaskSpec:
 
 def _bound_task(store: TrustedStore, binding: dict[str, Any]) -> TaskSpec:
     name, folder, text = binding.get("task"), binding.get("task_root"), binding.get("task_toml")
+    language = binding.get("language") or "triton"
+    if not isinstance(language, str):
+        raise UsageError(
+            f"{store.binding_path} names no kernel language.",
+            next_step="re-bind with `harnesslab init --task NAME --force DIR`",
+        )
     if folder and isinstance(text, str):
-        return parse_task(text, Path(folder))
+        return parse_task(text, Path(folder)).for_language(language)
     if not isinstance(name, str):
         raise UsageError(
             f"{store.binding_path} names no task.",
             next_step="re-bind it: harnesslab init --task NAME --force -w WORKSPACE",
         )
-    return load_task(name)
+    return load_task(name).for_language(language)
 
 
 def _write_task_view(root: Path, task: TaskSpec) -> None:
@@ -182,11 +188,18 @@ def _write_task_view(root: Path, task: TaskSpec) -> None:
 
 
 def init_workspace(
-    task_name: str | Path, dest: Path, settings: Settings, *, force: bool = False
+    task_name: str | Path,
+    dest: Path,
+    settings: Settings,
+    *,
+    force: bool = False,
+    language: str = "triton",
 ) -> Workspace:
     """Copy a task template into `dest` (must be new or empty unless force) and bind the task in
-    the trusted store. `task_name` is the operator's: a shipped task or a task folder."""
-    task = load_task(task_name)
+    the trusted store. `task_name` is the operator's: a shipped task or a task folder;
+    `language` the kernel language of the template (`triton`, or one the task declares in
+    `[languages.<name>]`, e.g. `cuda`)."""
+    task = load_task(task_name).for_language(language)
     if dest.exists() and any(p.name != STATE for p in dest.iterdir()) and not force:
         raise UsageError(
             f"{dest} is not empty.",

@@ -77,6 +77,10 @@ class KernelKind(TaskKind):
         out += [f"no tolerance for dtype {d}" for d in task.dtypes if d not in task.tolerances]
         if task.declare is not None:  # the text only: a sandboxed reader cannot see the folder
             out += task.declare.problems(task.dims())
+        for name, lang in task.languages.items():
+            for needed in filter(None, (task.entry_file, task.config_file)):
+                if needed not in lang.editable:
+                    out.append(f"[languages.{name}] editable must list {needed}")
         return out
 
 

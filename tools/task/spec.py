@@ -1,7 +1,9 @@
 """Task templates: `tasks/<name>/task.toml` parsed into a typed `TaskSpec`.
 
 A kernel task folder holds task.toml, task.md, workspace/ (copied into a new workspace),
-reference.py (trusted reference + input generator, never copied) and solutions/.
+reference.py (trusted reference + input generator, never copied) and solutions/. A kernel
+language other than Triton is a `[languages.<name>]` table (its editable files and launch space)
+with `workspace_<name>/` and `task_<name>.md` beside them: `spec.for_language("cuda")`.
 A command task is any folder with a task.md and an objective command printing JSON.
 """
 
@@ -171,6 +173,17 @@ class Objective(BaseModel):
         return v
 
 
+class Language(BaseModel):
+    """A kernel language's version of a task (`[languages.cuda]`): what differs from Triton's.
+    The reference, cases, tolerances and final domain are the task's: one ledger, one score."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    editable: list[str] = Field(min_length=1)
+    space: dict[str, list[Any]] = Field(default_factory=dict)
+    config_rules: list[str] = Field(default_factory=list)
+
+
 class TaskSpec(BaseModel):
     """Parsed task.toml. `root` is the task folder (inside the installed package)."""
 
@@ -197,6 +210,14 @@ class TaskSpec(BaseModel):
     )
     numerics: Numerics = Field(
         default_factory=Numerics, description="[numerics]: generic adversarial inputs skipped"
+    )
+    language: str = Field(
+        default="triton", description="the kernel language of this view of the task"
+    )
+    languages: dict[str, Language] = Field(
+        default_factory=dict,
+        description="other kernel languages: name -> editable files and launch space "
+        "(workspace_<name>/ and task_<name>.md in the task folder)",
     )
     # command tasks
     objective: str = Field(default="", description="one command for dev and final (older form)")
@@ -260,18 +281,44 @@ class TaskSpec(BaseModel):
             max_dims.update({k: max(v) for k, v in self.final.choices.items() if v})
         return {"skip": list(self.numerics.skip), "max_dims": max_dims}
 
+    def for_language(self, language: str) -> TaskSpec:
+        """This task in `language` ("triton", or a `[languages.<name>]` table): its editable
+        files, launch space, template and brief."""
+        if language == self.language:
+            return self
+        lang = self.languages.get(language)
+        if self.language != "triton" or lang is None:
+            known = ", ".join(["triton", *self.languages])
+            raise UsageError(
+                f"task {self.name} has no {language!r} version.",
+                next_step=f"use one of: {known}",
+            )
+        return self.model_copy(
+            update={"language": language, "editable": list(lang.editable),
+                    "space": dict(lang.space), "config_rules": list(lang.config_rules)}
+        )  # fmt: skip
+
     @property
     def workspace_template(self) -> Path:
-        return self.root / "workspace"
+        return self.root / (
+            "workspace" if self.language == "triton" else f"workspace_{self.language}"
+        )
 
     def brief_path(self) -> Path:
-        return self.root / "task.md"
+        return self.root / ("task.md" if self.language == "triton" else f"task_{self.language}.md")
 
-    def solutions(self) -> dict[str, Path]:
+    def solutions(self, language: str | None = None) -> dict[str, Path]:
+        """Reference solutions in `language` (default: this view's). A CUDA solution is
+        solutions/cuda_<x>.py with its .cu beside it."""
         sol = self.root / "solutions"
         if not sol.is_dir():
             return {}
-        return {p.stem: p for p in sorted(sol.glob("*.py")) if not p.name.startswith("_")}
+        cuda = (language or self.language) == "cuda"
+        return {
+            p.stem: p
+            for p in sorted(sol.glob("*.py"))
+            if not p.name.startswith("_") and p.name.startswith("cuda_") == cuda
+        }
 
     def dev_case(self, name: str) -> Case:
         for c in self.dev_cases:
@@ -410,6 +457,7 @@ def _case_from_toml(raw: dict[str, Any]) -> dict[str, Any]:
 __all__ = [
     "Case",
     "FinalDomain",
+    "Language",
     "Numerics",
     "Objective",
     "TaskSpec",

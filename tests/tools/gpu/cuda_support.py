@@ -1,0 +1,34 @@
+"""What the CUDA C++ tests share: the staged modules by their plain names (as the runner and the
+candidate's process import them), and NVRTC or a skip that says how to get it."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+
+import pytest
+
+from harnesslab.tools import gpu
+
+SKIP_REASON = (
+    "NVRTC is not installed here: `pip install harnesslab[cuda-cpu-tests]` (the CUDA 13 "
+    "nvidia-cuda-nvrtc and nvidia-cuda-runtime wheels, Linux x86_64) or install the CUDA toolkit"
+)
+
+
+def staged(name: str) -> ModuleType:
+    """A staged module (harnesslab_cuda, nvrtc, cuda_source) imported by its plain name. The
+    GPU folder is appended to sys.path, so it never shadows anything else."""
+    if str(gpu.FOLDER) not in sys.path:
+        sys.path.append(str(gpu.FOLDER))
+    return importlib.import_module(name)
+
+
+def compiler():
+    """The process's NVRTC, or a skip with the reason."""
+    nvrtc = staged("nvrtc")
+    try:
+        return nvrtc.get()
+    except nvrtc.NvrtcNotFound:
+        pytest.skip(SKIP_REASON)

@@ -1,0 +1,122 @@
+"""The static scan of CUDA C++ (tools/integrity/scan_cuda.py) and the Python rules that refuse
+native code outside the harness's launcher (tools/integrity/scan.py): each rule rejects what it
+names, with file:line, and the shipped CUDA kernels pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harnesslab.tools.integrity.scan import scan_sources
+from harnesslab.tools.integrity.scan_cuda import scan_cuda
+from harnesslab.tools.task.spec import list_tasks, load_task
+
+HONEST = """#include <cuda_fp16.h>
+#include <stdint.h>
+#include "helpers.cuh"
+#define NEG_INF (-__int_as_float(0x7f800000))
+__constant__ float table[4] = {1.f, 2.f, 3.f, 4.f};
+struct Pair { float a, b; Pair(const Pair&) = delete; __device__ float sum() const { return a + b; } };
+template <typename T> __device__ __forceinline__ float to_f(T v) { return (float)v; }
+__host__ __device__ inline int cdiv(int a, int b) { return (a + b - 1) / b; }
+namespace detail { __device__ float twice(float x) { return 2.f * x; } }
+extern "C" __global__ void __launch_bounds__(256) k(float* __restrict__ y, int n) {
+  static __shared__ float s[32];
+  static constexpr int K = 4;
+  extern __shared__ float dyn[];
+  const char* note = "uses %tid only";  // a comment with clock64() and %globaltimer in it
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(s[0]) : "l"(y));
+#pragma unroll
+  for (int i = 0; i < K; ++i) atomicAdd(y + i, table[i] + detail::twice(dyn[i]) + note[0]);
+}
+"""
+
+
+def codes(src: str, files=("kernel.cu", "helpers.cuh")) -> set[tuple[str, int]]:
+    return {(c, line) for c, line, _ in scan_cuda("kernel.cu", src.encode(), files)}
+
+
+def test_an_honest_kernel_passes() -> None:
+    assert scan_cuda("kernel.cu", HONEST.encode(), ["kernel.cu", "helpers.cuh"]) == []
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        ("#include <cuda_runtime.h>", "cuda_include"),
+        ("#include <fstream>", "cuda_include"),
+        ('#include "../secrets.cuh"', "cuda_include"),
+        ('#include "notmine.cuh"', "cuda_include"),
+        ("#include HEADER", "cuda_include"),
+        ("#if __has_include(<x.h>)\n#endif", "cuda_include"),
+        ("#include_next <cuda_fp16.h>", "cuda_include"),
+        ("__device__ int counter;", "device_state"),
+        ("__device__ __align__(16) float last[4];", "device_state"),
+        ("__device__ const float lut[2] = {1.f, 2.f};", "device_state"),
+        ("namespace { __device__ float hidden; }", "device_state"),
+        ("__managed__ int shared_with_host;", "device_state"),
+        ("__host__ void on_the_cpu() {}", "cuda_host_code"),
+        ('__device__ void f(long long* t) { asm("mov.u64 %0, %%global" "timer;" : "=l"(*t)); }',
+         "cuda_timer"),
+        ('__device__ void f(unsigned* t) { asm("mov.u32 %0, %%smid;" : "=r"(*t)); }', "cuda_timer"),
+        ("__device__ long long f() { return clock64(); }", "cuda_timer"),
+        ("__device__ long long f() { return clock(); }", "cuda_timer"),
+        ("__device__ int f() { static int calls; return calls++; }", "device_state"),
+        ("__device__ float* f() { return (float*)malloc(16); }", "device_state"),
+        ("__device__ float* f() { return new float[4]; }", "device_state"),
+        ('__device__ void f() { printf("x"); }', "cuda_host_code"),
+        ("__device__ void f(int* p) { cudaMalloc((void**)&p, 4); }", "cuda_host_code"),
+        ('extern "C" __global__ void g(float* y) { g<<<1, 1>>>(y); }', "cuda_host_code"),
+    ],
+)  # fmt: skip
+def test_each_rule_rejects_what_it_names_on_its_line(line: str, code: str) -> None:
+    src = HONEST + "\n" + line + "\n"
+    found = codes(src)
+    first = HONEST.count("\n") + 2
+    assert code in {c for c, n in found if n >= first}, found
+    assert all(n >= first for _, n in found), found  # the honest part stays clean
+
+
+def test_the_shipped_cuda_kernels_pass_the_scan() -> None:
+    files = [p for t in list_tasks() for p in Path(load_task(t).root).glob("*/*.cu")]
+    assert len(files) >= 6
+    for path in files:
+        assert scan_cuda(path.name, path.read_bytes(), [path.name]) == [], path
+
+
+def test_a_candidates_cu_files_are_scanned_with_its_python() -> None:
+    report = scan_sources({"kernel.py": b"import torch\n", "kernel.cu": b"__device__ int c;\n",
+                           "kernel.cuh": b"__device__ long long t() { return clock64(); }\n"})  # fmt: skip
+    assert {(f.code, f.file, f.line, f.severity) for f in report.findings} == {
+        ("device_state", "kernel.cu", 1, "reject"), ("cuda_timer", "kernel.cuh", 1, "reject")
+    }  # fmt: skip
+    assert report.files == ["kernel.cu", "kernel.cuh", "kernel.py"]
+
+
+@pytest.mark.parametrize(
+    ("src", "code"),
+    [
+        ("from torch.utils.cpp_extension import load_inline", "host_extension"),
+        ("import torch.utils.cpp_extension as ext", "host_extension"),
+        ("import torch\nf = torch.cuda.jiterator._create_jit_fn('x')", "host_extension"),
+        ("import numba", "host_extension"),
+        ("from cuda.bindings import driver", "host_extension"),
+        ("import pycuda.autoinit", "host_extension"),
+        ("import ctypes\nlib = ctypes.CDLL('libk.so')", "introspection"),
+        ("import cupy\nk = cupy.RawKernel('', 'k')", "host_compute"),
+        ("from harnesslab_cuda import _launch", "private_api"),
+        ("import harnesslab_cuda\nharnesslab_cuda._launch(None)", "private_api"),
+        ("import harnesslab_cuda\nharnesslab_cuda.load = print", "monkey_patch"),
+        ("import cudadrv", "harness_access"),
+        ("from nvrtc import get", "harness_access"),
+    ],
+)
+def test_python_that_runs_native_code_outside_the_launcher_is_refused(src: str, code: str) -> None:
+    report = scan_sources({"kernel.py": src.encode()})
+    assert code in {f.code for f in report.rejects}, report.findings
+
+
+def test_the_launcher_itself_is_allowed() -> None:
+    src = b"from harnesslab_cuda import aligned, load\nk = load('kernel.cu', 'k')\n"
+    assert scan_sources({"kernel.py": src}).rejects == []
