@@ -15,5 +15,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 # nothing else. Both import on a CPU host with only torch, triton and these (checked 2026-11-23:
 # fla.modules.fused_norm_gate.rms_norm_gated, liger_kernel.ops.swiglu/softmax).
 python3 -m pip download -q --no-deps --only-binary=:all: -d .whl \
-  fla-core==0.6.0 liger-kernel==0.8.5 einops==0.8.2
+  fla-core==0.6.0 liger-kernel==0.8.5 einops==0.8.2 pytest pluggy iniconfig packaging pytest-timeout anyio sniffio h11 idna certifi
 ls .whl | wc -l

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One device call of GPU evidence for Integrity 3.0 (issue 25), any op (26), performance (30) and
+# CUDA C++ (31), built from the project's own scripts. Each part runs under its own limit and
+# never stops the next; everything printed also goes to $OUT/session.log. Carry .whl
+# (benchmarks/fetch_wheels.sh: mcp, asyncssh, pydantic, pytest, the lab's peers).
+#   PARTS=gputests,corpus,honest bash benchmarks/session_gpu.sh          (~9 min on an H100)
+#   PARTS=sweep,objective,variants,repeat bash benchmarks/session_gpu.sh (~9 min)
+#   PARTS=kernelbench,cuda,hg bash benchmarks/session_gpu.sh             (~8 min)
+# Parts:
+#   gputests     pytest -m gpu tests/gpu (the guarded verify, CUDA in the sandbox, CUDA kernels)
+#   corpus       every cheat of tools/integrity/cheats/ through the guarded verify (integrity_gpu.py)
+#   honest       baseline, the tasks' solutions and the honest twins must pass
+#   repeat       REPEATS guarded verifies of rmsnorm_gate's fast.py: false rejections, spread, cost
+#   sweep        32-config sweep on the warm compile pool against the serial path (bench_ssh_e2e.py)
+#   objective    warm run_objective over SSH, phases, back-to-back agreement (bench_ssh_e2e.py)
+#   variants     rmsnorm_gate's solution, its variants and the peers (rmsnorm_variants_gpu.py)
+#   kernelbench  three imported KernelBench problems through eval and verify (kernelbench_gpu.sh)
+#   cuda         CUDA C++ solutions against the Triton ones, NVRTC compile times (cuda_gpu.py)
+#   hg           rmsnorm_gate on HarnessGym's four final cases (hg_final_cases.sh)
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+exec > >(tee -a "$OUT/session.log") 2>&1
+T0=$(date +%s); el() { echo "[t=$(( $(date +%s) - T0 ))s] $*"; }
+W=/tmp/hlsession; rm -rf "$W" /root/.local/state/harnesslab; mkdir -p "$W"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$W/site" .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$W/hl" . >/dev/null 2>&1 || { echo "package install failed"; exit 1; }
+export PYTHONPATH=$W/hl:$W/site
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+el "installed"
+PARTS=${PARTS:-gputests,corpus,honest}
+has() { [[ ",$PARTS," == *",$1,"* ]]; }
+if has gputests; then
+  el "== pytest -m gpu tests/gpu"
+  timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu -x 2>&1 | tail -25
+  echo "gputests rc=${PIPESTATUS[0]}"
+fi
+for part in corpus honest repeat; do
+  if has $part; then
+    el "== integrity: $part"
+    limit_var="${part^^}_S"; limit=${!limit_var:-300}
+    timeout "$limit" python3 benchmarks/integrity_gpu.py --parts $part --repeats "${REPEATS:-8}" \
+      --budget-s $(( limit - 40 )) --json "$OUT/integrity_$part.json" 2>"$OUT/integrity_$part.err" | tail -60
+    echo "$part rc=${PIPESTATUS[0]}"; tail -3 "$OUT/integrity_$part.err"
+  fi
+done
+if has sweep; then
+  el "== sweep"
+  timeout "${SWEEP_S:-170}" python3 benchmarks/bench_ssh_e2e.py --parts sweep --configs 32 --serial-configs 8 \
+    --json "$OUT/sweep.json" 2>"$OUT/sweep.err" | tail -30; echo "sweep rc=${PIPESTATUS[0]}"
+fi
+if has objective; then
+  el "== objective"
+  timeout "${OBJ_S:-80}" python3 benchmarks/bench_ssh_e2e.py --parts objective --calls 8 \
+    --json "$OUT/objective.json" 2>"$OUT/objective.err" | tail -30; echo "objective rc=${PIPESTATUS[0]}"
+fi
+if has variants; then
+  el "== rmsnorm_gate variants"
+  timeout "${VAR_S:-230}" python3 benchmarks/rmsnorm_variants_gpu.py --out "$OUT" --budget-s $(( ${VAR_S:-230} - 15 )) \
+    2>"$OUT/variants.err" | tail -45; echo "variants rc=${PIPESTATUS[0]}"
+fi
+if has kernelbench; then
+  el "== KernelBench"
+  HL="python3 -m harnesslab.servers" timeout "${KB_S:-300}" bash benchmarks/kernelbench_gpu.sh 2>&1 | tail -40
+fi
+if has cuda; then
+  el "== CUDA C++"
+  timeout "${CUDA_S:-150}" python3 benchmarks/cuda_gpu.py --repeats 20 2>"$OUT/cuda.err" | tail -40
+  echo "cuda rc=${PIPESTATUS[0]}"; tail -3 "$OUT/cuda.err"
+fi
+if has hg; then
+  el "== HarnessGym final cases"
+  OUT_DIR="$OUT/hg" timeout "${HG_S:-90}" bash benchmarks/hg_final_cases.sh 2>&1 | tail -15
+fi
+el "done"
