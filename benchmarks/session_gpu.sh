@@ -33,14 +33,14 @@ PARTS=${PARTS:-gputests,corpus,honest}
 has() { [[ ",$PARTS," == *",$1,"* ]]; }
 if has gputests; then
   el "== pytest -m gpu tests/gpu"
-  timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu -x 2>&1 | tail -25
+  timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu ${TESTS_ARGS:-} 2>&1 | tail -25
   echo "gputests rc=${PIPESTATUS[0]}"
 fi
 for part in corpus honest repeat; do
   if has $part; then
     el "== integrity: $part"
     limit_var="${part^^}_S"; limit=${!limit_var:-300}
-    timeout "$limit" python3 benchmarks/integrity_gpu.py --parts $part --repeats "${REPEATS:-8}" \
+    timeout "$limit" python3 benchmarks/integrity_gpu.py --parts $part --repeats "${REPEATS:-8}" --cheats "${CHEATS:-}" \
       --budget-s $(( limit - 40 )) --json "$OUT/integrity_$part.json" 2>"$OUT/integrity_$part.err" | tail -60
     echo "$part rc=${PIPESTATUS[0]}"; tail -3 "$OUT/integrity_$part.err"
   fi
@@ -52,7 +52,7 @@ if has sweep; then
 fi
 if has objective; then
   el "== objective"
-  timeout "${OBJ_S:-80}" python3 benchmarks/bench_ssh_e2e.py --parts objective --calls 8 \
+  timeout "${OBJ_S:-80}" python3 benchmarks/bench_ssh_e2e.py --parts objective --calls 8 --breakdown \
     --json "$OUT/objective.json" 2>"$OUT/objective.err" | tail -30; echo "objective rc=${PIPESTATUS[0]}"
 fi
 if has variants; then
