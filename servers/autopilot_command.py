@@ -120,7 +120,10 @@ async def attempt(s: Any, servers: dict[str, dict[str, Any]], ws: Workspace) -> 
     s.save()
 
 
-def server_spec(task_name: str) -> dict[str, Any]:
+def server_spec(task_name: str, config_file: str) -> dict[str, Any]:
+    """The server the build turn generates: its one custom tool writes `config_file` (the
+    task's editable config), so that file is its declared write set (its sandbox lets it
+    write nothing else)."""
     return {
         "name": f"{task_name.replace('_', '-')}-winning",
         "description": f"Starts a {task_name} session from the launch config that won the last "
@@ -134,6 +137,7 @@ def server_spec(task_name: str) -> dict[str, Any]:
                 "probe_args": {},
             }
         ],
+        "writes": [config_file],
     }
 
 
@@ -145,7 +149,7 @@ async def build(s: Any, servers: dict[str, dict[str, Any]], ws: Workspace) -> No
         s.result.update(status="not_built", summary="the attempt found no config to keep")
         s.save()
         return
-    spec = server_spec(ws.task.name)
+    spec = server_spec(ws.task.name, ws.task.config_file)
     folder = Path(ws.root) / STATE / "mcp" / spec["name"]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / WINNING_FILE).write_text(
