@@ -45,6 +45,12 @@ def _init_args(p: argparse.ArgumentParser) -> None:
         help=f"task name ({', '.join(list_tasks())}) or a task folder",
     )
     p.add_argument(
+        "--lang",
+        default="triton",
+        help="kernel language of the template: triton, or one the task also comes in (cuda: "
+        "rmsnorm_gate, softmax, swiglu)",
+    )
+    p.add_argument(
         "--force", action="store_true", help="overwrite task files in a non-empty folder"
     )
     p.add_argument(
@@ -81,7 +87,9 @@ def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
             next_step="fix the task (its reference, sizes or kernel) and make it again, or pass "
             "--allow-failed-baseline to bind it anyway",
         )
-    ws = init_workspace(args.task, init_folder(args), settings, force=args.force)
+    ws = init_workspace(
+        args.task, init_folder(args), settings, force=args.force, language=args.lang
+    )
     # .claude/skills/ and .agents/skills/ for the agent clients, recorded as the toolkit's
     project_skills(ws.root, owned=OwnedConfig.in_store(ws.store))
     info = {

@@ -248,7 +248,13 @@ def test_the_quick_start_and_the_client_setup_run_as_written(tmp_path):
         for title in ("## Quick start", "## Use it from Claude Code / Codex")
     )
     assert [a[1] for a in quick] == ["init", "eval", "verify", "doctor"]
-    assert [a[1] for a in setup] == ["init", "config", "config", "doctor"]
+    assert [a[1] for a in setup] == [
+        "init",
+        "config",
+        "config",
+        "doctor",
+        "config",
+    ]  # the last: --prune
     for argv in [*quick, *setup[1:]]:
         run = run_documented(argv, tmp_path, env)
         line = shlex.join(argv)

@@ -64,6 +64,18 @@ def test_init_in_cuda_binds_the_language_and_a_reopened_workspace_keeps_it(tmp_p
     assert plain.task.language == "triton" and "kernel.cu" not in plain.task.editable
 
 
+def test_the_cli_init_takes_the_language(tmp_path: Path, monkeypatch, capsys) -> None:
+    from harnesslab.servers.cli import main
+
+    monkeypatch.setenv("HARNESSLAB_STATE_DIR", str(tmp_path / "state"))
+    assert main(["init", "--task", "softmax", "--lang", "cuda", "-w", str(tmp_path / "ws")]) == 0
+    assert (tmp_path / "ws" / "kernel.cu").is_file()
+    capsys.readouterr()
+    assert main(["init", "--task", "matmul", "--lang", "cuda", "-w", str(tmp_path / "m")]) == 2
+    assert "no 'cuda' version" in capsys.readouterr().err
+    assert not (tmp_path / "m" / "kernel.cu").exists()
+
+
 def test_a_language_the_task_does_not_have_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no 'cuda' version"):
         init_workspace("matmul", tmp_path / "ws", make_settings(tmp_path), language="cuda")
