@@ -378,7 +378,7 @@ def output_spec(*args: Any, **kwargs: Any) -> tuple[tuple[int, ...], torch.dtype
 
 
 def _nbytes(dtype: torch.dtype) -> int:
-    return torch.finfo(dtype).bits // 8 if dtype.is_floating_point else torch.iinfo(dtype).bits // 8
+    return dtype.itemsize  # torch.bool too (iinfo refuses it)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
