@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harnesslab.tools.errors import UsageError
+from harnesslab.tools.errors import DiskFull, UsageError
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state import storage
 from harnesslab.tools.state.secrets_store import adopt_secret, case_set_id, workspace_secret
@@ -63,7 +63,7 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_removes_its_temp_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(DiskFull, match="no space left in"):  # named, with the folder
         storage.atomic_write_bytes(path, b"new")
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["doc.txt"]
 
