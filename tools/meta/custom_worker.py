@@ -133,6 +133,10 @@ class Worker:
 
 
 def main(argv: list[str]) -> int:
+    # `python -I` never read it; the sandbox sets it for plain `python` targets, and only where
+    # the sandbox's own interpreter does not hold the import roots (a qualification's clean room
+    # and a served workspace can differ there). The custom code sees the same environment in both.
+    os.environ.pop("PYTHONPATH", None)
     wire = _load_wire(argv[0])
     # The protocol keeps the pipes it started with; fd 0 and 1 become /dev/null and stderr.
     fd_in, fd_out = os.dup(0), os.dup(1)
