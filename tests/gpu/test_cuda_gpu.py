@@ -168,7 +168,7 @@ def verify(ws, settings, **kw):
 
 needs_recorder = pytest.mark.skipif(
     not RECORDS_CUDA,
-    reason="guard_child.Recorder does not wrap harnesslab_cuda._launch yet (issue 31 integration)",
+    reason="guard_record.Recorder does not wrap harnesslab_cuda._launch yet (issue 31 integration)",
 )
 
 

@@ -28,6 +28,7 @@ STAGED = (
     "guard.py",
     "guard_gpu.py",
     "guard_child.py",
+    "guard_record.py",
     "replay.py",
     "numerics.py",
     "modelnew.py",

@@ -2,7 +2,7 @@
 
 Staged beside guard.py; standard library, torch, triton and cudadrv.py. Per hidden case:
 1. each candidate's process (candidate, incumbent) records its launches for every input
-   signature the case needs (guard_child.Recorder); the recording is validated here against a
+   signature the case needs (guard_record.Recorder); the recording is validated here against a
    strict schema and anything the replay cannot express is a reason (`unreplayable`);
 2. a replay process per role (replay.py: no agent Python) loads the recorded kernel binaries;
    this process allocates every buffer a call uses (inputs, the wrapper's allocations, Triton's

@@ -457,7 +457,7 @@ def _launch(launch: Launch) -> None:
 
 
 def record_launch(launch: Launch, kernels: dict[str, dict[str, Any]], ref: Any) -> dict[str, Any]:
-    """The recorder's step for `launch` (guard_child.Recorder's format, CUDA's fields added):
+    """The recorder's step for `launch` (guard_record.Recorder's format, CUDA's fields added):
 
         kernel entry (in `kernels`, once per cubin and function): {"id", "name" (in the
           cubin), "cubin" (base64), "shared" (the largest dynamic shared memory of its
