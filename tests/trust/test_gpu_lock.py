@@ -5,6 +5,7 @@ file for its (host, GPU); a waiter says who holds it."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
 import re
@@ -22,9 +23,13 @@ from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.task_server import build_task_server
 from harnesslab.tests.ssh_testserver import serve_loopback
 from harnesslab.tools.execution.executor import LocalExecutor
+from harnesslab.tools.execution.gpu_lock import lock_path
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.execution.ssh import SSHExecutor
+from harnesslab.tools.gpu.phase_lock import WAITING as PHASE_WAITING
+from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.workspace import init_workspace
 from harnesslab.tools.task.spec import TaskSpec, load_task
 
 from .support import SMALL, init_ws
@@ -174,3 +179,49 @@ async def test_a_waiter_that_gives_up_never_takes_the_gpu_later(tmp_path, kind):
                 pass
         await first.aclose()
         await second.aclose()
+
+
+async def test_a_guarded_verify_works_beside_others_and_queues_only_to_time(tmp_path):
+    """Four verifies at once used to queue whole (each held the GPU for all of its ~20 s): a
+    verify now holds the lock file shared while it works, so other verifies' untimed work runs
+    beside it while nobody times, and it waits like any caller while another process times."""
+    settings = Settings(state_dir=tmp_path / "state", interpret="always", warm_workers=False)
+    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", settings)
+    timing_run, launcher = Launcher(settings), Launcher(settings)
+    path = lock_path(settings, launcher.slots[0].executor.host, 0)
+    queued = anyio.Event()
+    verdicts: list[Any] = []
+    seen: set[tuple[bool, bool]] = set()
+
+    async def on_progress(done: float, total: float, message: str) -> None:
+        if message == PHASE_WAITING.format(gpu=0):
+            queued.set()
+
+    async def verify() -> None:
+        verdicts.append(await guarded_verify(ws, launcher, settings, progress=on_progress))
+
+    with anyio.fail_after(240):
+        async with anyio.create_task_group() as tg:
+            async with timing_run.hold(timing_run.slots[0]):  # a run_objective times on GPU 0
+                tg.start_soon(verify)
+                await queued.wait()  # the verify says it waits, and does
+            while not verdicts:  # then it works: watch how it holds the lock file
+                seen.add((probe_lock(path, fcntl.LOCK_SH), probe_lock(path, fcntl.LOCK_EX)))
+                await anyio.sleep(0.02)
+    await launcher.aclose()
+    await timing_run.aclose()
+    assert verdicts[0].verdict == "passed", verdicts[0].reasons
+    # held shared: another verify could work beside it, a timing run could not start
+    assert (True, False) in seen
+    assert probe_lock(path, fcntl.LOCK_EX)  # and released at the end
+
+
+def probe_lock(path: Path, mode: int) -> bool:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

@@ -95,6 +95,21 @@ def lock_path(settings: Settings, host: str, gpu_index: int) -> Path:
     return settings.state_dir / "gpu-locks" / f"{safe}-gpu{gpu_index}.lock"
 
 
+def lock_file(executor: Executor, gpu_index: int, settings: Settings) -> str | None:
+    """The lock file of `gpu_index` as a process on `executor`'s host opens it (the guarded
+    verify holds it there phase by phase: tools/gpu/phase_lock.py); None where a scheduler
+    reserves the GPU and no lock file is used."""
+    if executor.gpus_reserved:
+        return None
+    if executor.on_this_machine:
+        return str(lock_path(settings, executor.host, gpu_index))
+    return _remote_file(executor, gpu_index)
+
+
+def _remote_file(executor: Executor, gpu_index: int) -> str:
+    return executor.path("gpu-locks", f"gpu{gpu_index}.lock")
+
+
 @contextlib.asynccontextmanager
 async def _local(path: Path, gpu_index: int, on_wait: OnWait | None) -> AsyncIterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,7 +182,7 @@ async def _acquire(
     for _ in range(2):  # a holder whose connection dropped is replaced once
         holder = holders.get(gpu_index)
         if holder is None:
-            path = executor.path("gpu-locks", f"gpu{gpu_index}.lock")
+            path = _remote_file(executor, gpu_index)
             try:
                 holder = await executor.start([python, "-c", HOLDER, path])
             except NotImplementedError:
@@ -225,4 +240,4 @@ async def hold_gpu(
             yield
 
 
-__all__ = ["HOLDER", "OnWait", "held_channels", "hold_gpu", "lock_path"]
+__all__ = ["HOLDER", "OnWait", "held_channels", "hold_gpu", "lock_file", "lock_path"]

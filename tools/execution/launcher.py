@@ -39,7 +39,7 @@ from .backends import build_executors
 from .compile_pool import HOST_WRITTEN, CompilePool
 from .disk import stage_full
 from .executor import Ending, Executor, InteractiveProcess, LocalExecutor
-from .gpu_lock import OnWait, held_channels, hold_gpu
+from .gpu_lock import OnWait, held_channels, hold_gpu, lock_file
 from .runner_policy import (
     DEV_TRITON_CACHE,
     ImportRoots,
@@ -354,6 +354,7 @@ class Launcher:
         on_event: EventSink | None = None,
         slot: Slot | None = None,
         exclusive: bool = True,
+        phased: bool = False,
         argv_prefix: list[str] | None = None,
         fresh: bool = False,
     ) -> RunnerCall:
@@ -363,7 +364,10 @@ class Launcher:
         executor-side paths here. The request travels on the runner's stdin (or inline to a
         warm worker): hidden cases are never written to a file on the GPU host.
         `exclusive=False` (compile-only work, no timing) skips the GPU lock so compiles overlap
-        with each other and with a timing run. `argv_prefix` wraps the runner in another program
+        with each other and with a timing run. `phased=True` (the guarded verify) hands the
+        GPU's lock file to the runner, which holds it shared while it works and exclusively
+        while it times (tools/gpu/phase_lock.py), so verifies overlap their untimed work.
+        `argv_prefix` wraps the runner in another program
         on the executor (profile_kernel runs it under ncu) and always uses a fresh process, as
         does `fresh=True` (the guarded verify)."""
         slot = slot or self.pick()
@@ -412,11 +416,15 @@ class Launcher:
             and slot.warm_supported
             and (mode in SANDBOXED_MODES or (mode == "health" and slot.worker is not None))
         )
+        held_file = lock_file(slot.executor, slot.gpu_index, self.settings) if phased else None
+        if held_file is not None:
+            req["gpu_lock"] = {"file": held_file, "gpu": slot.gpu_index}
         exit_code: int | None = 0
         timed_out = False
         stderr_tail = ""
         started = time.perf_counter()
-        async with self.hold(slot, on_wait=waiting) if exclusive else _nullcontext():
+        hold = exclusive and held_file is None
+        async with self.hold(slot, on_wait=waiting) if hold else _nullcontext():
             phases["gpu_lock"] = time.perf_counter() - started
             slot.calls += 1
             async with self._sync_locks[id(slot.executor)]:

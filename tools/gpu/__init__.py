@@ -29,6 +29,7 @@ STAGED = (
     "guard_gpu.py",
     "guard_child.py",
     "guard_record.py",
+    "phase_lock.py",
     "replay.py",
     "numerics.py",
     "modelnew.py",

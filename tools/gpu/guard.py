@@ -37,6 +37,7 @@ from dataclasses import replace
 from typing import Any
 
 import numerics
+import phase_lock
 import sandbox_limits
 import sandbox_policy as sp
 import wire
@@ -324,6 +325,12 @@ class Verify:
         self.kids: list[Any] = []
         self.scratch_root = os.path.join(stage_root(), "scratch")
         os.makedirs(self.scratch_root, mode=0o700, exist_ok=True)
+        # The GPU's lock file, held here phase by phase (phase_lock.py), when the host asked.
+        held = req.get("gpu_lock") or {}
+        self.lock = phase_lock.PhaseLock(
+            held.get("file"), int(held.get("gpu", 0)),
+            lambda message: rt.emit({"event": "waiting", "message": message}),
+        )  # fmt: skip
 
     def policy(self, read: list[str], *, env: dict[str, str] | None = None,
                write: list[str] | None = None, cache: str | None = None,
@@ -372,6 +379,9 @@ class Verify:
         for idx, case in enumerate(cases):
             self.variants_per_case.append(self.variants(case, idx))
         memfd = self.arena_fd() if env.interpret else None
+        self.lock.shared()
+        with self.lock.exclusive():
+            copy_gbps = env.copy_gbps()
         roles = [("candidate", req["candidate_dir"])]
         if req.get("baseline_dir"):
             roles.append(("incumbent", req["baseline_dir"]))
@@ -379,7 +389,7 @@ class Verify:
             "status": "measured",
             "input_seed": req["seed"],
             "cases": [],
-            "copy_gbps": env.copy_gbps(),
+            "copy_gbps": copy_gbps,
             "nonce": req.get("nonce"),
             "load": {},
             "sandbox": {},
@@ -419,6 +429,7 @@ class Verify:
             for kid in getattr(self, "replayers", {}).values():
                 kid.close()
             sandbox_limits.sweep(self.scratch_root)  # whatever a child did, nothing stays
+            self.lock.close()
             if memfd is not None:
                 os.close(memfd)
             result["wall_s"] = _perf() - self.started

@@ -366,7 +366,8 @@ def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> dict[str, An
     ok = all(c["passed"] for c in rec["calls"] if c["role"] == "candidate")
     if ok:
         timed = [k for k in live if all(c["passed"] for c in rec["calls"] if c["role"] == k.role)]
-        rec["timing"] = time_samples(vf, timed, case, idx, variants[0], recordings, tol)
+        with vf.lock.exclusive():  # nobody else's work on this GPU while it times
+            rec["timing"] = time_samples(vf, timed, case, idx, variants[0], recordings, tol)
     for kid in vf.kids:
         kid.ask({"op": "end_case"})
     return rec

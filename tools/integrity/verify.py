@@ -484,12 +484,14 @@ async def _call_quietly(
             waited += HEARTBEAT_S
 
     if progress is None:
-        return await launcher.call(request, task=ws.task, on_event=waits, fresh=True)
+        return await launcher.call(request, task=ws.task, on_event=waits, fresh=True, phased=True)
     done: list[RunnerCall | Exception] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(heartbeat)
         try:
-            done.append(await launcher.call(request, task=ws.task, on_event=waits, fresh=True))
+            done.append(
+                await launcher.call(request, task=ws.task, on_event=waits, fresh=True, phased=True)
+            )
         except Exception as exc:  # raised below as itself, not inside an ExceptionGroup
             done.append(exc)
         tg.cancel_scope.cancel()
