@@ -15,6 +15,9 @@ Prints one table per part (run it on an H100/H200 host with harnesslab importabl
 - honest: baseline, tasks' solutions and tools/integrity/cheats/honest/ must all pass.
 - repeat: --repeats guarded verifies of solutions/fast.py: false rejections must be 0; score
   spread across repeats.
+- fresh: --repeats guarded verifies of solutions/fast.py, each in a fresh state dir: all pass.
+- concurrent: four verifies at once in one state dir against one alone: all pass, each within
+  2x the time of one (they share the GPU's lock: untimed work overlaps, timed windows queue).
 - cost: a plain eval of the same hidden cases (runner "evaluate" mode, one check per case) vs the
   guarded verify of the same candidate, fresh process each, wall clock; target ratio <= 3.
 """
@@ -66,6 +69,7 @@ class Bench:
         self.tmp = Path(tempfile.mkdtemp(prefix="hl-integrity-"))
         self.settings = Settings(state_dir=self.tmp / "state")
         self.n = 0
+        self.phases: dict[str, float] = {}  # the last verify's, from the guard (operator view)
         self.deadline = time.monotonic() + budget_s if budget_s else None
 
     def check_budget(self) -> None:
@@ -81,12 +85,30 @@ class Bench:
     async def verify(self, ws: Workspace, **kw: Any) -> tuple[Any, float]:
         self.check_budget()
         launcher = Launcher(self.settings)
+        calls: list[Any] = []  # the runner's call, for the operator's view of an error
+        call = launcher.call
+
+        async def kept(*a: Any, **k: Any) -> Any:
+            calls.append(await call(*a, **k))
+            return calls[-1]
+
+        launcher.call = kept  # type: ignore[method-assign]
         t0 = time.perf_counter()
         try:
             with anyio.fail_after(600):
                 v = await guarded_verify(ws, launcher, self.settings, **kw)
         finally:
             await launcher.aclose()
+        raw = (calls[-1].result or {}) if calls else {}
+        self.phases = {k: round(float(x), 2) for k, x in (raw.get("phases_s") or {}).items()}
+        if v.verdict == "error" and calls:  # what an operator reads (stderr is never a verdict)
+            c = calls[-1]
+            print(
+                f"  error: exit {c.exit_code}, timed out {c.timed_out}, limit {c.limit!r}, "
+                f"phases {c.phases_s}, events {[e.get('event') for e in c.events][-8:]}\n"
+                f"  stderr tail: {c.stderr_tail[-3000:]}",
+                flush=True,
+            )
         return v, time.perf_counter() - t0
 
     async def plain_eval(self, ws: Workspace) -> tuple[Any, float, float]:
@@ -219,6 +241,71 @@ async def repeat(b: Bench, out: dict[str, Any], n: int) -> None:
     }
 
 
+async def fresh(b: Bench, out: dict[str, Any], n: int) -> None:
+    """n verifies of solutions/fast.py, each in a fresh state dir (nothing staged, no Triton
+    cache, no secret yet) and a fresh workspace: an honest kernel must pass every one."""
+    rows: list[dict[str, Any]] = []
+    out["fresh"] = rows
+    for i in range(n):
+        try:
+            one = Bench(None)
+            one.deadline = b.deadline
+            v, wall = await one.verify(one.workspace(SPEC.solutions()["fast"]))
+        except OutOfBudget:
+            print(f"fresh: --budget-s reached after {i} runs")
+            break
+        finally:
+            shutil.rmtree(one.tmp, ignore_errors=True)
+        rows.append({"run": i, "verdict": v.verdict, "codes": codes(v), "score_us": v.score_us,
+                     "wall_s": wall})  # fmt: skip
+        print(f"fresh {i:2d}: {v.verdict:8s} {v.score_us or 0:8.1f} us {wall:6.1f} s "
+              f"{','.join(codes(v))}", flush=True)  # fmt: skip
+    if not rows:
+        raise OutOfBudget
+    walls = [r["wall_s"] for r in rows]
+    bad = [r for r in rows if r["verdict"] != "passed"]
+    print(f"\nfresh: {len(rows)} verifies in fresh state dirs: {len(rows) - len(bad)} passed, "
+          f"{len(bad)} not; wall median {statistics.median(walls):.1f} s "
+          f"(min {min(walls):.1f}, max {max(walls):.1f})")  # fmt: skip
+
+
+async def concurrent(b: Bench, out: dict[str, Any], n: int = 4) -> None:
+    """One verify alone (after a warm-up that compiles), then n at once in the same state dir,
+    each through its own launcher as n servers would: each must pass, within 2x the alone time.
+    Nothing is saved, so no verify has an incumbent to time besides itself."""
+    spaces = [b.workspace(SPEC.solutions()["fast"]) for _ in range(n)]
+    await b.verify(spaces[0], save=False)  # compiles: the Triton cache is warm after it
+    v, alone = await b.verify(spaces[0], save=False)
+    print(f"\nconcurrent: alone {alone:.1f} s ({v.verdict}); phases {b.phases}", flush=True)
+    rows: list[dict[str, Any]] = [{} for _ in spaces]
+    waits: list[str] = []
+
+    async def one(i: int, ws: Workspace) -> None:
+        async def progress(done: float, total: float, message: str) -> None:
+            if message.startswith("waiting"):
+                waits.append(f"{i}: {message}")
+
+        t0 = time.perf_counter()
+        vi, wall = await b.verify(ws, save=False, progress=progress)
+        rows[i] = {"verdict": vi.verdict, "codes": codes(vi), "wall_s": wall,
+                   "started_s": t0 - t_all, "phases_s": b.phases}  # fmt: skip
+
+    t_all = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for i, ws in enumerate(spaces):
+            tg.start_soon(one, i, ws)
+    total = time.perf_counter() - t_all
+    worst = max(r["wall_s"] for r in rows)
+    for i, r in enumerate(rows):
+        print(f"concurrent {i}: {r['verdict']:8s} {r['wall_s']:6.1f} s "
+              f"({r['wall_s'] / alone:.2f}x alone) {','.join(r['codes'])} {r['phases_s']}")  # fmt: skip
+    print(f"concurrent: {n} at once, all done in {total:.1f} s; worst {worst:.1f} s = "
+          f"{worst / alone:.2f}x one alone (target <= 2x); {len(waits)} waits told, e.g. "
+          f"{waits[:2]}")  # fmt: skip
+    out["concurrent"] = {"alone_s": alone, "rows": rows, "total_s": total,
+                         "worst_ratio": worst / alone, "waits": waits}  # fmt: skip
+
+
 async def cost(b: Bench, out: dict[str, Any]) -> None:
     ws = b.workspace(SPEC.solutions()["fast"])
     b.check_budget()
@@ -267,6 +354,8 @@ async def main(argv: list[str]) -> int:
         "honest": lambda: honest(b, out),
         "repeat": lambda: repeat(b, out, args.repeats),
         "cost": lambda: cost(b, out),
+        "fresh": lambda: fresh(b, out, args.repeats),
+        "concurrent": lambda: concurrent(b, out),
     }
     try:
         for name in args.parts.split(","):

@@ -11,6 +11,8 @@
 #   corpus       every cheat of tools/integrity/cheats/ through the guarded verify (integrity_gpu.py)
 #   honest       baseline, the tasks' solutions and the honest twins must pass
 #   repeat       REPEATS guarded verifies of rmsnorm_gate's fast.py: false rejections, spread, cost
+#   fresh        REPEATS guarded verifies of fast.py, each in a fresh state dir: all must pass
+#   concurrent   four guarded verifies at once in one state dir against one alone (<= 2x)
 #   sweep        32-config sweep on the warm compile pool against the serial path (bench_ssh_e2e.py)
 #   objective    warm run_objective over SSH, phases, back-to-back agreement (bench_ssh_e2e.py)
 #   variants     rmsnorm_gate's solution, its variants and the peers (rmsnorm_variants_gpu.py)
@@ -36,7 +38,7 @@ if has gputests; then
   timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu ${TESTS_ARGS:-} 2>&1 | tail -25
   echo "gputests rc=${PIPESTATUS[0]}"
 fi
-for part in corpus honest repeat; do
+for part in corpus honest repeat fresh concurrent; do
   if has $part; then
     el "== integrity: $part"
     limit_var="${part^^}_S"; limit=${!limit_var:-300}

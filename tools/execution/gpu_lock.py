@@ -39,24 +39,31 @@ log = logging.getLogger(__name__)
 POLL_S = (0.01, 0.25)  # first and longest wait between tries of a busy local lock
 
 # Runs on the GPU host with only the standard library; argv[1] = lock file. One per (executor,
-# GPU), kept for the executor's life: each "acquire" line takes the flock (printing {"busy": pid}
-# first while another process holds it), answers {"locked": pid}; "release" lets go and answers
+# GPU), kept for the executor's life: each "acquire" line takes the flock, through its gate as
+# every exclusive taker does (tools/gpu/phase_lock.py), printing {"busy": pid} first while
+# another process holds either, answers {"locked": pid}; "release" lets go and answers
 # {"released": 1}. At EOF (its connection closed) it exits, and the kernel drops its flock.
 HOLDER = r"""
 import fcntl, json, os, sys
 path = sys.argv[1]
 os.makedirs(os.path.dirname(path), exist_ok=True)
 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+gate = os.open(path + ".gate", os.O_RDWR | os.O_CREAT, 0o600)
 def say(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 for line in sys.stdin:
     if line.strip() == "acquire":
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say({"busy": os.pread(fd, 32, 0).decode(errors="replace").strip()})
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        told = False
+        for target in (gate, fd):
+            try:
+                fcntl.flock(target, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not told:
+                    say({"busy": os.pread(fd, 32, 0).decode(errors="replace").strip()})
+                    told = True
+                fcntl.flock(target, fcntl.LOCK_EX)
+        fcntl.flock(gate, fcntl.LOCK_UN)
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         say({"locked": os.getpid()})
@@ -113,22 +120,26 @@ def _remote_file(executor: Executor, gpu_index: int) -> str:
 @contextlib.asynccontextmanager
 async def _local(path: Path, gpu_index: int, on_wait: OnWait | None) -> AsyncIterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(path, flags, 0o600)
+    gate = os.open(f"{path}.gate", flags, 0o600)  # writers first (tools/gpu/phase_lock.py)
     try:
         told, pause = False, POLL_S[0]
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not told:
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-                    await _notify(on_wait, _message(gpu_index, holder))
-                    told = True
-                # Polled, not a blocking flock in a thread: a cancelled waiter must not go on
-                # to take the lock after its caller has gone.
-                await anyio.sleep(pause)
-                pause = min(pause * 2, POLL_S[1])
+        for target in (gate, fd):
+            while True:
+                try:
+                    fcntl.flock(target, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not told:
+                        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                        await _notify(on_wait, _message(gpu_index, holder))
+                        told = True
+                    # Polled, not a blocking flock in a thread: a cancelled waiter must not go
+                    # on to take the lock after its caller has gone.
+                    await anyio.sleep(pause)
+                    pause = min(pause * 2, POLL_S[1])
+        fcntl.flock(gate, fcntl.LOCK_UN)
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         try:
@@ -137,6 +148,7 @@ async def _local(path: Path, gpu_index: int, on_wait: OnWait | None) -> AsyncIte
             os.ftruncate(fd, 0)
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
+        os.close(gate)
         os.close(fd)
 
 

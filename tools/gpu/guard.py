@@ -24,6 +24,7 @@ It returns raw measurements; the host (tools/integrity/verify.py) computes the v
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -327,10 +329,20 @@ class Verify:
         os.makedirs(self.scratch_root, mode=0o700, exist_ok=True)
         # The GPU's lock file, held here phase by phase (phase_lock.py), when the host asked.
         held = req.get("gpu_lock") or {}
+        self.phases: dict[str, float] = {}
         self.lock = phase_lock.PhaseLock(
             held.get("file"), int(held.get("gpu", 0)),
             lambda message: rt.emit({"event": "waiting", "message": message}),
         )  # fmt: skip
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the block's wall time to `self.phases[name]`."""
+        t0 = _perf()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + _perf() - t0
 
     def policy(self, read: list[str], *, env: dict[str, str] | None = None,
                write: list[str] | None = None, cache: str | None = None,
@@ -376,11 +388,11 @@ class Verify:
         cases = req["cases"]
         self.variants_per_case: list[list[Variant]] = []
         # Inputs and expected values first: no candidate process exists yet.
-        for idx, case in enumerate(cases):
-            self.variants_per_case.append(self.variants(case, idx))
+        with self.phase("inputs"), self.lock.work():
+            for idx, case in enumerate(cases):
+                self.variants_per_case.append(self.variants(case, idx))
         memfd = self.arena_fd() if env.interpret else None
-        self.lock.shared()
-        with self.lock.exclusive():
+        with self.phase("copy_bandwidth"), self.lock.exclusive():
             copy_gbps = env.copy_gbps()
         roles = [("candidate", req["candidate_dir"])]
         if req.get("baseline_dir"):
@@ -399,14 +411,16 @@ class Verify:
             "clocks": {} if env.interpret else _gpu().clocks(),
         }
         try:
-            for role, folder in roles:
-                self.kids.append(self.candidate_kid(role, folder, memfd))
-            for kid in self.kids:
-                result["sandbox"][kid.role] = kid.started()
-                kid.send({**kid.cfg})
+            with self.phase("start"):
+                for role, folder in roles:
+                    self.kids.append(self.candidate_kid(role, folder, memfd))
+                for kid in self.kids:
+                    result["sandbox"][kid.role] = kid.started()
+                    kid.send({**kid.cfg})
             live = []
             for kid in self.kids:
-                reply, _ = kid.ask({"op": "load"})
+                with self.phase("load"), self.lock.work():
+                    reply, _ = kid.ask({"op": "load"})
                 err = error_text(reply)
                 result["load"][kid.role] = {
                     "ok": bool(reply.get("ok")) and not err,
@@ -433,6 +447,8 @@ class Verify:
             if memfd is not None:
                 os.close(memfd)
             result["wall_s"] = _perf() - self.started
+            # where the time went (the operator's view: withheld from a public verdict)
+            result["phases_s"] = {**self.phases, "gpu_lock_wait": self.lock.waited_s}
         return result
 
     # -- inputs ----------------------------------------------------------------------------------
@@ -535,7 +551,8 @@ class Verify:
             variants = self.variants_per_case[idx]
             try:
                 if self.env.interpret:
-                    res = self.cpu_case(case, idx, variants, memfd)
+                    with self.phase("check"), self.lock.work():
+                        res = self.cpu_case(case, idx, variants, memfd)
                 else:
                     res = _gpu().gpu_case(self, case, idx, variants)
             except KidFailed as exc:

@@ -320,7 +320,7 @@ def ask_ok(kid, msg: dict[str, Any], **kw) -> tuple[dict[str, Any], float]:
 
 
 def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> dict[str, Any]:
-    from guard import Variant, arg_specs, child_codes, error_text
+    from guard import Variant
 
     torch, ev = vf.torch, vf.ev
     rec = vf.case_record(case, variants)
@@ -330,6 +330,32 @@ def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> dict[str, An
     # 1. recordings, per role and input signature
     recordings: dict[str, dict[str, Any]] = {}
     rec_codes: dict[str, list[list[str]]] = {}
+    with vf.phase("record"), vf.lock.work():
+        _record(vf, variants, recordings, rec_codes)
+    # 2. checks: every variant replayed on its own buffers, compared here
+    for kid in vf.kids:
+        if rec_codes[kid.role]:
+            rec["calls"].append({"role": kid.role, "kind": "record", "set": -1, "passed": False,
+                                 "codes": rec_codes[kid.role]})  # fmt: skip
+    live = [k for k in vf.kids if not rec_codes[k.role]]
+    with vf.phase("check"), vf.lock.work():
+        for kid in live:
+            check_calls(vf, kid, rec, variants, recordings[kid.role], tol, idx)
+    ok = all(c["passed"] for c in rec["calls"] if c["role"] == "candidate")
+    if ok:
+        timed = [k for k in live if all(c["passed"] for c in rec["calls"] if c["role"] == k.role)]
+        with vf.phase("time"), vf.lock.exclusive():  # nobody else's work on this GPU meanwhile
+            rec["timing"] = time_samples(vf, timed, case, idx, variants[0], recordings, tol)
+    for kid in vf.kids:
+        kid.ask({"op": "end_case"})
+    return rec
+
+
+def _record(vf, variants: list, recordings: dict[str, Any], rec_codes: dict[str, Any]) -> None:
+    """Each role's recording of each distinct input signature."""
+    from guard import arg_specs, child_codes, error_text
+
+    torch = vf.torch
     for kid in vf.kids:
         recordings[kid.role], rec_codes[kid.role] = {}, []
         for v in variants:
@@ -355,22 +381,6 @@ def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> dict[str, An
                 valid = None
             recordings[kid.role][sig] = valid
             rec_codes[kid.role] += codes
-    # 2. checks: every variant replayed on its own buffers, compared here
-    for kid in vf.kids:
-        if rec_codes[kid.role]:
-            rec["calls"].append({"role": kid.role, "kind": "record", "set": -1, "passed": False,
-                                 "codes": rec_codes[kid.role]})  # fmt: skip
-    live = [k for k in vf.kids if not rec_codes[k.role]]
-    for kid in live:
-        check_calls(vf, kid, rec, variants, recordings[kid.role], tol, idx)
-    ok = all(c["passed"] for c in rec["calls"] if c["role"] == "candidate")
-    if ok:
-        timed = [k for k in live if all(c["passed"] for c in rec["calls"] if c["role"] == k.role)]
-        with vf.lock.exclusive():  # nobody else's work on this GPU while it times
-            rec["timing"] = time_samples(vf, timed, case, idx, variants[0], recordings, tol)
-    for kid in vf.kids:
-        kid.ask({"op": "end_case"})
-    return rec
 
 
 def _inputs(torch, v) -> list[Any]:

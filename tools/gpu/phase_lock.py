@@ -7,13 +7,16 @@ Every process that times on a GPU takes that GPU's lock file (tools/execution/gp
 run_objective call holds it exclusively for the whole call. A guarded verify is long (sandboxed
 processes, compiles, recordings, every check) and times only in short windows (the copy
 bandwidth, each case's timed samples), so the host does not hold the lock around it; the verify
-holds the same file itself, shared while it works and exclusive only while it measures. Several
-verifies on one GPU then overlap their untimed work and queue only for the timed windows;
-nobody else's work runs on that GPU while one of them times, and a run_objective (exclusive for
-its whole call) waits for every verify's shared hold, as it always did.
+takes the same file itself, shared for each step of GPU work (a case's recordings, its checks)
+and exclusively for each timed window. Several verifies on one GPU then overlap their untimed
+work and queue only for the timed windows, and nobody else's work runs on a GPU while one of
+them times.
 
-flock converts a hold by releasing it first, so two holders that both ask for the exclusive
-hold never deadlock: each lets go of its shared hold and waits its turn.
+Writers go first: an exclusive taker first holds the gate file (`<lock>.gate`) exclusively, and
+a shared taker passes the gate (shared) before it takes the lock, so once a timed window is
+asked for no new step starts; it waits only for the steps already running. Every exclusive taker
+(a run_objective's holder too: gpu_lock.py) uses the gate, and lets go of it once it holds the
+lock. Nobody holds the lock while waiting for the gate, so the two files never deadlock.
 """
 
 from __future__ import annotations
@@ -21,58 +24,65 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Callable, Iterator
 
 WAITING = "waiting for GPU {gpu}: another process is timing on it"
 
 
+def _open(path: str) -> int:
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    return os.open(path, flags, 0o600)
+
+
 class PhaseLock:
     """`path` is the GPU's lock file on this host (None: nothing to take, e.g. a GPU that a
-    scheduler reserves); `on_wait(message)` hears, once per wait, that a hold is queued."""
+    scheduler reserves); `on_wait(message)` hears, once per wait, that a hold is queued.
+    `waited_s` sums the time spent waiting."""
 
     def __init__(self, path: str | None, gpu: int, on_wait: Callable[[str], None]) -> None:
-        self.fd: int | None = None
-        self.mode = 0  # 0, fcntl.LOCK_SH or fcntl.LOCK_EX
+        self.fd = self.gate = -1
         self.message = WAITING.format(gpu=gpu)
         self.on_wait = on_wait
+        self.waited_s = 0.0
         if path:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-            self.fd = os.open(path, flags, 0o600)
+            self.fd, self.gate = _open(path), _open(path + ".gate")
 
-    def _take(self, mode: int) -> None:
-        if self.fd is None or self.mode == mode:
-            return
+    def _flock(self, fd: int, mode: int) -> None:
         try:
-            fcntl.flock(self.fd, mode | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             self.on_wait(self.message)
-            fcntl.flock(self.fd, mode)
-        self.mode = mode
-
-    def shared(self) -> None:
-        """Hold the GPU alongside other verifies' untimed work (no exclusive holder meanwhile)."""
-        self._take(fcntl.LOCK_SH)
+            t0 = time.perf_counter()
+            fcntl.flock(fd, mode)
+            self.waited_s += time.perf_counter() - t0
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Hold the GPU alone for a timed window, then go back to the hold held before."""
-        before = self.mode
-        self._take(fcntl.LOCK_EX)
+    def _hold(self, mode: int) -> Iterator[None]:
+        if self.fd < 0:
+            yield
+            return
+        self._flock(self.gate, fcntl.LOCK_SH if mode == fcntl.LOCK_SH else fcntl.LOCK_EX)
+        try:
+            self._flock(self.fd, mode)
+        finally:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
-            if before:
-                self._take(before)
-            else:
-                self.release()
-
-    def release(self) -> None:
-        if self.fd is not None and self.mode:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
-            self.mode = 0
+
+    def work(self) -> contextlib.AbstractContextManager[None]:
+        """One step of untimed GPU work, beside other verifies' steps (no timing meanwhile)."""
+        return self._hold(fcntl.LOCK_SH)
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        """A timed window: the GPU alone. Never taken inside `work()`."""
+        return self._hold(fcntl.LOCK_EX)
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # drops any hold
-            self.fd, self.mode = None, 0
+        for fd in (self.fd, self.gate):
+            if fd >= 0:
+                os.close(fd)  # drops any hold
+        self.fd = self.gate = -1
