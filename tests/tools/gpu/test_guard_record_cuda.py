@@ -234,6 +234,32 @@ def test_a_cuda_candidate_is_recorded_and_replayed_with_its_cubin_grid_block_and
                                              300, eps_bits]  # fmt: skip
 
 
+@pytest.mark.parametrize("which", ["baseline", "solution"])
+def test_the_cuda_rmsnorm_gate_baseline_and_solution_record_cleanly(
+    recorder, tmp_path: Path, which: str
+) -> None:
+    from harnesslab.tools.task.spec import load_task  # noqa: PLC0415
+
+    rec, obs, watch, ran = recorder
+    spec = load_task("rmsnorm_gate").for_language("cuda")
+    if which == "baseline":
+        files = {p.name: p for p in spec.workspace_template.iterdir() if p.is_file()}
+    else:
+        sol = spec.solutions("cuda")["cuda_rmsnorm_gate"]
+        files = {"kernel.py": sol, sol.with_suffix(".cu").name: sol.with_suffix(".cu")}
+    fn = getattr(candidate(tmp_path / "cand", files), spec.entry_function)
+    x, gate = torch.randn(5, 1024).bfloat16(), torch.randn(5, 1024).bfloat16()
+    w = torch.randn(1024).bfloat16()
+    fn(x, gate, w, 1e-6)  # warm-up (the solution compiles its variant here)
+    r = record(rec, obs, watch, fn, x, gate, w, 1e-6)
+    assert r["unsupported"] == [] and obs.codes == set() and len(r["steps"]) == 1
+    assert r["output"]["buf"] == "a0"
+    valid = guard_gpu.validate(r, 3)
+    step = valid["steps"][0]
+    assert [p.get("buf") for p in step["params"][:4]] == ["in0", "in1", "in2", "a0"]
+    assert step["block"] == list(ran[-1].block) and step["grid"] == list(ran[-1].grid)
+
+
 def base64_decode(text: str) -> bytes:
     import base64  # noqa: PLC0415
 
