@@ -14,7 +14,7 @@ Prints one table per part (run it on an H100/H200 host with harnesslab importabl
   profiler kernel list, timing) are judged here and nowhere else. With --cuda, the CUDA C++
   corpus instead (tools/integrity/cheats/gpu/cuda/<name>/: kernel.py + kernel.cu in a CUDA
   workspace; `gpu:` with the scan enforced, `runtime:` without; `harmless` passes count; the
-  honest twin of a cheat the scan lets run verifies first and is its incumbent).
+  honest twin of a cheat whose code runs verifies first and is its incumbent).
 - honest: baseline, tasks' solutions and tools/integrity/cheats/honest/ must all pass.
 - repeat: --repeats guarded verifies of solutions/fast.py: false rejections must be 0; score
   spread across repeats.
@@ -167,7 +167,8 @@ async def cuda_corpus(b: Bench, out: dict[str, Any], only: str) -> None:
         exp = expectation(folder / "kernel.py")
         b.n += 1
         ws = init_workspace("rmsnorm_gate", b.tmp / f"ws{b.n}", b.settings, language="cuda")
-        runs = [("twin", "pass", {})] if "twin" in exp and exp.get("static") == "pass" else []
+        runs_on_gpu = exp.get("static") == "pass" and exp.get("gpu") != "import_failed"
+        runs = [("twin", "pass", {})] if "twin" in exp and runs_on_gpu else []
         runs.append(("on", exp["gpu"], {}))
         if "runtime" in exp:
             runs.append(("off", exp["runtime"], {"enforce_scan": False}))
