@@ -1,7 +1,7 @@
 """The guarded verify on a GPU: cheat corpus, honest kernels, false-rejection rate, cost.
 
     python benchmarks/integrity_gpu.py [--parts corpus,honest,repeat,cost] [--repeats 20]
-                                      [--cheats a,b] [--budget-s S] [--json OUT.json]
+                                      [--cheats a,b] [--cuda] [--budget-s S] [--json OUT.json]
 
 Measured on an H100 (2026-11-21): corpus 283 s (37 runs), honest 60 s, a verify ~13 s, cost
 ~80 s, so a 10-minute device call holds `--parts corpus` or `--parts honest,repeat,cost`, not
@@ -11,7 +11,10 @@ Prints one table per part (run it on an H100/H200 host with harnesslab importabl
 - corpus: every kernel in tools/integrity/cheats/cpu/ through the full guarded verify (its
   `expect:` code), and again with the static scan not enforced for files that name a `runtime:`
   or `gpu:` code, so the runtime guard's own verdict is shown. GPU-only exploits (side streams,
-  profiler kernel list, timing) are judged here and nowhere else.
+  profiler kernel list, timing) are judged here and nowhere else. With --cuda, the CUDA C++
+  corpus instead (tools/integrity/cheats/gpu/cuda/<name>/: kernel.py + kernel.cu in a CUDA
+  workspace; `gpu:` with the scan enforced, `runtime:` without; `harmless` passes count; the
+  honest twin of a cheat whose code runs verifies first and is its incumbent).
 - honest: baseline, tasks' solutions and tools/integrity/cheats/honest/ must all pass.
 - repeat: --repeats guarded verifies of solutions/fast.py: false rejections must be 0; score
   spread across repeats.
@@ -55,7 +58,7 @@ def expectation(path: Path) -> dict[str, str]:
     out = {}
     for line in doc.splitlines():
         key, _, code = line.partition(":")
-        if key in ("expect", "runtime", "gpu") and code.strip():
+        if key in ("expect", "runtime", "gpu", "static", "twin") and code.strip():
             out[key] = code.strip()
     return out
 
@@ -173,6 +176,46 @@ async def corpus(b: Bench, out: dict[str, Any], only: str) -> None:
             )
     caught = sum(r["ok"] for r in rows)
     print(f"corpus: {caught} of {len(rows)} runs rejected for the expected reason")
+
+
+async def cuda_corpus(b: Bench, out: dict[str, Any], only: str) -> None:
+    print(f"\n{'cuda cheat':24s} {'scan':5s} {'expected':24s} {'verdict':9s} ok  codes")
+    rows: list[dict[str, Any]] = []
+    out["cuda_corpus"] = rows
+    root = CORPUS / "gpu" / "cuda"
+    for folder in sorted(p for p in root.iterdir() if (p / "kernel.py").is_file()):
+        if only and folder.name not in only.split(","):
+            continue
+        exp = expectation(folder / "kernel.py")
+        b.n += 1
+        ws = init_workspace("rmsnorm_gate", b.tmp / f"ws{b.n}", b.settings, language="cuda")
+        runs_on_gpu = exp.get("static") == "pass" and exp.get("gpu") != "import_failed"
+        runs = [("twin", "pass", {})] if "twin" in exp and runs_on_gpu else []
+        runs.append(("on", exp["gpu"], {}))
+        if "runtime" in exp:
+            runs.append(("off", exp["runtime"], {"enforce_scan": False}))
+        for scan, want, kw in runs:
+            src = root / exp["twin"] if scan == "twin" else folder
+            for f in ("kernel.py", "kernel.cu"):
+                shutil.copy(src / f, ws.root / f)
+            v, wall = await b.verify(ws, **kw)
+            wanted = want.split("|")
+            if v.verdict == "passed":
+                ok = "pass" in wanted or "harmless" in wanted
+            else:
+                ok = v.verdict == "rejected" and bool(set(wanted) & set(codes(v)))
+            name = f"{folder.name} ({exp['twin']})" if scan == "twin" else folder.name
+            rows.append({"cheat": name, "scan": scan, "expected": want, "verdict": v.verdict,
+                         "ok": ok, "codes": codes(v), "wall_s": wall})  # fmt: skip
+            print(
+                f"{name[:24]:24s} {scan:5s} {want:24s} {v.verdict:9s} {'yes' if ok else 'NO':3s} "
+                f"{','.join(codes(v))[:90]}",
+                flush=True,
+            )
+    good = sum(r["ok"] for r in rows)
+    print(
+        f"cuda corpus: {good} of {len(rows)} runs as expected (rejected for the reason, or passed)"
+    )
 
 
 def honest_kernels() -> dict[str, Path]:
@@ -340,6 +383,7 @@ async def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--cheats", default="", help="comma-separated corpus names (default: all)")
+    ap.add_argument("--cuda", action="store_true", help="corpus: the CUDA C++ cheats")
     ap.add_argument(
         "--budget-s", type=float, help="stop starting verifies after this; partial tables print"
     )
@@ -350,7 +394,7 @@ async def main(argv: list[str]) -> int:
     print(f"device {device}, torch {torch.__version__}, python {sys.version.split()[0]}")
     b, out = Bench(args.budget_s), {"device": device, "torch": torch.__version__}
     parts = {
-        "corpus": lambda: corpus(b, out, args.cheats),
+        "corpus": lambda: (cuda_corpus if args.cuda else corpus)(b, out, args.cheats),
         "honest": lambda: honest(b, out),
         "repeat": lambda: repeat(b, out, args.repeats),
         "cost": lambda: cost(b, out),

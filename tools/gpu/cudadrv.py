@@ -219,6 +219,11 @@ class Driver:
                       optin - static.value)  # fmt: skip
         return int(mod.value or 0), int(fn.value or 0)
 
+    def allow_shared(self, function: int, nbytes: int) -> None:
+        """Let `function` launch with `nbytes` of dynamic shared memory (over 48 KiB needs it)."""
+        self.call("cuFuncSetAttribute", ctypes.c_void_p(function),
+                  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)  # fmt: skip
+
     def param_sizes(self, function: int) -> list[int] | None:
         """Byte size of each kernel parameter (cuFuncGetParamInfo, CUDA >= 12.4), or None."""
         try:

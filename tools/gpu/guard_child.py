@@ -7,9 +7,10 @@ says is evidence. Everything it sends back is a claim the trusted parent checks:
   (a memfd the parent made); this process calls the candidate and copies the output into the
   parent's slot; the parent compares it with expected values that never existed here;
 - on a GPU ("record"): this process calls the candidate on inputs of its own (random, of the
-  requested shapes and the exact scalar arguments) once to warm up, then records the next call:
-  every Triton launch (kernel binary, grid, scalar arguments, which input or allocation each
-  pointer names), every allocation and fill, and which allocation the output lives in. The
+  requested shapes and the exact scalar arguments) once to warm up, then records the next call
+  (guard_record.py): every Triton or harnesslab_cuda launch (kernel binary, grid, block,
+  scalar arguments, which input or allocation each pointer names), every allocation and fill,
+  and which allocation the output lives in. The
   replay process (replay.py) launches exactly that on the parent's fresh inputs; nothing the
   wrapper computes in Python or torch is replayed, so a result that needed it comes out wrong.
 Observations (torch math, foreign kernels, host transfers, threads, audit events) are reported
@@ -177,14 +178,18 @@ class Observer:
 
     def launch(self, fn: Any) -> None:
         code = getattr(fn, "__code__", None)
-        path = os.path.realpath(code.co_filename) if code is not None else "?"
-        if path.startswith(self.cand_dir):
+        stream = self.torch.cuda.current_stream().cuda_stream if self.stream is not None else None
+        self.launch_at(code.co_filename if code is not None else "?", stream)
+
+    def launch_at(self, source: str, stream: int | None) -> None:
+        """A launch of a kernel defined in `source` (a Triton function's file, a CUDA kernel's
+        .cu) on `stream`."""
+        if os.path.realpath(source).startswith(self.cand_dir):
             self.own_launches += 1
         else:
             self.codes.add("foreign_kernel")
-        if self.stream is not None:
-            if self.torch.cuda.current_stream().cuda_stream != self.stream:
-                self.codes.add("side_stream")
+        if self.stream is not None and stream != self.stream:
+            self.codes.add("side_stream")
 
     def install_interpreter_hook(self) -> None:
         from triton.runtime.interpreter import GridExecutor
@@ -292,6 +297,8 @@ class Child:
         if self.cuda:
             watched += [(torch.cuda, "synchronize"), (torch.cuda.Event, "elapsed_time"),
                         (torch.cuda.Event, "record"), (torch.cuda.CUDAGraph, "replay")]  # fmt: skip
+            if self.recorder is not None and self.recorder.cuda is not None:
+                watched += [(self.recorder.cuda, "_launch"), (sys.modules["cudadrv"].Driver, "fn")]
         else:
             from triton.runtime.interpreter import GridExecutor
 

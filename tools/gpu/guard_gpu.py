@@ -96,6 +96,7 @@ def validate(rec: Any, n_inputs: int) -> dict[str, Any]:
             "num_ctas": _int(k.get("num_ctas", 1), 1, 16, "num_ctas"),
             "coop": bool(k.get("coop")),
             "pdl": bool(k.get("pdl")),
+            "lang": "cuda" if k.get("lang") == "cuda" else "triton",
         }
     if len(kernels) > 64:
         raise Bad("forged_recording", "more than 64 kernels")
@@ -181,7 +182,10 @@ def validate(rec: Any, n_inputs: int) -> dict[str, Any]:
                 raise Bad("forged_recording", "unknown parameter kind")
         if len(params) > 1024:
             raise Bad("forged_recording", "too many parameters")
-        clean_steps.append({"op": "launch", "kernel": s["kernel"], "grid": grid, "params": params})
+        step = {"op": "launch", "kernel": s["kernel"], "grid": grid, "params": params}
+        if kernels[s["kernel"]]["lang"] == "cuda":  # harnesslab_cuda: block and shared per launch
+            step.update(_cuda_launch(s))
+        clean_steps.append(step)
     out = rec.get("output")
     if isinstance(out, dict) and out.get("empty") is True:
         shape = [_int(x, 0, 1 << 31, "output size") for x in out.get("shape") or []]
@@ -201,6 +205,18 @@ def validate(rec: Any, n_inputs: int) -> dict[str, Any]:
         out = {"buf": out["buf"], "offset": out["offset"], "shape": shape, "strides": strides,
                "dtype": out["dtype"]}  # fmt: skip
     return {"kernels": kernels, "sizes": sizes, "steps": clean_steps, "output": out}
+
+
+def _cuda_launch(s: dict[str, Any]) -> dict[str, Any]:
+    """A CUDA C++ launch's own block and dynamic shared memory (a Triton launch takes both from
+    its kernel)."""
+    block = s.get("block")
+    if not isinstance(block, list) or len(block) != 3:
+        raise Bad("forged_recording", "bad block")
+    block = [_int(b, 1, 1024, "block size") for b in block]
+    if block[0] * block[1] * block[2] > 1024 or block[2] > 64:
+        raise Bad("forged_recording", "more than 1024 threads in a block")
+    return {"block": block, "shared": _int(s.get("shared"), 0, 1 << 20, "shared memory")}
 
 
 # ----------------------------------------------------------------------------------------------

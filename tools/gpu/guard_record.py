@@ -1,7 +1,14 @@
-"""Triton launches on a GPU, recorded at the launcher for the guarded verify (guard_child.py's
+"""Kernel launches on a GPU, recorded at the launcher for the guarded verify (guard_child.py's
 "record" op): every launch's kernel binary, grid, scalar arguments and which input or
 allocation each pointer names, every allocation and fill, and where the output lives. The
 replay (replay.py) launches exactly that on the parent's inputs; guard_gpu.py validates it.
+
+Two launchers, one recording: Triton's (its CudaLauncher) and harnesslab_cuda's (`_launch`,
+CUDA C++ compiled by NVRTC; `record_launch` is its step, with the block and dynamic shared
+memory a Triton step takes from its kernel). The CUDA driver binding the launcher uses
+(cudadrv.Driver) is watched too: a driver call made while recording from anywhere but the
+launcher's hook (a launch around the recorder) is `unrecorded_launch`, refused as
+unreplayable; whatever such a launch wrote never reaches the replayed result anyway.
 
 Runs in the candidate's process (hostile, like guard_child.py): nothing it records is evidence
 until the trusted side has checked it. Standard library, torch and triton only.
@@ -15,7 +22,7 @@ from typing import Any
 
 
 class Recorder:
-    """Triton launches on a GPU, recorded at the launcher (what the driver would be asked)."""
+    """Kernel launches on a GPU, recorded at the launcher (what the driver would be asked)."""
 
     def __init__(self, obs: Any) -> None:  # guard_child.Observer
         import torch
@@ -30,6 +37,8 @@ class Recorder:
         self.allocs: list[dict[str, Any]] = []
         self.inputs: list[tuple[int, int]] = []  # (storage base, nbytes) per tensor argument
         self.unsupported: set[str] = set()
+        self.cuda_depth = 0  # inside harnesslab_cuda's launch hook (its driver calls are its own)
+        self.cuda: Any = None  # the harnesslab_cuda module, once wrapped
         rec = self
         init_handles = CompiledKernel._init_handles
 
@@ -47,6 +56,39 @@ class Recorder:
             return call(launcher, gx, gy, gz, stream, function, *args)
 
         CudaLauncher.__call__ = launcher_call
+        self.wrap_cuda()
+
+    def wrap_cuda(self) -> None:
+        """harnesslab_cuda's one launch hook, recorded; its driver binding, watched. Imported
+        here, before the candidate's code, so both are wrapped before anything can hold the
+        originals (guard_child checks that they stay wrapped)."""
+        try:
+            import cudadrv
+            import harnesslab_cuda
+        except ImportError:  # not staged (an older stage): no CUDA candidate can import it
+            return
+        rec = self
+        launch = harnesslab_cuda._launch
+
+        def cuda_launch(ln):
+            if rec.active:
+                rec.on_cuda_launch(ln)
+            rec.cuda_depth += 1
+            try:
+                return launch(ln)
+            finally:
+                rec.cuda_depth -= 1
+
+        harnesslab_cuda._launch = cuda_launch
+        fn = cudadrv.Driver.fn
+
+        def driver_fn(drv, name):
+            if rec.active and not rec.cuda_depth:
+                rec.unsupported.add("unrecorded_launch")
+            return fn(drv, name)
+
+        cudadrv.Driver.fn = driver_fn
+        self.cuda = harnesslab_cuda
 
     def begin(self, tensors: list[Any]) -> None:
         self.steps, self.allocs, self.unsupported = [], [], set()
@@ -147,6 +189,10 @@ class Recorder:
             n = int(size or 0) * grid[0] * grid[1] * grid[2] * int(getattr(launcher, "num_ctas", 1))
             params.append({"k": "scratch", "which": which, "nbytes": n, "align": int(align or 1)})
         self.steps.append({"op": "launch", "kernel": kid, "grid": list(grid), "params": params})
+
+    def on_cuda_launch(self, ln: Any) -> None:  # harnesslab_cuda.Launch
+        self.obs.launch_at(ln.kernel.path, ln.stream)
+        self.steps.append(self.cuda.record_launch(ln, self.kernels, self.ref))
 
     def params(self, types: list[Any], values: list[Any], tdmeta: Any) -> list[dict[str, Any]]:
         flat_t: list[Any] = []

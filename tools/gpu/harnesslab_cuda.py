@@ -50,7 +50,6 @@ MAX_GRID = ((1 << 31) - 1, 65535, 65535)
 # used on a GPU); bytes.
 SMEM_OPTIN = {"sm_75": 65536, "sm_80": 166912, "sm_86": 101376, "sm_87": 166912,
               "sm_89": 101376, "sm_90": 232448, "sm_100": 232448, "sm_120": 101376}  # fmt: skip
-CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _INT_CTYPES = {"i1": ctypes.c_int8, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
                "i16": ctypes.c_int16, "u16": ctypes.c_uint16, "i32": ctypes.c_int32,
                "u32": ctypes.c_uint32, "i64": ctypes.c_int64, "u64": ctypes.c_uint64}  # fmt: skip
@@ -166,7 +165,7 @@ def load(
             )
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
-        out.append(Kernel(compiled, expr, name, params, dict(defines or {})))
+        out.append(Kernel(compiled, expr, name, params, dict(defines or {}), path))
     return out[0] if isinstance(kernel, str) else tuple(out)
 
 
@@ -284,6 +283,7 @@ class Kernel:
     source_name: str
     params: list[cuda_source.Param]
     defines: dict[str, Any]
+    path: str = ""  # the source file (the recorder's own-or-foreign check)
     _functions: dict[int, tuple[int, int, int]] = field(default_factory=dict, repr=False)
 
     @property
@@ -446,9 +446,8 @@ def _launch(launch: Launch) -> None:
     ordinal = int(_torch().cuda.current_device())
     drv = _driver(ordinal)
     mod, fn, optin = launch.kernel._function(ordinal)
-    if launch.shared > optin:
-        drv.call("cuFuncSetAttribute", ctypes.c_void_p(fn),
-                 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.shared)  # fmt: skip
+    if launch.shared > optin:  # the replay (replay.py) opts in the same way
+        drv.allow_shared(fn, launch.shared)
         launch.kernel._functions[ordinal] = (mod, fn, launch.shared)
     values = [ctypes.c_uint64(a.value) if a.kind == "ptr" else _INT_CTYPES[a.type](a.value)
               for a in launch.args]  # fmt: skip

@@ -89,10 +89,13 @@ class Replayer:
             if k["id"] in self.kernels:
                 continue
             image = base64.b64decode(k["cubin"])
-            mod, fn = self.drv.load_function(image, str(k["name"]), int(k["shared"]))
+            cuda = k.get("lang") == "cuda"  # harnesslab_cuda: block and shared memory per launch
+            mod, fn = self.drv.load_function(image, str(k["name"]), 0 if cuda else int(k["shared"]))
             self.kernels[k["id"]] = {
                 "module": mod,
                 "function": fn,
+                "lang": "cuda" if cuda else "triton",
+                "optin": 48 << 10,  # dynamic shared memory a launch may use without opting in
                 "shared": int(k["shared"]),
                 "block": 32 * int(k["num_warps"]),
                 "num_ctas": int(k.get("num_ctas", 1)),
@@ -183,16 +186,22 @@ class Replayer:
         params = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
         keep.append(params)
         grid = tuple(int(g) for g in step["grid"])
-        return ["launch", k, grid, params, keep]
+        block, shared = k["block"], k["shared"]
+        if k["lang"] == "cuda":  # as harnesslab_cuda._launch: opt in past 48 KiB when asked
+            block, shared = tuple(int(b) for b in step["block"]), int(step["shared"])
+            if shared > k["optin"]:
+                self.drv.allow_shared(k["function"], shared)
+                k["optin"] = shared
+        return ["launch", k, grid, params, keep, block, shared]
 
     def _enqueue(self, steps: list[list[Any]]) -> None:
         for s in steps:
             if s[0] == "memset":
                 self.drv.memset(s[1], s[2], s[3], s[4], self.stream)
             else:
-                k, grid, params = s[1], s[2], s[3]
-                self.drv.launch(k["function"], grid, k["block"], k["shared"], self.stream,
-                                params, num_ctas=k["num_ctas"], cooperative=k["coop"],
+                k, grid, params, block, shared = s[1], s[2], s[3], s[5], s[6]
+                self.drv.launch(k["function"], grid, block, shared, self.stream, params,
+                                num_ctas=k["num_ctas"], cooperative=k["coop"],
                                 pdl=k["pdl"])  # fmt: skip
 
     def run(self, pid: str, calls: list[int]) -> dict[str, Any]:

@@ -57,7 +57,7 @@ REASONS: dict[str, str] = {
     "timing_mismatch": "the parent's wall clock disagrees with the child's device time",
     "null_control": "a null output (zeros / input copy) passed the checker: case is void",
     "unreplayable": "the wrapper does work the replay cannot reproduce (torch copies or casts, "
-    "memory from before the call, launches outside Triton)",
+    "memory from before the call, launches outside Triton or harnesslab_cuda)",
     "forged_recording": "the candidate's process sent a recording that breaks the schema",
     "sandbox_unavailable": "no sandbox can be applied on the GPU host (no Landlock): refused",
 }

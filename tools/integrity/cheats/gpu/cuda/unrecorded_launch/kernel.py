@@ -1,11 +1,13 @@
 """GPU exploit, CUDA C++: a launch around the recorder. kernel.py reaches the launcher's private
 driver and launches through it, so the hook the recorder wraps never sees the launch. Rejected
-by the static scan (private_api); without the scan, the replay runs only what was recorded
-(nothing), and the output stays poisoned (wrong_output).
+by the static scan (private_api); without the scan, the recorder sees the driver called around
+its hook (unreplayable: unrecorded_launch) and the observer sees ctypes.addressof
+(introspection); were both blind, the replay would run only what was recorded (nothing) and the
+output would stay poisoned (wrong_output).
 
 static: private_api
 gpu: private_api
-runtime: wrong_output
+runtime: unreplayable
 twin: honest_rows
 """
 
