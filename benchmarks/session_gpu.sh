@@ -6,6 +6,7 @@
 #   PARTS=gputests,corpus,honest bash benchmarks/session_gpu.sh          (~9 min on an H100)
 #   PARTS=sweep,objective,variants,repeat bash benchmarks/session_gpu.sh (~9 min)
 #   PARTS=kernelbench,cuda,hg bash benchmarks/session_gpu.sh             (~8 min)
+# TESTS_K selects tests/gpu tests by keyword (-k).
 # Parts:
 #   gputests     pytest -m gpu tests/gpu (the guarded verify, CUDA in the sandbox, CUDA kernels)
 #   corpus       every cheat of tools/integrity/cheats/ through the guarded verify (integrity_gpu.py)
@@ -35,7 +36,8 @@ PARTS=${PARTS:-gputests,corpus,honest}
 has() { [[ ",$PARTS," == *",$1,"* ]]; }
 if has gputests; then
   el "== pytest -m gpu tests/gpu"
-  timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu ${TESTS_ARGS:-} 2>&1 | tail -25
+  timeout "${TESTS_S:-150}" python3 -m pytest -q -rA -p no:cacheprovider -m gpu tests/gpu ${TESTS_K:+-k "$TESTS_K"} \
+    --durations=15 ${TESTS_ARGS:-} 2>&1 | tail -45
   echo "gputests rc=${PIPESTATUS[0]}"
 fi
 for part in corpus honest repeat fresh concurrent; do

@@ -393,8 +393,6 @@ class Verify:
             for idx, case in enumerate(cases):
                 self.variants_per_case.append(self.variants(case, idx))
         memfd = self.arena_fd() if env.interpret else None
-        with self.phase("copy_bandwidth"), self.lock.exclusive():
-            copy_gbps = env.copy_gbps()
         roles = [("candidate", req["candidate_dir"])]
         if req.get("baseline_dir"):
             roles.append(("incumbent", req["baseline_dir"]))
@@ -402,7 +400,7 @@ class Verify:
             "status": "measured",
             "input_seed": req["seed"],
             "cases": [],
-            "copy_gbps": copy_gbps,
+            "copy_gbps": None,  # measured in the timed window (time_cases)
             "nonce": req.get("nonce"),
             "load": {},
             "sandbox": {},
@@ -548,28 +546,53 @@ class Verify:
 
     # -- cases -----------------------------------------------------------------------------------
     def run_cases(self, result: dict[str, Any], memfd: int | None) -> None:
+        """Check every case (stopping at the first the candidate fails), then time them all."""
+        timers: list[tuple[dict[str, Any], Any]] = []
         for idx, case in enumerate(self.req["cases"]):
-            variants = self.variants_per_case[idx]
             try:
-                if self.env.interpret:
-                    with self.phase("check"), self.lock.work():
-                        res = self.cpu_case(case, idx, variants, memfd)
-                else:
-                    res = _gpu().gpu_case(self, case, idx, variants)
+                res, timer = self.one_case(case, idx, memfd)
             except KidFailed as exc:
                 if exc.role != "incumbent":
                     partial = getattr(self, "partial", None) or {"calls": []}
                     partial.update(error=str(exc), error_code=exc.code)
                     result["cases"].append(partial)
                     raise
-                result["incumbent_error"] = f"{exc.code}: {exc}"  # the comparison is lost, not
-                self.kids = [k for k in self.kids if k.role == "candidate"]  # the verdict
-                res = (self.cpu_case(case, idx, variants, memfd) if self.env.interpret
-                       else _gpu().gpu_case(self, case, idx, variants))  # fmt: skip
+                self.drop_incumbent(result, exc)
+                res, timer = self.one_case(case, idx, memfd)
             self.rt.emit({"event": "case", "index": idx, "status": "measured"})
             result["cases"].append(res)
             if not all(c["passed"] for c in res["calls"] if c["role"] == "candidate"):
-                break  # rejected: the remaining cases would cost time and change nothing
+                timers = []  # rejected: timing the rest would cost time and change nothing
+                break
+            if timer is not None:
+                timers.append((res, timer))
+        self.time_cases(result, timers)
+
+    def one_case(self, case: dict[str, Any], idx: int, memfd: int | None) -> tuple[Any, Any]:
+        variants = self.variants_per_case[idx]
+        if not self.env.interpret:
+            return _gpu().gpu_case(self, case, idx, variants)
+        with self.phase("check"), self.lock.work():  # the interpreter times by its checked calls
+            return self.cpu_case(case, idx, variants, memfd), None
+
+    def drop_incumbent(self, result: dict[str, Any], exc: KidFailed) -> None:
+        """The incumbent failed: the comparison is lost, not the verdict."""
+        result["incumbent_error"] = f"{exc.code}: {exc}"
+        self.kids = [k for k in self.kids if k.role == "candidate"]
+
+    def time_cases(self, result: dict[str, Any], timers: list[tuple[dict[str, Any], Any]]) -> None:
+        """The verify's one timed window: the GPU held alone (phase_lock.py) for the copy
+        bandwidth and every case's timed samples, after every check passed."""
+        with self.phase("time"), self.lock.exclusive():
+            result["copy_gbps"] = self.env.copy_gbps()
+            for res, timer in timers:
+                try:
+                    res["timing"] = timer({k.role for k in self.kids})
+                except KidFailed as exc:
+                    if exc.role != "incumbent":
+                        raise
+                    self.drop_incumbent(result, exc)
+                    res["timing"] = timer({"candidate"})
 
     def case_record(self, case: dict[str, Any], variants: list[Variant]) -> dict[str, Any]:
         torch = self.torch

@@ -335,7 +335,10 @@ def ask_ok(kid, msg: dict[str, Any], **kw) -> tuple[dict[str, Any], float]:
     return reply, wall
 
 
-def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> dict[str, Any]:
+def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> tuple[dict[str, Any], Any]:
+    """Record and check one case; returns its record and its timer (None: nothing to time, the
+    candidate failed a check). The timing waits until every case has passed: one exclusive hold
+    of the GPU times them all."""
     from guard import Variant
 
     torch, ev = vf.torch, vf.ev
@@ -346,25 +349,31 @@ def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> dict[str, An
     # 1. recordings, per role and input signature
     recordings: dict[str, dict[str, Any]] = {}
     rec_codes: dict[str, list[list[str]]] = {}
-    with vf.phase("record"), vf.lock.work():
-        _record(vf, variants, recordings, rec_codes)
-    # 2. checks: every variant replayed on its own buffers, compared here
-    for kid in vf.kids:
-        if rec_codes[kid.role]:
-            rec["calls"].append({"role": kid.role, "kind": "record", "set": -1, "passed": False,
-                                 "codes": rec_codes[kid.role]})  # fmt: skip
-    live = [k for k in vf.kids if not rec_codes[k.role]]
-    with vf.phase("check"), vf.lock.work():
-        for kid in live:
-            check_calls(vf, kid, rec, variants, recordings[kid.role], tol, idx)
-    ok = all(c["passed"] for c in rec["calls"] if c["role"] == "candidate")
-    if ok:
-        timed = [k for k in live if all(c["passed"] for c in rec["calls"] if c["role"] == k.role)]
-        with vf.phase("time"), vf.lock.exclusive():  # nobody else's work on this GPU meanwhile
-            rec["timing"] = time_samples(vf, timed, case, idx, variants[0], recordings, tol)
+    live: list[Any] = []
+    with vf.lock.work():  # one step of untimed work: record, then check
+        with vf.phase("record"):
+            _record(vf, variants, recordings, rec_codes)
+        # 2. checks: every variant replayed on its own buffers, compared here
+        for kid in vf.kids:
+            if rec_codes[kid.role]:
+                rec["calls"].append({"role": kid.role, "kind": "record", "set": -1,
+                                     "passed": False, "codes": rec_codes[kid.role]})  # fmt: skip
+        live = [k for k in vf.kids if not rec_codes[k.role]]
+        with vf.phase("check"):
+            for kid in live:
+                check_calls(vf, kid, rec, variants, recordings[kid.role], tol, idx)
     for kid in vf.kids:
         kid.ask({"op": "end_case"})
-    return rec
+    if not all(c["passed"] for c in rec["calls"] if c["role"] == "candidate"):
+        return rec, None
+    timed = [k for k in live if all(c["passed"] for c in rec["calls"] if c["role"] == k.role)]
+
+    def timer(roles: set[str]) -> dict[str, Any]:
+        """3. timing, later, in the verify's one timed window (guard.Verify.time_cases)."""
+        kids = [k for k in timed if k.role in roles]
+        return time_samples(vf, kids, case, idx, variants[0], recordings, tol)
+
+    return rec, timer
 
 
 def _record(vf, variants: list, recordings: dict[str, Any], rec_codes: dict[str, Any]) -> None:
