@@ -418,7 +418,7 @@ class Verify:
                     kid.send({**kid.cfg})
             live = []
             for kid in self.kids:
-                with self.phase("load"), self.lock.work():
+                with self.phase("load"):  # imports and compiles: the host's CPUs, not the GPU
                     reply, _ = kid.ask({"op": "load"})
                 err = error_text(reply)
                 result["load"][kid.role] = {
