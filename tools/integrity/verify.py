@@ -114,9 +114,15 @@ def _timing(case: dict[str, Any], role: str, meaningful: bool) -> dict[str, Any]
 
 
 def judge_case(
-    case: dict[str, Any], copy_gbps: float | None, meaningful: bool, index: int
+    case: dict[str, Any],
+    copy_gbps: float | None,
+    meaningful: bool,
+    index: int,
+    timed: bool = True,
 ) -> tuple[CaseResult, list[dict[str, str]], dict[str, Any]]:
-    """One case's CaseResult (anonymised name), reject reasons, and evidence numbers."""
+    """One case's CaseResult (anonymised name), reject reasons, and evidence numbers. `timed`:
+    the verify reached its timed window (no case was rejected), so a case that passed its
+    checks must have timing samples."""
     label = f"case {index} ({case.get('dtype')})"
     reasons: list[dict[str, str]] = []
 
@@ -146,7 +152,7 @@ def judge_case(
         errs = [c[key] for c in calls if isinstance(c.get(key), int | float)]
         row[key] = max(errs) if errs else None
     timing = _timing(case, "candidate", meaningful) if not reasons else None
-    if timing is None and meaningful and not reasons:
+    if timing is None and meaningful and timed and not reasons:
         add("runner_failed", "the case passed its checks but has no timing samples")
     if timing is not None:
         for code, detail in timing.get("codes", []):
@@ -263,8 +269,14 @@ def judge(
     meaningful = bool((raw.get("env") or {}).get("meaningful"))
     rows: list[CaseResult] = []
     stats = {"calls_checked": 0, "calls_passed": 0, "timed_calls_checked": 0}
+    # The runner times only when every case passed its checks (guard.Verify.time_cases).
+    timed = not any(
+        c.get("error")
+        or not all(k.get("passed") for k in c.get("calls", []) if k.get("role") == "candidate")
+        for c in raw.get("cases", [])
+    )
     for i, case in enumerate(raw.get("cases", [])):
-        row, case_reasons, st = judge_case(case, raw.get("copy_gbps"), meaningful, i)
+        row, case_reasons, st = judge_case(case, raw.get("copy_gbps"), meaningful, i, timed)
         rows.append(row)
         reasons += case_reasons
         for k in ("calls_checked", "calls_passed", "timed_calls_checked"):
