@@ -7,7 +7,8 @@ one ncu parser); tests/tools/gpu/test_staged.py checks that none imports harness
 
 Side of the trust boundary: sandbox.py (with sandbox_policy.py, the typed policy and the one
 way to start it, sandbox_confine.py and sandbox_limits.py) is trusted up to the exec of its
-target; runner.py (dev modes) runs inside sandbox.py with the candidate;
+target; runner.py (dev modes; with timing.py, scores.py and correctness.py, which it imports by
+the sibling import rule its docstring states) runs inside sandbox.py with the candidate;
 guard.py, guard_gpu.py and replay.py are the guarded verify's trusted side; guard_child.py is the
 candidate's process; modelnew.py (a KernelBench `ModelNew` class as the entry) and
 harnesslab_cuda.py (with nvrtc.py and cuda_source.py, imported by a CUDA kernel.py) run where
@@ -19,6 +20,9 @@ from pathlib import Path
 FOLDER = Path(__file__).resolve().parent  # the host runs sandbox.py from here, wire.py by path
 STAGED = (
     "runner.py",
+    "timing.py",
+    "scores.py",
+    "correctness.py",
     "sandbox.py",
     "sandbox_policy.py",
     "sandbox_confine.py",
@@ -37,8 +41,8 @@ STAGED = (
     "nvrtc.py",
     "cuda_source.py",
 )
-LAB = ("runner.py", "lab.py", "ncu.py", "modelnew.py", "harnesslab_cuda.py", "nvrtc.py",
-       "cuda_source.py", "cudadrv.py")  # fmt: skip
+LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "lab.py", "ncu.py", "modelnew.py",
+       "harnesslab_cuda.py", "nvrtc.py", "cuda_source.py", "cudadrv.py")  # fmt: skip
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.
 TASK = ("declared.py",)
