@@ -28,18 +28,23 @@ import hashlib
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import types
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numerics
-import sandbox_limits
-import sandbox_policy as sp
-import wire
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import numerics, sandbox_limits, wire
+    from . import sandbox_policy as sp
+else:  # the runner that imports this put the staged folder on sys.path
+    import numerics
+    import sandbox_limits
+    import sandbox_policy as sp
+    import wire
 
 _perf = time.perf_counter
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,6 +112,9 @@ class Kid:
         self.fd_in, self.fd_out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         self.sandbox: dict[str, Any] = {}
         self.limit = ""
+        # A replayer's end of the socketpair the arena's descriptors travel on (SCM_RIGHTS),
+        # set by guard_gpu.replayer; the candidate's process has none.
+        self.sock: socket.socket | None = None
         try:
             os.write(self.fd_in, launch.stdin)  # the policy, before any frame
         except OSError:

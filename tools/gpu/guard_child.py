@@ -27,13 +27,16 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
 
-import guard_record  # noqa: E402
-import modelnew  # noqa: E402
-import wire  # noqa: E402
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import guard_record, modelnew, wire
+else:
+    import guard_record
+    import modelnew
+    import wire
 
 STDLIB = os.path.dirname(os.__file__)
 # torch functions and Tensor methods a host wrapper may call: allocation, metadata, views,

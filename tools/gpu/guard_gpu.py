@@ -22,9 +22,14 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cudadrv import Driver
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import guard
+    from .cudadrv import Driver
+else:  # imported by guard.py, from the staged folder on sys.path (guard is loaded first)
+    import guard
+    from cudadrv import Driver
 
 SAMPLES = 16  # timed samples per role and case
 MAX_CALLS = 256  # calls per sample (one CUDA graph)
@@ -68,14 +73,14 @@ def _int(x: Any, lo: int, hi: int, what: str) -> int:
 def validate(rec: Any, n_inputs: int) -> dict[str, Any]:
     """The recording as this process will use it, or Bad. Names and binaries are kept only to
     be handed to the replayer; none of them ever appears in a reason."""
-    from guard import UNREPLAYABLE
-
     if not isinstance(rec, dict):
         raise Bad("forged_recording", "the recording is not an object")
     unsupported = rec.get("unsupported") or []
     if not isinstance(unsupported, list):
         raise Bad("forged_recording", "bad 'unsupported' list")
-    known = [UNREPLAYABLE[u] for u in unsupported if isinstance(u, str) and u in UNREPLAYABLE]
+    known = [
+        guard.UNREPLAYABLE[u] for u in unsupported if isinstance(u, str) and u in guard.UNREPLAYABLE
+    ]
     if known:
         raise Bad("unreplayable", "; ".join(sorted(set(known))))
     kernels: dict[str, dict[str, Any]] = {}
@@ -292,8 +297,6 @@ def _contiguous(shape) -> list[int]:
 
 def replayer(vf, role: str):
     """The role's replay process, started once per verify."""
-    from guard import Kid
-
     reps = vf.__dict__.setdefault("replayers", {})
     if role not in reps:
         policy = vf.policy([], namespaces=vf.req.get("replay_namespaces", True))
@@ -301,7 +304,7 @@ def replayer(vf, role: str):
 
         ours, theirs = socket.socketpair()  # arena descriptors travel on it (SCM_RIGHTS)
         their_fd = theirs.fileno()
-        kid = Kid(f"{role}-replay", "replay.py", policy, vf.timeout_s, (their_fd,))
+        kid = guard.Kid(f"{role}-replay", "replay.py", policy, vf.timeout_s, (their_fd,))
         theirs.close()
         kid.sock = ours
         vf.__dict__.setdefault("replay_sandbox", {})[role] = kid.started()
@@ -311,22 +314,18 @@ def replayer(vf, role: str):
 
 
 def ask_ok(kid, msg: dict[str, Any], **kw) -> tuple[dict[str, Any], float]:
-    from guard import KidFailed
-
     reply, wall = kid.ask(msg, **kw)
     if not reply.get("ok"):
-        raise KidFailed("runner_failed", f"replay: {str(reply.get('error'))[:300]}", kid.role)
+        raise guard.KidFailed("runner_failed", f"replay: {str(reply.get('error'))[:300]}", kid.role)
     return reply, wall
 
 
 def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> dict[str, Any]:
-    from guard import Variant, arg_specs, child_codes, error_text
-
     torch, ev = vf.torch, vf.ev
     rec = vf.case_record(case, variants)
     tol = ev.tolerances[case["dtype"]]
     fresh = ev.make(ev.case_shape(case), variants[0].args[0].dtype, idx * 1009 + 991)
-    variants = [*variants, Variant("recheck", list(fresh[0]), fresh[1], torch, ev.ref)]
+    variants = [*variants, guard.Variant("recheck", list(fresh[0]), fresh[1], torch, ev.ref)]
     # 1. recordings, per role and input signature
     recordings: dict[str, dict[str, Any]] = {}
     rec_codes: dict[str, list[list[str]]] = {}
@@ -336,11 +335,11 @@ def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> dict[str, An
             sig = v.signature()
             if sig in recordings[kid.role]:
                 continue
-            reply, _ = kid.ask({"op": "record", "args": arg_specs(torch, v), "kwargs": v.kwargs,
+            reply, _ = kid.ask({"op": "record", "args": guard.arg_specs(torch, v), "kwargs": v.kwargs,
                                 "seed": vf.rng.randrange(2**31)})  # fmt: skip
             where = f"{v.kind} recording"
-            codes = child_codes(reply, where)
-            err = error_text(reply)
+            codes = guard.child_codes(reply, where)
+            err = guard.error_text(reply)
             if err:
                 codes.append(["candidate_error", f"{where}: the entry function raised {err}"])
             if reply.get("aliases_input"):

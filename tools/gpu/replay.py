@@ -24,12 +24,16 @@ import os
 import struct
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
 
-import wire  # noqa: E402
-from cudadrv import CudaError, Driver, aligned_buffer  # noqa: E402
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import wire
+    from .cudadrv import CudaError, Driver, aligned_buffer
+else:
+    import wire
+    from cudadrv import CudaError, Driver, aligned_buffer
 
 SPIN_S = 0.02  # busy-wait for the next request before blocking (keeps wake-ups out of timing)
 SCALARS: dict[str, tuple[Any, str]] = {

@@ -29,10 +29,12 @@ def rule_blocks(tree: ast.AST) -> list[ast.If]:
 
 
 def sibling_names(body: list[ast.stmt], *, level: int) -> set[str]:
+    """The modules a branch of the rule imports: `from . import x`, `from .x import y` (level
+    1), or `import x`, `from x import y` (level 0)."""
     names = set()
     for node in body:
-        if isinstance(node, ast.ImportFrom) and node.level == level and node.module is None:
-            names |= {alias.name for alias in node.names}
+        if isinstance(node, ast.ImportFrom) and node.level == level:
+            names |= {node.module} if node.module else {alias.name for alias in node.names}
         elif isinstance(node, ast.Import) and level == 0:
             names |= {alias.name for alias in node.names}
     return names
@@ -41,10 +43,10 @@ def sibling_names(body: list[ast.stmt], *, level: int) -> set[str]:
 def imported_roots(path: Path) -> list[tuple[int, str]]:
     found = []
     tree = ast.parse(path.read_text())
-    allowed = {  # the package branch of the sibling import rule: `from . import sibling`
+    allowed = {  # the package branch of the sibling import rule: a sibling, relative
         id(node) for block in rule_blocks(tree) for node in block.body
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None
-        and all(alias.name in SIBLINGS for alias in node.names)
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+        and sibling_names([node], level=1) <= SIBLINGS
     }  # fmt: skip
     for node in ast.walk(tree):
         if id(node) in allowed:
