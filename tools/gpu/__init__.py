@@ -1,18 +1,19 @@
 """The files staged to the GPU host: standard library, torch and triton only, never harnesslab.
 
 The launcher copies STAGED into `<stage>/harness/` (hash-checked against this package on every
-call); they import each other by plain module name from that folder. The lab stages LAB beside
-the task folders, and TASK as a declared task's reference. The host imports a few of them as modules too (wire for framing, ncu for the
-one ncu parser); tests/tools/gpu/test_staged.py checks that none imports harnesslab.
+call); they import each other by plain module name from that folder (the sibling import rule in
+runner.py's docstring: the host imports them as this package's modules, mypy too). The lab
+stages LAB beside the task folders, and TASK as a declared task's reference. The host imports a
+few of them as modules too (wire for framing, ncu for the one ncu parser, scores for the one
+score definition); tests/tools/gpu/test_staged.py checks that none imports harnesslab.
 
 Side of the trust boundary: sandbox.py (with sandbox_policy.py, the typed policy and the one
 way to start it, sandbox_confine.py and sandbox_limits.py) is trusted up to the exec of its
-target; runner.py (dev modes; with timing.py, scores.py and correctness.py, which it imports by
-the sibling import rule its docstring states) runs inside sandbox.py with the candidate;
-guard.py, guard_gpu.py and replay.py are the guarded verify's trusted side; guard_child.py is the
-candidate's process; modelnew.py (a KernelBench `ModelNew` class as the entry) and
-harnesslab_cuda.py (with nvrtc.py and cuda_source.py, imported by a CUDA kernel.py) run where
-the candidate runs.
+target; runner.py (dev modes; with timing.py, scores.py and correctness.py) runs inside
+sandbox.py with the candidate; guard.py, guard_kid.py, guard_gpu.py and replay.py are the
+guarded verify's trusted side; guard_child.py is the candidate's process; modelnew.py (a
+KernelBench `ModelNew` class as the entry) and harnesslab_cuda.py (with nvrtc.py and
+cuda_source.py, imported by a CUDA kernel.py) run where the candidate runs.
 """
 
 from pathlib import Path
@@ -30,6 +31,7 @@ STAGED = (
     "wire.py",
     "cudadrv.py",
     "guard.py",
+    "guard_kid.py",
     "guard_gpu.py",
     "guard_child.py",
     "guard_record.py",

@@ -25,11 +25,14 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import guard
+    from . import guard, guard_kid
     from .cudadrv import Driver
 else:  # imported by guard.py, from the staged folder on sys.path (guard is loaded first)
     import guard
+    import guard_kid
     from cudadrv import Driver
+if TYPE_CHECKING:  # the replayer's request types (it runs in its own process)
+    from .replay import Request as ReplayRequest
 
 SAMPLES = 16  # timed samples per role and case
 MAX_CALLS = 256  # calls per sample (one CUDA graph)
@@ -297,26 +300,28 @@ def _contiguous(shape) -> list[int]:
 
 def replayer(vf, role: str):
     """The role's replay process, started once per verify."""
-    reps = vf.__dict__.setdefault("replayers", {})
+    reps = vf.replayers
     if role not in reps:
         policy = vf.policy([], namespaces=vf.req.get("replay_namespaces", True))
         import socket
 
         ours, theirs = socket.socketpair()  # arena descriptors travel on it (SCM_RIGHTS)
         their_fd = theirs.fileno()
-        kid = guard.Kid(f"{role}-replay", "replay.py", policy, vf.timeout_s, (their_fd,))
+        kid = guard_kid.Kid(f"{role}-replay", "replay.py", policy, vf.timeout_s, (their_fd,))
         theirs.close()
         kid.sock = ours
-        vf.__dict__.setdefault("replay_sandbox", {})[role] = kid.started()
+        vf.replay_sandbox[role] = kid.started()
         ask_ok(kid, {"op": "hello", "sock": their_fd})
         reps[role] = kid
     return reps[role]
 
 
-def ask_ok(kid, msg: dict[str, Any], **kw) -> tuple[dict[str, Any], float]:
+def ask_ok(kid, msg: ReplayRequest, **kw) -> tuple[dict[str, Any], float]:
     reply, wall = kid.ask(msg, **kw)
     if not reply.get("ok"):
-        raise guard.KidFailed("runner_failed", f"replay: {str(reply.get('error'))[:300]}", kid.role)
+        raise guard_kid.KidFailed(
+            "runner_failed", f"replay: {str(reply.get('error'))[:300]}", kid.role
+        )
     return reply, wall
 
 
@@ -377,7 +382,7 @@ def _inputs(torch, v) -> list[Any]:
 
 def _load(vf, role: str, kernels: dict[str, Any]) -> Any:
     rp = replayer(vf, role)
-    loaded = vf.__dict__.setdefault("loaded", {}).setdefault(role, set())
+    loaded = vf.loaded.setdefault(role, set())
     new = [k for kid_, k in kernels.items() if kid_ not in loaded]
     if new:
         ask_ok(rp, {"op": "kernels", "kernels": new})

@@ -60,6 +60,8 @@ class Env:
         self.interpret = interpret or not torch.cuda.is_available()
         self.device = "cpu" if self.interpret else "cuda"
         self._copy_gbps: float | None = None
+        self._flush_buf: Any = None  # flush_l2's buffer and output, allocated on first use
+        self._flush_out: Any = None
         self.l2_bytes = 0
         if self.device == "cuda":
             props = torch.cuda.get_device_properties(0)
@@ -174,7 +176,7 @@ class Env:
     def flush_l2(self) -> None:
         """Evict L2 (enqueued on the current stream): a read of 2.5x its size. The one flush of
         both timing paths (isolated samples here, the guarded verify's replay samples)."""
-        buf = self.__dict__.get("_flush_buf")
+        buf = self._flush_buf
         if buf is None:
             torch = self.torch
             n = max(int(2.5 * self.l2_bytes), 1 << 20) // 4

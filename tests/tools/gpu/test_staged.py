@@ -2,7 +2,8 @@
 harnesslab is readable) import only the standard library, torch, triton and each other: never
 harnesslab, and a relative import only in the sibling import rule (tools/gpu/runner.py's
 docstring): `from . import x` under `if TYPE_CHECKING or __package__:`, whose `else:` imports
-the same siblings by plain name (the staged folder has no package)."""
+the same siblings by plain name (the staged folder has no package), or under a type-only
+`if TYPE_CHECKING:`."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ SIBLINGS = {Path(name).stem for name in FILES}
 RULE = "TYPE_CHECKING or __package__"
 
 
-def rule_blocks(tree: ast.AST) -> list[ast.If]:
-    return [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == RULE]
+def rule_blocks(tree: ast.AST, *tests: str) -> list[ast.If]:
+    tests = tests or (RULE,)
+    return [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) in tests]
 
 
 def sibling_names(body: list[ast.stmt], *, level: int) -> set[str]:
@@ -43,8 +45,8 @@ def sibling_names(body: list[ast.stmt], *, level: int) -> set[str]:
 def imported_roots(path: Path) -> list[tuple[int, str]]:
     found = []
     tree = ast.parse(path.read_text())
-    allowed = {  # the package branch of the sibling import rule: a sibling, relative
-        id(node) for block in rule_blocks(tree) for node in block.body
+    allowed = {  # the rule's package branch, or a type-only import: a sibling, relative
+        id(node) for block in rule_blocks(tree, RULE, "TYPE_CHECKING") for node in block.body
         if isinstance(node, ast.ImportFrom) and node.level == 1
         and sibling_names([node], level=1) <= SIBLINGS
     }  # fmt: skip
