@@ -9,7 +9,7 @@ score definition); tests/tools/gpu/test_staged.py checks that none imports harne
 
 Side of the trust boundary: sandbox.py (with sandbox_policy.py, the typed policy and the one
 way to start it, sandbox_confine.py and sandbox_limits.py) is trusted up to the exec of its
-target; runner.py (dev modes; with timing.py, scores.py and correctness.py) runs inside
+target; runner.py (dev modes; with timing.py, scores.py, correctness.py, reasons.py) runs inside
 sandbox.py with the candidate; guard.py, guard_kid.py, guard_gpu.py and replay.py are the
 guarded verify's trusted side; guard_child.py is the candidate's process; modelnew.py (a
 KernelBench `ModelNew` class as the entry) and harnesslab_cuda.py (with nvrtc.py and
@@ -24,6 +24,7 @@ STAGED = (
     "timing.py",
     "scores.py",
     "correctness.py",
+    "reasons.py",
     "sandbox.py",
     "sandbox_policy.py",
     "sandbox_confine.py",
@@ -43,7 +44,7 @@ STAGED = (
     "nvrtc.py",
     "cuda_source.py",
 )
-LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "lab.py", "ncu.py", "modelnew.py",
+LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "reasons.py", "lab.py", "ncu.py", "modelnew.py",
        "harnesslab_cuda.py", "nvrtc.py", "cuda_source.py", "cudadrv.py")  # fmt: skip
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.

@@ -15,8 +15,8 @@ are redirected to stderr so they cannot corrupt the stream. Events:
     {"event": "result", ...}   the whole result, last line of a request
 
 One concern per file: timing.py (the device and the one timing implementation), scores.py (the
-one score definition), correctness.py (checking an output), this file (the protocol loop and
-the Evaluator's modes). Env, compare, dtype_of and the score functions stay importable from
+one score definition), correctness.py (checking an output), reasons.py (what a failed case says,
+the per-case deadline), this file (the protocol loop and the Evaluator's modes). Env, compare, dtype_of and the score functions stay importable from
 here for the lab, the benchmarks and guard.py, which are handed this module.
 
 The sibling import rule (every staged module that imports a sibling at import time): this file
@@ -43,7 +43,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -61,17 +60,19 @@ if __name__ == "__main__":  # the staged runner (not a module the lab loads by p
     # the hash-checked source): the harness imports its siblings from source, -B writes none.
     shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
 if TYPE_CHECKING or __package__:  # the sibling import rule (above)
-    from . import correctness, scores, timing
+    from . import correctness, reasons, scores, timing
 else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import correctness
+    import reasons
     import scores
     import timing
 
 # The names the lab, the benchmarks and guard.py (handed this module) use from here.
 Env = timing.Env
 compare, dtype_of = correctness.compare, correctness.dtype_of
+deadline = reasons.deadline  # the benchmarks time a call under it
 
 SWEEP_WARMUP, SWEEP_REPEATS = 3, 10  # per case in sweeps (a score takes 10 and 30: time_case)
 SWEEP_MIN_SAMPLES = 5  # a sweep ranks configs: 5 samples suffice where the median is stable
@@ -90,77 +91,6 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, float) and not math.isfinite(o):
         return None
     return str(o)
-
-
-MAX_REASON = 2000  # characters of an exception's first line kept in a reason
-
-
-class CaseTimeout(Exception):
-    pass
-
-
-def caused_by(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """`exc` or the first exception of type `kind` that (directly or not) caused it."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
-
-
-@contextlib.contextmanager
-def deadline(seconds: float | None):
-    """Raise CaseTimeout in the main thread after `seconds` (covers Python-level hangs; a hung
-    GPU kernel is the parent's job: it kills the whole process group)."""
-    if not seconds or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def _raise(signum, frame):
-        raise CaseTimeout(f"exceeded {seconds:.0f}s")
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def one_line(exc: BaseException, candidate_dir: str | None = None) -> str:
-    """A one-line reason, pointing at the candidate's own file and line when possible."""
-    late = caused_by(exc, CaseTimeout)
-    if late is not None:  # the deadline, however wrapped (the interpreter re-raises it)
-        return f"timeout: case {late}"
-    where = ""
-    tb = traceback.extract_tb(exc.__traceback__)
-    for frame in reversed(tb):
-        if candidate_dir and frame.filename.startswith(candidate_dir):
-            where = f" at {os.path.basename(frame.filename)}:{frame.lineno}"
-            break
-    if isinstance(exc, SyntaxError) and exc.filename:
-        where = f" at {os.path.basename(exc.filename)}:{exc.lineno}"
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = f"{type(exc).__name__}{where}: {msg}"
-    if len(text) > MAX_REASON:  # said, not silently cut mid-word
-        text = f"{text[:MAX_REASON]}... ({len(text) - MAX_REASON} more characters)"
-    for needle, hint in HINTS.items():
-        if needle in str(exc):
-            text += f" (hint: {hint})"
-    return text
-
-
-# Known failures whose messages do not say what to change.
-HINTS = {
-    "mask has unsupported dtype": "the Triton CPU interpreter (3.9) rejects a vector mask combined "
-    "with a scalar condition, e.g. (cols < dim) & (row < n_rows); test the scalar with `if` or "
-    "broadcast it to a vector first",
-    "out of resource: shared memory": "lower num_stages or the block size",
-}
 
 
 def load_module(path: Path, name: str) -> types.ModuleType:
@@ -283,7 +213,7 @@ class Evaluator:
             "reason": "",
         }
         try:
-            with deadline(self.case_timeout_s):
+            with reasons.deadline(self.case_timeout_s):
                 checks = int(self.req.get("checks", 1))
                 for check in range(checks):
                     with self.phases("inputs", self.env.sync):
@@ -311,8 +241,10 @@ class Evaluator:
         except Exception as exc:
             # The Triton interpreter re-raises what a kernel body raised, the deadline too, as
             # InterpreterError(repr(e)) from e.
-            timed_out = caused_by(exc, CaseTimeout) is not None
-            res.update(status="timeout" if timed_out else "error", reason=one_line(exc, cand_dir))
+            timed_out = reasons.caused_by(exc, reasons.CaseTimeout) is not None
+            res.update(
+                status="timeout" if timed_out else "error", reason=reasons.one_line(exc, cand_dir)
+            )
             return res
         finally:
             if self.env.device == "cuda":
@@ -346,7 +278,7 @@ class Evaluator:
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            reason = f"import failed: {one_line(exc, str(candidate_dir))}"
+            reason = f"import failed: {reasons.one_line(exc, str(candidate_dir))}"
             results = [
                 {
                     "name": c["name"],
@@ -437,7 +369,7 @@ class Evaluator:
                 seed = self.seed + zlib.crc32(name.encode()) % 10_000  # hash() is salted
                 r: dict[str, Any] = {"probe": name, "dtype": dname, "note": notes.get(name, "")}
                 try:
-                    with deadline(self.case_timeout_s):
+                    with reasons.deadline(self.case_timeout_s):
                         if name in probes:
                             gen = torch.Generator().manual_seed(seed)
                             args, kwargs = probes[name](dtype, self.env.device, gen)
@@ -461,7 +393,7 @@ class Evaluator:
                         else:  # the reference cannot take this family here: nothing to judge
                             r.update(passed=True, reason=f"not applicable: {edge.why}")
                 except Exception as exc:
-                    r.update(passed=False, reason=one_line(exc, cand_dir))
+                    r.update(passed=False, reason=reasons.one_line(exc, cand_dir))
                 emit({"event": "probe", **r})
                 results.append(r)
         return {
@@ -593,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "event": "result",
                     "status": "error",
-                    "reason": one_line(exc),
+                    "reason": reasons.one_line(exc),
                     "mode": req.get("mode"),
                 }
             )
@@ -619,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             req = json.loads(line)
             emit({"event": "result", **handle(get_env(req), req)})
         except Exception as exc:
-            emit({"event": "result", "status": "error", "reason": one_line(exc)})
+            emit({"event": "result", "status": "error", "reason": reasons.one_line(exc)})
             traceback.print_exc()
     return 0
 
