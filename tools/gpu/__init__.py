@@ -9,8 +9,8 @@ score definition); tests/tools/gpu/test_staged.py checks that none imports harne
 
 Side of the trust boundary: sandbox.py (with sandbox_policy.py, the typed policy and the one
 way to start it, sandbox_confine.py and sandbox_limits.py) is trusted up to the exec of its
-target; runner.py (dev modes; with timing.py, scores.py, correctness.py, reasons.py) runs inside
-sandbox.py with the candidate; guard.py, guard_kid.py, guard_gpu.py and replay.py are the
+target; runner.py (dev modes; with timing.py, scores.py, correctness.py, failures.py) runs
+inside sandbox.py with the candidate; guard.py, guard_kid.py, guard_gpu.py and replay.py are the
 guarded verify's trusted side; guard_child.py is the candidate's process; modelnew.py (a
 KernelBench `ModelNew` class as the entry) and harnesslab_cuda.py (with nvrtc.py and
 cuda_source.py, imported by a CUDA kernel.py) run where the candidate runs.
@@ -24,7 +24,7 @@ STAGED = (
     "timing.py",
     "scores.py",
     "correctness.py",
-    "reasons.py",
+    "failures.py",
     "sandbox.py",
     "sandbox_policy.py",
     "sandbox_confine.py",
@@ -44,8 +44,8 @@ STAGED = (
     "nvrtc.py",
     "cuda_source.py",
 )
-LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "reasons.py", "lab.py", "ncu.py", "modelnew.py",
-       "harnesslab_cuda.py", "nvrtc.py", "cuda_source.py", "cudadrv.py")  # fmt: skip
+LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "failures.py", "lab.py", "ncu.py",
+       "modelnew.py", "harnesslab_cuda.py", "nvrtc.py", "cuda_source.py", "cudadrv.py")  # fmt: skip
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.
 TASK = ("declared.py",)

@@ -15,7 +15,7 @@ are redirected to stderr so they cannot corrupt the stream. Events:
     {"event": "result", ...}   the whole result, last line of a request
 
 One concern per file: timing.py (the device and the one timing implementation), scores.py (the
-one score definition), correctness.py (checking an output), reasons.py (what a failed case says,
+one score definition), correctness.py (checking an output), failures.py (what a failed case says,
 the per-case deadline), this file (the protocol loop and the Evaluator's modes). Env, compare, dtype_of and the score functions stay importable from
 here for the lab, the benchmarks and guard.py, which are handed this module.
 
@@ -60,19 +60,19 @@ if __name__ == "__main__":  # the staged runner (not a module the lab loads by p
     # the hash-checked source): the harness imports its siblings from source, -B writes none.
     shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
 if TYPE_CHECKING or __package__:  # the sibling import rule (above)
-    from . import correctness, reasons, scores, timing
+    from . import correctness, failures, scores, timing
 else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import correctness
-    import reasons
+    import failures
     import scores
     import timing
 
 # The names the lab, the benchmarks and guard.py (handed this module) use from here.
 Env = timing.Env
 compare, dtype_of = correctness.compare, correctness.dtype_of
-deadline = reasons.deadline  # the benchmarks time a call under it
+deadline = failures.deadline  # the benchmarks time a call under it
 
 SWEEP_WARMUP, SWEEP_REPEATS = 3, 10  # per case in sweeps (a score takes 10 and 30: time_case)
 SWEEP_MIN_SAMPLES = 5  # a sweep ranks configs: 5 samples suffice where the median is stable
@@ -213,7 +213,7 @@ class Evaluator:
             "reason": "",
         }
         try:
-            with reasons.deadline(self.case_timeout_s):
+            with failures.deadline(self.case_timeout_s):
                 checks = int(self.req.get("checks", 1))
                 for check in range(checks):
                     with self.phases("inputs", self.env.sync):
@@ -241,9 +241,9 @@ class Evaluator:
         except Exception as exc:
             # The Triton interpreter re-raises what a kernel body raised, the deadline too, as
             # InterpreterError(repr(e)) from e.
-            timed_out = reasons.caused_by(exc, reasons.CaseTimeout) is not None
+            timed_out = failures.caused_by(exc, failures.CaseTimeout) is not None
             res.update(
-                status="timeout" if timed_out else "error", reason=reasons.one_line(exc, cand_dir)
+                status="timeout" if timed_out else "error", reason=failures.one_line(exc, cand_dir)
             )
             return res
         finally:
@@ -278,7 +278,7 @@ class Evaluator:
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            reason = f"import failed: {reasons.one_line(exc, str(candidate_dir))}"
+            reason = f"import failed: {failures.one_line(exc, str(candidate_dir))}"
             results = [
                 {
                     "name": c["name"],
@@ -369,7 +369,7 @@ class Evaluator:
                 seed = self.seed + zlib.crc32(name.encode()) % 10_000  # hash() is salted
                 r: dict[str, Any] = {"probe": name, "dtype": dname, "note": notes.get(name, "")}
                 try:
-                    with reasons.deadline(self.case_timeout_s):
+                    with failures.deadline(self.case_timeout_s):
                         if name in probes:
                             gen = torch.Generator().manual_seed(seed)
                             args, kwargs = probes[name](dtype, self.env.device, gen)
@@ -393,7 +393,7 @@ class Evaluator:
                         else:  # the reference cannot take this family here: nothing to judge
                             r.update(passed=True, reason=f"not applicable: {edge.why}")
                 except Exception as exc:
-                    r.update(passed=False, reason=reasons.one_line(exc, cand_dir))
+                    r.update(passed=False, reason=failures.one_line(exc, cand_dir))
                 emit({"event": "probe", **r})
                 results.append(r)
         return {
@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "event": "result",
                     "status": "error",
-                    "reason": reasons.one_line(exc),
+                    "reason": failures.one_line(exc),
                     "mode": req.get("mode"),
                 }
             )
@@ -551,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             req = json.loads(line)
             emit({"event": "result", **handle(get_env(req), req)})
         except Exception as exc:
-            emit({"event": "result", "status": "error", "reason": reasons.one_line(exc)})
+            emit({"event": "result", "status": "error", "reason": failures.one_line(exc)})
             traceback.print_exc()
     return 0
 
