@@ -298,7 +298,7 @@ def _contiguous(shape) -> list[int]:
 # one case
 
 
-def replayer(vf, role: str):
+def replayer(vf: guard.Verify, role: str) -> guard_kid.Kid:
     """The role's replay process, started once per verify."""
     reps = vf.replayers
     if role not in reps:
@@ -325,7 +325,7 @@ def ask_ok(kid, msg: ReplayRequest, **kw) -> tuple[dict[str, Any], float]:
     return reply, wall
 
 
-def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> dict[str, Any]:
+def gpu_case(vf: guard.Verify, case: dict[str, Any], idx: int, variants: list) -> dict[str, Any]:
     torch, ev = vf.torch, vf.ev
     rec = vf.case_record(case, variants)
     tol = ev.tolerances[case["dtype"]]
@@ -380,7 +380,7 @@ def _inputs(torch, v) -> list[Any]:
     return [a for a in v.pristine if isinstance(a, torch.Tensor)]
 
 
-def _load(vf, role: str, kernels: dict[str, Any]) -> Any:
+def _load(vf: guard.Verify, role: str, kernels: dict[str, Any]) -> Any:
     rp = replayer(vf, role)
     loaded = vf.loaded.setdefault(role, set())
     new = [k for kid_, k in kernels.items() if kid_ not in loaded]
@@ -390,7 +390,7 @@ def _load(vf, role: str, kernels: dict[str, Any]) -> Any:
     return rp
 
 
-def check_calls(vf, kid, rec: dict[str, Any], variants: list, recs: dict[str, Any], tol,
+def check_calls(vf: guard.Verify, kid: guard_kid.Kid, rec: dict[str, Any], variants: list, recs: dict[str, Any], tol,
                 idx: int) -> None:  # fmt: skip
     torch = vf.torch
     plan = [(v, recs[v.signature()]) for v in variants]
@@ -443,7 +443,7 @@ def check_calls(vf, kid, rec: dict[str, Any], variants: list, recs: dict[str, An
             arena.free()
 
 
-def time_samples(vf, kids: list, case: dict[str, Any], idx: int, v0, recordings, tol):
+def time_samples(vf: guard.Verify, kids: list, case: dict[str, Any], idx: int, v0, recordings, tol):
     """K calls per graph on fresh inputs every sample, every output checked here."""
     torch, ev, env = vf.torch, vf.ev, vf.env
     shape = ev.case_shape(case)
@@ -518,7 +518,16 @@ def time_samples(vf, kids: list, case: dict[str, Any], idx: int, v0, recordings,
     return out
 
 
-def _refill(vf, arena: Arena, r: dict[str, Any], calls: int, shape, dtype, idx: int, sample: int):
+def _refill(
+    vf: guard.Verify,
+    arena: Arena,
+    r: dict[str, Any],
+    calls: int,
+    shape,
+    dtype,
+    idx: int,
+    sample: int,
+):
     """Fresh inputs into every call's input buffers, NaN poison into every other buffer;
     returns the expected outputs and the pristine inputs (both kept here only)."""
     torch, ev = vf.torch, vf.ev
