@@ -18,7 +18,7 @@ the fp32 reference, the lab's). Parts, in order, each under its own deadline:
   check    fast and every variant against the task's reference: every reference probe and the
            verifier's edge cases (reference.edge_cases, rows capped) of each timed shape
   time     every strategy on the lab's shapes, HarnessGym's four final cases and two more widths
-           of the final domain, through tools/gpu/runner.py's one timing implementation (the
+           of the final domain, through tools/gpu/timing.py, the one timing implementation (the
            lab's Evaluator.run_case: correctness, then timing); --repeats measurements each
   compile  torch.compile on the same shapes (last: it is already in the lab report)
   sweep    the leading variant with num_warps 2..16 (32 at 8192) on every timed shape

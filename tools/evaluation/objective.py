@@ -13,7 +13,7 @@ from typing import Any, Literal, NamedTuple
 
 from ..errors import UsageError
 from ..execution.launcher import Launcher, RunnerCall
-from ..gpu.runner import score_of
+from ..gpu.scores import score_of
 from ..state.checkpoints import Checkpoints
 from ..state.storage import append_jsonl, require_space
 from ..state.workspace import Workspace

@@ -10,7 +10,8 @@ every hidden case it
    edge cases (reference.edge_cases), keeps pristine copies and computes the expected values
    from them BEFORE any candidate code runs; the expected values never leave this process;
 2. runs the candidate (and the incumbent, the best final checkpoint) in sandboxed processes
-   (sandbox.py; guard_child.py) that it cannot trust:
+   (sandbox.py; guard_child.py; guard_kid.Kid is this side's handle on one) that it cannot
+   trust:
    - on the Triton CPU interpreter the candidate's process computes each output into a slot of
      a shared arena; this process compares;
    - on a GPU the candidate's process only records its launches (replay.py's docstring); a
@@ -20,6 +21,8 @@ every hidden case it
 3. judges every call here and writes every reason's text itself (the candidate's process
    reports reason codes; no string it produced is kept).
 It returns raw measurements; the host (tools/integrity/verify.py) computes the verdict from them.
+The GPU path (record, replay, time) is guard_gpu.py; siblings are imported by the one rule in
+runner.py's docstring.
 """
 
 from __future__ import annotations
@@ -27,22 +30,26 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
 import types
 from collections.abc import Iterator
-from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numerics
-import phase_lock
-import sandbox_limits
-import sandbox_policy as sp
-import wire
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import numerics, phase_lock, sandbox_limits
+    from . import sandbox_policy as sp
+    from .guard_kid import Kid, KidFailed, stage_root
+else:  # the runner that imports this put the staged folder on sys.path
+    import numerics
+    import phase_lock
+    import sandbox_limits
+    import sandbox_policy as sp
+    from guard_kid import Kid, KidFailed, stage_root
 
 _perf = time.perf_counter
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -71,150 +78,6 @@ UNREPLAYABLE = {
     "pointer_object": "a pointer argument is not a tensor",
     "scalar": "a scalar argument is not a number",
 }
-
-
-class KidFailed(Exception):
-    def __init__(self, code: str, detail: str, role: str) -> None:
-        super().__init__(detail)
-        self.code, self.role = code, role
-
-
-def stage_root() -> str:
-    """The stage folder (this file lives in <stage>/harness)."""
-    return os.path.dirname(HERE)
-
-
-class Kid:
-    """A sandboxed child: the candidate's process (guard_child.py) or a replayer (replay.py).
-    Requests are frames on its stdin; replies frames on its stdout. Its stderr is discarded:
-    a candidate writes there, and nothing it writes may reach a verdict. The sandbox's own
-    reports (what it applied; which limit ended it) come on a pipe only its outer process
-    holds."""
-
-    def __init__(self, role: str, script: str, policy: sp.Policy, timeout_s: float,
-                 pass_fds: tuple[int, ...] = ()) -> None:  # fmt: skip
-        self.role, self.timeout_s, self.require = role, timeout_s, policy.require
-        py = sys.executable
-        self.reports, report_w = os.pipe()
-        launch = sp.command(py, os.path.join(HERE, "sandbox.py"), replace(policy, report_fd=report_w),
-                            sp.python_argv(py, [os.path.join(HERE, script)]))  # fmt: skip
-        self.token = launch.token
-        try:
-            self.proc = subprocess.Popen(
-                launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, pass_fds=(*pass_fds, report_w), close_fds=True,
-                start_new_session=False,
-            )  # fmt: skip
-        finally:
-            os.close(report_w)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.fd_in, self.fd_out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
-        self.sandbox: dict[str, Any] = {}
-        self.limit = ""
-        try:
-            os.write(self.fd_in, launch.stdin)  # the policy, before any frame
-        except OSError:
-            pass  # it died at once: started() says so
-
-    def started(self) -> dict[str, Any]:
-        """The sandbox's own report (first line, written before the target runs)."""
-        try:
-            line = wire.read_line(self.reports, 30)
-            report = json.loads(line)
-        except (wire.WireError, ValueError):
-            try:
-                code = self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                code = None
-            if code == 3:
-                raise KidFailed(
-                    "sandbox_unavailable", "no sandbox can be applied here", self.role
-                ) from None
-            raise KidFailed("candidate_crashed", "the sandbox did not start", self.role) from None
-        self.sandbox = {k: v for k, v in report.items() if k != "event"}
-        if self.require and self.sandbox.get("level") not in ("full", "partial"):
-            raise KidFailed("sandbox_unavailable", "no sandbox can be applied here", self.role)
-        return self.sandbox
-
-    def send(self, msg: dict[str, Any]) -> None:
-        try:
-            wire.send(self.fd_in, msg)
-        except OSError as exc:
-            raise self.failed("candidate_crashed", "the process is gone") from exc
-
-    def ask(self, msg: dict[str, Any], *, timeout_s: float | None = None,
-            spin: bool = False) -> tuple[dict[str, Any], float]:  # fmt: skip
-        """Send a request, wait for the reply: (reply, wall-clock microseconds here)."""
-        t0 = _perf()
-        self.send(msg)
-        try:
-            reply = wire.recv(self.fd_out, timeout_s or self.timeout_s, spin=spin)
-        except wire.WireError as exc:
-            if exc.kind == "timeout":
-                raise self.failed("timeout", "no answer in time") from None
-            if exc.kind == "eof":
-                raise self.failed("candidate_crashed", "the process died") from None
-            raise KidFailed("harness_tampered", "the reply broke the protocol", self.role) from None
-        wall_us = (_perf() - t0) * 1e6
-        if not isinstance(reply, dict):
-            raise KidFailed("harness_tampered", "the reply is not an object", self.role)
-        if "fatal" in reply:
-            raise KidFailed("candidate_crashed", "the process failed", self.role)
-        return reply, wall_us
-
-    def failed(self, code: str, detail: str) -> KidFailed:
-        """Why the process stopped answering: a sandbox limit when its outer process counted
-        one (the candidate's own word never decides it), else `code`."""
-        limit = self.stop()
-        if limit:
-            return KidFailed(
-                "resource_limit", f"resource_limit: {limit} (the sandbox's limit ended it)",
-                self.role,
-            )  # fmt: skip
-        return KidFailed(code, detail, self.role)
-
-    def stop(self) -> str:
-        """End the sandbox (TERM to its outer process, which kills the rest and removes its
-        scratch folder and cgroup; KILL if it does not), read its exit report: the limit that
-        ended it, or ''."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()  # its reaper and target follow it (PDEATHSIG)
-                self.proc.wait(timeout=5)
-        if self.reports >= 0:
-            self.limit = sp.limit_hit(self._exit_report())
-            os.close(self.reports)
-            self.reports = -1
-        return self.limit
-
-    def _exit_report(self) -> dict[str, Any] | None:
-        try:
-            while True:
-                end = sp.exit_report(wire.read_line(self.reports, 2).decode(), self.token)
-                if end is not None:
-                    return end
-        except (wire.WireError, UnicodeDecodeError):
-            return None
-
-    def close(self) -> None:
-        try:
-            wire.send(self.fd_in, {"op": "exit"})
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            pass  # it ignores the exit frame (a rebound os._exit): stop() ends it
-        self.stop()
-        for fh in (self.proc.stdin, self.proc.stdout, getattr(self, "sock", None)):
-            try:
-                if fh is not None:
-                    fh.close()
-            except OSError:
-                pass
 
 
 # ----------------------------------------------------------------------------------------------
@@ -327,6 +190,14 @@ class Verify:
         self.timeout_s = float(req.get("case_timeout_s", 120))
         self.kids: list[Any] = []
         self.scratch_root = os.path.join(stage_root(), "scratch")
+        # State the case methods fill in as the verify goes (declared here, not stashed):
+        self.skipped: dict[str, list[list[str]]] = {}  # per case: edges the reference cannot take
+        self.partial: dict[str, Any] | None = None  # the last case record (kept on a failure)
+        self.arena: mmap.mmap | None = None  # the CPU path's shared arena, for the whole verify
+        self.arena_sent = False  # the candidate's processes have mapped it
+        self.replayers: dict[str, Kid] = {}  # the GPU path, per role: guard_gpu.replayer
+        self.replay_sandbox: dict[str, dict[str, Any]] = {}  # per role: its sandbox's report
+        self.loaded: dict[str, set[str]] = {}  # per role: kernel ids its replayer holds
         os.makedirs(self.scratch_root, mode=0o700, exist_ok=True)
         # The GPU's lock file, held here phase by phase (phase_lock.py), when the host asked.
         held = req.get("gpu_lock") or {}
@@ -439,7 +310,7 @@ class Verify:
         finally:
             for kid in self.kids:
                 kid.close()
-            for kid in getattr(self, "replayers", {}).values():
+            for kid in self.replayers.values():
                 kid.close()
             sandbox_limits.sweep(self.scratch_root)  # whatever a child did, nothing stays
             self.lock.close()
@@ -469,7 +340,7 @@ class Verify:
         gen = torch.Generator(device=self.env.device)
         gen.manual_seed((ev.seed + idx * 7919) % (2**63))
         suite = self.suite()
-        skipped = self.__dict__.setdefault("skipped", {}).setdefault(case["name"], [])
+        skipped = self.skipped.setdefault(case["name"], [])
         for edge in suite.edges(shape, dtype, gen, ev.tolerances[case["dtype"]]):
             if not edge.applicable:
                 skipped.append([edge.name, edge.why])
@@ -553,7 +424,7 @@ class Verify:
                 res, timer = self.one_case(case, idx, memfd)
             except KidFailed as exc:
                 if exc.role != "incumbent":
-                    partial = getattr(self, "partial", None) or {"calls": []}
+                    partial = self.partial or {"calls": []}
                     partial.update(error=str(exc), error_code=exc.code)
                     result["cases"].append(partial)
                     raise
@@ -610,7 +481,7 @@ class Verify:
             "null_control": null_control(torch, v0.pristine, v0.expected, tol, v0.spec),
             # the raw record only: which family each call set was, which edges did not apply
             "families": [v.family for v in variants],
-            "inapplicable": self.__dict__.get("skipped", {}).get(case["name"], []),
+            "inapplicable": self.skipped.get(case["name"], []),
         }
         self.partial = rec
         return rec
@@ -654,17 +525,15 @@ class Verify:
     def cpu_case(self, case: dict[str, Any], idx: int, variants: list[Variant],
                  memfd: int | None) -> dict[str, Any]:  # fmt: skip
         """The interpreter: the candidate's process computes into the shared arena."""
-        import mmap
-
         torch = self.torch
         rec = self.case_record(case, variants)
         tol = self.ev.tolerances[case["dtype"]]
         layout, _ = self.cpu_layout(variants)
         assert memfd is not None
-        if getattr(self, "arena", None) is None:  # kept for the whole verify: views pin it
+        if self.arena is None:  # kept for the whole verify: views pin it
             self.arena = mmap.mmap(memfd, self.arena_size)
         arena = self.arena
-        if not getattr(self, "arena_sent", False):
+        if not self.arena_sent:
             for kid in self.kids:
                 kid.ask({"op": "arena", "size": self.arena_size})
             self.arena_sent = True

@@ -28,13 +28,17 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
 
-import guard_record  # noqa: E402
-import modelnew  # noqa: E402
-import wire  # noqa: E402
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import guard_record, modelnew, wire
+else:
+    import guard_record
+    import modelnew
+    import wire
 
 STDLIB = os.path.dirname(os.__file__)
 # torch functions and Tensor methods a host wrapper may call: allocation, metadata, views,
@@ -267,6 +271,43 @@ def _function_mode(torch: Any, obs: Observer, child: Child):
     return Watch
 
 
+# The parent's requests (guard.py and guard_gpu.py send them; one frame each, one reply frame).
+class LoadRequest(TypedDict):
+    op: Literal["load"]
+
+
+class ArenaRequest(TypedDict):  # CPU path: map the parent's memfd arena
+    op: Literal["arena"]
+    size: int
+
+
+class CallRequest(TypedDict):  # CPU path: inputs are views of the arena, the output a slot
+    op: Literal["call"]
+    args: list[dict[str, Any]]  # {"tensor": arena spec} or {"value": a plain argument}
+    kwargs: dict[str, Any]
+    slot: dict[str, Any]
+
+
+class RecordRequest(TypedDict):  # GPU path: record the launches on inputs of our own
+    op: Literal["record"]
+    args: list[dict[str, Any]]  # {"tensor": spec} or {"value": a plain argument}
+    kwargs: dict[str, Any]
+    seed: NotRequired[int]
+
+
+class EndCaseRequest(TypedDict):
+    op: Literal["end_case"]
+
+
+class ExitRequest(TypedDict):
+    op: Literal["exit"]
+
+
+Request = (
+    LoadRequest | ArenaRequest | CallRequest | RecordRequest | EndCaseRequest | ExitRequest
+)  # fmt: skip
+
+
 class Child:
     def __init__(self, cfg: dict[str, Any], fd_out: int) -> None:
         import torch
@@ -373,7 +414,19 @@ class Child:
         return torch.randint(0, 2, shape, generator=gen, device="cuda").to(dtype)
 
     # -- requests --------------------------------------------------------------------------------
-    def call(self, msg: dict[str, Any]) -> None:
+    def map_arena(self, msg: ArenaRequest) -> None:
+        """CPU: map the parent's arena (the memfd it passed at start), for the whole verify."""
+        self.arena = mmap.mmap(int(self.cfg["memfd"]), int(msg["size"]))
+        self.held = []
+        self.reply(ok=True)
+
+    def end_case(self, msg: EndCaseRequest) -> None:
+        self.held = []
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+        self.reply(ok=True)
+
+    def call(self, msg: CallRequest) -> None:
         """CPU: the parent's inputs from the arena, the output copied into the parent's slot."""
         args = [self.tensor_from_arena(a["tensor"]) if "tensor" in a else a["value"]
                 for a in msg["args"]]  # fmt: skip
@@ -387,7 +440,7 @@ class Child:
         self.reply(**facts, codes=self.codes())
         self.obs.reset()
 
-    def record(self, msg: dict[str, Any]) -> None:
+    def record(self, msg: RecordRequest) -> None:
         """GPU: warm-up call, then the recorded call, on inputs of our own."""
         torch = self.torch
         gen = torch.Generator(device="cuda")
@@ -449,30 +502,24 @@ class Child:
         return facts
 
     def serve(self, fd_in: int) -> None:
+        """Answer the parent's requests until it says exit (or sends an op not in the table)."""
+        handlers: dict[str, Callable[[Any], None]] = {
+            "load": lambda msg: self.load(),
+            "arena": self.map_arena,
+            "call": self.call,
+            "record": self.record,
+            "end_case": self.end_case,
+        }
         while True:
             try:
                 msg = wire.recv(fd_in)
             except wire.WireError:
                 return
             op = msg.get("op")
-            if op == "load":
-                self.load()
-            elif op == "arena":
-                fd = int(self.cfg["memfd"])
-                self.arena = mmap.mmap(fd, int(msg["size"]))
-                self.held = []
-                self.reply(ok=True)
-            elif op == "call":
-                self.call(msg)
-            elif op == "record":
-                self.record(msg)
-            elif op == "end_case":
-                self.held = []
-                if self.cuda:
-                    self.torch.cuda.empty_cache()
-                self.reply(ok=True)
-            else:
+            handler = handlers.get(op) if isinstance(op, str) else None
+            if handler is None:
                 return
+            handler(msg)
 
 
 def main() -> int:

@@ -22,9 +22,17 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cudadrv import Driver
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import guard, guard_kid
+    from .cudadrv import Driver
+else:  # imported by guard.py, from the staged folder on sys.path (guard is loaded first)
+    import guard
+    import guard_kid
+    from cudadrv import Driver
+if TYPE_CHECKING:  # the replayer's request types (it runs in its own process)
+    from .replay import Request as ReplayRequest
 
 SAMPLES = 16  # timed samples per role and case
 MAX_CALLS = 256  # calls per sample (one CUDA graph)
@@ -68,14 +76,14 @@ def _int(x: Any, lo: int, hi: int, what: str) -> int:
 def validate(rec: Any, n_inputs: int) -> dict[str, Any]:
     """The recording as this process will use it, or Bad. Names and binaries are kept only to
     be handed to the replayer; none of them ever appears in a reason."""
-    from guard import UNREPLAYABLE
-
     if not isinstance(rec, dict):
         raise Bad("forged_recording", "the recording is not an object")
     unsupported = rec.get("unsupported") or []
     if not isinstance(unsupported, list):
         raise Bad("forged_recording", "bad 'unsupported' list")
-    known = [UNREPLAYABLE[u] for u in unsupported if isinstance(u, str) and u in UNREPLAYABLE]
+    known = [
+        guard.UNREPLAYABLE[u] for u in unsupported if isinstance(u, str) and u in guard.UNREPLAYABLE
+    ]
     if known:
         raise Bad("unreplayable", "; ".join(sorted(set(known))))
     kernels: dict[str, dict[str, Any]] = {}
@@ -306,46 +314,44 @@ def _contiguous(shape) -> list[int]:
 # one case
 
 
-def replayer(vf, role: str):
+def replayer(vf: guard.Verify, role: str) -> guard_kid.Kid:
     """The role's replay process, started once per verify."""
-    from guard import Kid
-
-    reps = vf.__dict__.setdefault("replayers", {})
+    reps = vf.replayers
     if role not in reps:
         policy = vf.policy([], namespaces=vf.req.get("replay_namespaces", True))
         import socket
 
         ours, theirs = socket.socketpair()  # arena descriptors travel on it (SCM_RIGHTS)
         their_fd = theirs.fileno()
-        kid = Kid(f"{role}-replay", "replay.py", policy, vf.timeout_s, (their_fd,))
+        kid = guard_kid.Kid(f"{role}-replay", "replay.py", policy, vf.timeout_s, (their_fd,))
         theirs.close()
         kid.sock = ours
-        vf.__dict__.setdefault("replay_sandbox", {})[role] = kid.started()
+        vf.replay_sandbox[role] = kid.started()
         ask_ok(kid, {"op": "hello", "sock": their_fd})
         reps[role] = kid
     return reps[role]
 
 
-def ask_ok(kid, msg: dict[str, Any], **kw) -> tuple[dict[str, Any], float]:
-    from guard import KidFailed
-
+def ask_ok(kid, msg: ReplayRequest, **kw) -> tuple[dict[str, Any], float]:
     reply, wall = kid.ask(msg, **kw)
     if not reply.get("ok"):
-        raise KidFailed("runner_failed", f"replay: {str(reply.get('error'))[:300]}", kid.role)
+        raise guard_kid.KidFailed(
+            "runner_failed", f"replay: {str(reply.get('error'))[:300]}", kid.role
+        )
     return reply, wall
 
 
-def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> tuple[dict[str, Any], Any]:
+def gpu_case(
+    vf: guard.Verify, case: dict[str, Any], idx: int, variants: list
+) -> tuple[dict[str, Any], Any]:
     """Record and check one case; returns its record and its timer (None: nothing to time, the
     candidate failed a check). The timing waits until every case has passed: one exclusive hold
     of the GPU times them all."""
-    from guard import Variant
-
     torch, ev = vf.torch, vf.ev
     rec = vf.case_record(case, variants)
     tol = ev.tolerances[case["dtype"]]
     fresh = ev.make(ev.case_shape(case), variants[0].args[0].dtype, idx * 1009 + 991)
-    variants = [*variants, Variant("recheck", list(fresh[0]), fresh[1], torch, ev.ref)]
+    variants = [*variants, guard.Variant("recheck", list(fresh[0]), fresh[1], torch, ev.ref)]
     # 1. recordings, per role and input signature
     recordings: dict[str, dict[str, Any]] = {}
     rec_codes: dict[str, list[list[str]]] = {}
@@ -376,9 +382,10 @@ def gpu_case(vf, case: dict[str, Any], idx: int, variants: list) -> tuple[dict[s
     return rec, timer
 
 
-def _record(vf, variants: list, recordings: dict[str, Any], rec_codes: dict[str, Any]) -> None:
+def _record(
+    vf: guard.Verify, variants: list, recordings: dict[str, Any], rec_codes: dict[str, Any]
+) -> None:
     """Each role's recording of each distinct input signature."""
-    from guard import arg_specs, child_codes, error_text
 
     torch = vf.torch
     for kid in vf.kids:
@@ -387,11 +394,11 @@ def _record(vf, variants: list, recordings: dict[str, Any], rec_codes: dict[str,
             sig = v.signature()
             if sig in recordings[kid.role]:
                 continue
-            reply, _ = kid.ask({"op": "record", "args": arg_specs(torch, v), "kwargs": v.kwargs,
+            reply, _ = kid.ask({"op": "record", "args": guard.arg_specs(torch, v), "kwargs": v.kwargs,
                                 "seed": vf.rng.randrange(2**31)})  # fmt: skip
             where = f"{v.kind} recording"
-            codes = child_codes(reply, where)
-            err = error_text(reply)
+            codes = guard.child_codes(reply, where)
+            err = guard.error_text(reply)
             if err:
                 codes.append(["candidate_error", f"{where}: the entry function raised {err}"])
             if reply.get("aliases_input"):
@@ -412,9 +419,9 @@ def _inputs(torch, v) -> list[Any]:
     return [a for a in v.pristine if isinstance(a, torch.Tensor)]
 
 
-def _load(vf, role: str, kernels: dict[str, Any]) -> Any:
+def _load(vf: guard.Verify, role: str, kernels: dict[str, Any]) -> Any:
     rp = replayer(vf, role)
-    loaded = vf.__dict__.setdefault("loaded", {}).setdefault(role, set())
+    loaded = vf.loaded.setdefault(role, set())
     new = [k for kid_, k in kernels.items() if kid_ not in loaded]
     if new:
         ask_ok(rp, {"op": "kernels", "kernels": new})
@@ -422,7 +429,7 @@ def _load(vf, role: str, kernels: dict[str, Any]) -> Any:
     return rp
 
 
-def check_calls(vf, kid, rec: dict[str, Any], variants: list, recs: dict[str, Any], tol,
+def check_calls(vf: guard.Verify, kid: guard_kid.Kid, rec: dict[str, Any], variants: list, recs: dict[str, Any], tol,
                 idx: int) -> None:  # fmt: skip
     torch = vf.torch
     plan = [(v, recs[v.signature()]) for v in variants]
@@ -475,7 +482,7 @@ def check_calls(vf, kid, rec: dict[str, Any], variants: list, recs: dict[str, An
             arena.free()
 
 
-def time_samples(vf, kids: list, case: dict[str, Any], idx: int, v0, recordings, tol):
+def time_samples(vf: guard.Verify, kids: list, case: dict[str, Any], idx: int, v0, recordings, tol):
     """K calls per graph on fresh inputs every sample, every output checked here."""
     torch, ev, env = vf.torch, vf.ev, vf.env
     shape = ev.case_shape(case)
@@ -550,7 +557,16 @@ def time_samples(vf, kids: list, case: dict[str, Any], idx: int, v0, recordings,
     return out
 
 
-def _refill(vf, arena: Arena, r: dict[str, Any], calls: int, shape, dtype, idx: int, sample: int):
+def _refill(
+    vf: guard.Verify,
+    arena: Arena,
+    r: dict[str, Any],
+    calls: int,
+    shape,
+    dtype,
+    idx: int,
+    sample: int,
+):
     """Fresh inputs into every call's input buffers, NaN poison into every other buffer;
     returns the expected outputs and the pristine inputs (both kept here only)."""
     torch, ev = vf.torch, vf.ev

@@ -289,7 +289,7 @@ def best_strategy(rows: list[dict[str, Any]], claims: list[str]) -> str | None:
         if not rs or not all(r["passed"] for r in rs):
             continue
         chosen = [r for r in rs if r["case"] in claims] or rs
-        mean = load_sibling("runner").geomean([r["median_us"] for r in chosen])
+        mean = load_runner().scores.geomean([r["median_us"] for r in chosen])
         if mean is not None:
             scored.append((mean, name))
     return min(scored)[1] if scored else None

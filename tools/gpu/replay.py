@@ -24,12 +24,17 @@ import os
 import struct
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
 
-import wire  # noqa: E402
-from cudadrv import CudaError, Driver, aligned_buffer  # noqa: E402
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import wire
+    from .cudadrv import CudaError, Driver, aligned_buffer
+else:
+    import wire
+    from cudadrv import CudaError, Driver, aligned_buffer
 
 SPIN_S = 0.02  # busy-wait for the next request before blocking (keeps wake-ups out of timing)
 SCALARS: dict[str, tuple[Any, str]] = {
@@ -253,6 +258,83 @@ class Replayer:
         return {}
 
 
+# ----------------------------------------------------------------------------------------------
+# the protocol: one request a frame on stdin (guard_gpu.ask_ok sends them), answered on the
+# private descriptor with {"ok": true, ...the handler's fields} or {"error": text}
+
+
+class HelloRequest(TypedDict):
+    op: Literal["hello"]
+    sock: NotRequired[int | None]  # this process's end of the descriptor socketpair
+
+
+class KernelsRequest(TypedDict):
+    op: Literal["kernels"]
+    kernels: list[dict[str, Any]]  # validated recordings' kernels (guard_gpu.validate)
+
+
+class ArenaRequest(TypedDict):
+    op: Literal["arena"]
+    id: str
+    nbytes: int
+
+
+class CloseArenaRequest(TypedDict):
+    op: Literal["close_arena"]
+    id: str
+
+
+class ProgramRequest(TypedDict):
+    op: Literal["program"]
+    id: str
+    steps: list[dict[str, Any]]
+    calls: list[dict[str, Any]]
+
+
+class RunRequest(TypedDict):
+    op: Literal["run"]
+    id: str
+    calls: list[int]
+
+
+class CaptureRequest(TypedDict):
+    op: Literal["capture"]
+    id: str
+
+
+class TimeRequest(TypedDict):
+    op: Literal["time"]
+    id: NotRequired[str | None]  # None: an empty window
+
+
+class DropRequest(TypedDict):
+    op: Literal["drop"]
+    id: str
+
+
+class ExitRequest(TypedDict):
+    op: Literal["exit"]
+
+
+Request = (
+    HelloRequest | KernelsRequest | ArenaRequest | CloseArenaRequest | ProgramRequest
+    | RunRequest | CaptureRequest | TimeRequest | DropRequest | ExitRequest
+)  # fmt: skip
+# op -> its handler: the Replayer method, given the request's fields (a missing one is a
+# KeyError, answered as an error). "exit" ends serve; any other op is an unknown request.
+OPS: dict[str, Callable[[Replayer, Any], dict[str, Any] | None]] = {
+    "hello": lambda rep, msg: rep.hello(msg.get("sock")),
+    "kernels": lambda rep, msg: rep.load_kernels(msg["kernels"]),
+    "arena": lambda rep, msg: rep.arena(msg["id"], msg["nbytes"]),
+    "close_arena": lambda rep, msg: rep.close_arena(msg["id"]),
+    "program": lambda rep, msg: rep.program(msg["id"], msg["steps"], msg["calls"]),
+    "run": lambda rep, msg: rep.run(msg["id"], msg["calls"]),
+    "capture": lambda rep, msg: rep.capture(msg["id"]),
+    "time": lambda rep, msg: rep.time(msg.get("id")),
+    "drop": lambda rep, msg: rep.drop(msg["id"]),
+}
+
+
 def serve(fd_in: int, fd_out: int) -> int:
     rep: Replayer | None = None
     while True:
@@ -269,29 +351,11 @@ def serve(fd_in: int, fd_out: int) -> int:
         try:
             if rep is None:
                 rep = Replayer()
-            if op == "hello":
-                out = rep.hello(msg.get("sock"))
-            elif op == "kernels":
-                out = rep.load_kernels(msg["kernels"])
-            elif op == "arena":
-                out = rep.arena(msg["id"], msg["nbytes"])
-            elif op == "close_arena":
-                out = rep.close_arena(msg["id"])
-            elif op == "program":
-                out = rep.program(msg["id"], msg["steps"], msg["calls"])
-            elif op == "run":
-                out = rep.run(msg["id"], msg["calls"])
-            elif op == "capture":
-                out = rep.capture(msg["id"])
-            elif op == "time":
-                out = rep.time(msg.get("id"))
-            elif op == "drop":
-                out = rep.drop(msg["id"])
-            else:
-                out = None
+            handler = OPS.get(op) if isinstance(op, str) else None
+            if handler is None:
                 wire.send(fd_out, {"error": f"unknown request {op!r}"})
                 continue
-            wire.send(fd_out, {"ok": True, **(out or {})})
+            wire.send(fd_out, {"ok": True, **(handler(rep, msg) or {})})
         except (CudaError, ValueError, KeyError, TypeError, OSError) as exc:
             wire.send(fd_out, {"error": f"{type(exc).__name__}: {exc}"[:500]})
 

@@ -1,8 +1,10 @@
-"""GPU-side runner: evaluates a candidate kernel against a task's reference with honest timing.
+"""GPU-side runner: the protocol loop and the evaluator of a candidate kernel against a task's
+reference (correctness per case, then timing).
 
 Self-contained on purpose: it needs only the standard library, torch and triton, because the
-toolkit copies this one file to the GPU host (hash-checked) for every run. It never imports
-harnesslab. Usage:
+toolkit copies it with its staged siblings to the GPU host (hash-checked) for every run. It
+never imports harnesslab. Side of the trust boundary: in dev modes it runs inside sandbox.py
+with the candidate; in the guarded verify (mode "verify") it hands over to guard.py. Usage:
 
     python runner.py REQUEST.json      one request, JSON events on stdout
     python runner.py --worker          warm worker: one JSON request per stdin line
@@ -12,14 +14,24 @@ are redirected to stderr so they cannot corrupt the stream. Events:
     {"event": "case", ...}     one per finished case (partial results survive a kill)
     {"event": "result", ...}   the whole result, last line of a request
 
-Timing (the one implementation): device time from CUDA events; the end event is recorded after
-a whole-device synchronize so work left on other streams is inside the window. Each sample is a
-CUDA-graph replay of K back-to-back calls rotating over input sets that together exceed 2.5x the
-L2 size (L2 never holds the inputs); K is chosen so one window lasts >= ~1 ms, which makes the
-host latency of the final synchronize negligible (<2%). Host launch latency is measured apart:
-single eager calls with events around them; launch_overhead_us = single - device median.
-Without a GPU the same path runs under the Triton interpreter on small shapes, timed with a
-wall clock, and every timing is marked meaningful=false.
+One concern per file: timing.py (the device and the one timing implementation), scores.py (the
+one score definition), correctness.py (checking an output), failures.py (what a failed case says,
+the per-case deadline), this file (the protocol loop and the Evaluator's modes). Env, compare, dtype_of and the score functions stay importable from
+here for the lab, the benchmarks and guard.py, which are handed this module.
+
+The sibling import rule (every staged module that imports a sibling at import time): this file
+is used three ways, as the package module harnesslab.tools.gpu.runner (the host), loaded by
+file path (the lab and benchmarks), and run as a script in the staged folder (the GPU host):
+
+    if TYPE_CHECKING or __package__:   # the host's package import, and mypy
+        from . import scores
+    else:                              # by path or as a script: siblings by plain name
+        if HERE not in sys.path:
+            sys.path.insert(0, HERE)
+        import scores
+
+so mypy and the host see the package modules, and the staged folder needs no package.
+(Modules imported only lazily on the GPU host, as guard.py is, import by plain name.)
 """
 
 from __future__ import annotations
@@ -30,21 +42,16 @@ import importlib.util
 import json
 import math
 import os
-import platform
 import shutil
-import signal
-import statistics
 import sys
 import tempfile
 import time
 import traceback
 import types
 import zlib
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-RUNNER_VERSION = "2"
 HERE = os.path.dirname(os.path.abspath(__file__))
 if __name__ == "__main__":  # the staged runner (not a module the lab loads by path)
     if HERE not in sys.path:  # started with -I: the staged siblings (guard.py, ...) by path
@@ -52,13 +59,23 @@ if __name__ == "__main__":  # the staged runner (not a module the lab loads by p
     # Bytecode beside the staged files is never trusted (a planted .pyc would run instead of
     # the hash-checked source): the harness imports its siblings from source, -B writes none.
     shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
+if TYPE_CHECKING or __package__:  # the sibling import rule (above)
+    from . import correctness, failures, scores, timing
+else:
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import correctness
+    import failures
+    import scores
+    import timing
+
+# The names the lab, the benchmarks and guard.py (handed this module) use from here.
+Env = timing.Env
+compare, dtype_of = correctness.compare, correctness.dtype_of
+deadline = failures.deadline  # the benchmarks time a call under it
+
 SWEEP_WARMUP, SWEEP_REPEATS = 3, 10  # per case in sweeps (a score takes 10 and 30: time_case)
 SWEEP_MIN_SAMPLES = 5  # a sweep ranks configs: 5 samples suffice where the median is stable
-# Adaptive sampling (time_case): at least MIN_SAMPLES, at most `repeats`, stopping once the
-# median's ~95% confidence interval is within RELATIVE_CI of it. The guarded verify's replay
-# samples keep their fixed count (guard_gpu.time_samples): a candidate must not be able to
-# steer how often it is measured.
-MIN_SAMPLES, RELATIVE_CI = 10, 0.005
 _OUT = sys.stdout  # replaced in main() by a dup of fd 1 before candidate code can print
 
 # ----------------------------------------------------------------------------------------------
@@ -74,83 +91,6 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, float) and not math.isfinite(o):
         return None
     return str(o)
-
-
-def _finite(x: float | None) -> float | None:
-    if x is None or not math.isfinite(x):
-        return None
-    return x
-
-
-MAX_REASON = 2000  # characters of an exception's first line kept in a reason
-
-
-class CaseTimeout(Exception):
-    pass
-
-
-def caused_by(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """`exc` or the first exception of type `kind` that (directly or not) caused it."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
-
-
-@contextlib.contextmanager
-def deadline(seconds: float | None):
-    """Raise CaseTimeout in the main thread after `seconds` (covers Python-level hangs; a hung
-    GPU kernel is the parent's job: it kills the whole process group)."""
-    if not seconds or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def _raise(signum, frame):
-        raise CaseTimeout(f"exceeded {seconds:.0f}s")
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def one_line(exc: BaseException, candidate_dir: str | None = None) -> str:
-    """A one-line reason, pointing at the candidate's own file and line when possible."""
-    late = caused_by(exc, CaseTimeout)
-    if late is not None:  # the deadline, however wrapped (the interpreter re-raises it)
-        return f"timeout: case {late}"
-    where = ""
-    tb = traceback.extract_tb(exc.__traceback__)
-    for frame in reversed(tb):
-        if candidate_dir and frame.filename.startswith(candidate_dir):
-            where = f" at {os.path.basename(frame.filename)}:{frame.lineno}"
-            break
-    if isinstance(exc, SyntaxError) and exc.filename:
-        where = f" at {os.path.basename(exc.filename)}:{exc.lineno}"
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = f"{type(exc).__name__}{where}: {msg}"
-    if len(text) > MAX_REASON:  # said, not silently cut mid-word
-        text = f"{text[:MAX_REASON]}... ({len(text) - MAX_REASON} more characters)"
-    for needle, hint in HINTS.items():
-        if needle in str(exc):
-            text += f" (hint: {hint})"
-    return text
-
-
-# Known failures whose messages do not say what to change.
-HINTS = {
-    "mask has unsupported dtype": "the Triton CPU interpreter (3.9) rejects a vector mask combined "
-    "with a scalar condition, e.g. (cols < dim) & (row < n_rows); test the scalar with `if` or "
-    "broadcast it to a vector first",
-    "out of resource: shared memory": "lower num_stages or the block size",
-}
 
 
 def load_module(path: Path, name: str) -> types.ModuleType:
@@ -173,352 +113,6 @@ def tree_hash(folder: Path) -> str:
         if p.is_file() and "__pycache__" not in p.parts:
             h.update(p.relative_to(folder).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
-
-
-# ----------------------------------------------------------------------------------------------
-# scoring: the one definition of the numbers every tool reports (the host imports these from
-# harnesslab.tools.gpu.runner: objective, verify and the lab use nothing else)
-
-
-def order_stats(samples: Sequence[float]) -> dict[str, float | None]:
-    """median_us, p10_us, p90_us and spread ((p90-p10)/median) of timing samples. p10 rounds
-    down and p90 up (nearest rank), so the reported spread is never narrower than the samples."""
-    xs = sorted(float(x) for x in samples if isinstance(x, int | float) and math.isfinite(x))
-    if not xs:
-        return {"median_us": None, "p10_us": None, "p90_us": None, "spread": None}
-    med = statistics.median(xs)
-    p10, p90 = xs[int(0.1 * (len(xs) - 1))], xs[math.ceil(0.9 * (len(xs) - 1))]
-    return {
-        "median_us": med,
-        "p10_us": p10,
-        "p90_us": p90,
-        "spread": (p90 - p10) / med if med > 0 else None,
-    }
-
-
-def score_of(medians: Sequence[float | None], passed: bool) -> float | None:
-    """A candidate's score: the sum of its per-case median times (us; lower is better), only
-    when every case passed and has a time."""
-    if not passed or not medians or any(m is None for m in medians):
-        return None
-    return math.fsum(m for m in medians if m is not None)
-
-
-def median_ci_halfwidth(samples: Sequence[float], z: float = 1.96) -> float | None:
-    """Half-width of the ~95% confidence interval of the median, distribution-free: the order
-    statistics n/2 -/+ z*sqrt(n)/2 bound it (the binomial approximation), half their distance.
-    None below 5 samples (the bounds would be the extremes)."""
-    xs = sorted(samples)
-    n = len(xs)
-    if n < 5:
-        return None
-    k = z * math.sqrt(n) / 2
-    lo, hi = max(0, math.floor(n / 2 - k)), min(n - 1, math.ceil(n / 2 + k) - 1)
-    return (xs[hi] - xs[lo]) / 2
-
-
-def sample_until_stable(
-    draw, *, floor: int, cap: int, rel_ci: float = 0.005
-) -> tuple[list[float], bool]:
-    """Call `draw()` (one timing sample) at least `floor` and at most `cap` times, stopping once
-    the median's confidence interval half-width is within `rel_ci` of the median. Returns the
-    samples and whether they met the bound. A stable series stops at the floor; a noisy one
-    runs to the cap, and says so."""
-    floor, cap = max(1, floor), max(1, floor, cap)
-    xs: list[float] = []
-    while len(xs) < cap:
-        xs.append(float(draw()))
-        if len(xs) >= floor:
-            half = median_ci_halfwidth(xs)
-            med = statistics.median(xs)
-            if half is not None and med > 0 and half <= rel_ci * med:
-                return xs, True
-    return xs, False
-
-
-def geomean(values: Sequence[float | None]) -> float | None:
-    """Geometric mean of the positive values (None when there are none)."""
-    xs = [float(v) for v in values if isinstance(v, int | float) and v > 0]
-    return math.exp(math.fsum(map(math.log, xs)) / len(xs)) if xs else None
-
-
-# ----------------------------------------------------------------------------------------------
-# environment (torch is imported lazily so `--help` and errors stay cheap)
-
-
-class Env:
-    """Per-process state: device, versions, copy bandwidth (measured once per process)."""
-
-    def __init__(self, interpret: bool) -> None:
-        if interpret:
-            os.environ["TRITON_INTERPRET"] = "1"
-        import torch
-
-        self.torch = torch
-        self.interpret = interpret or not torch.cuda.is_available()
-        self.device = "cpu" if self.interpret else "cuda"
-        self._copy_gbps: float | None = None
-        self.l2_bytes = 0
-        if self.device == "cuda":
-            props = torch.cuda.get_device_properties(0)
-            self.l2_bytes = int(getattr(props, "L2_cache_size", 50 << 20))
-
-    def info(self) -> dict[str, Any]:
-        torch = self.torch
-        try:
-            import triton
-
-            triton_version = triton.__version__
-        except Exception as exc:  # reported, not fatal: the reference path still runs
-            triton_version = f"unavailable ({type(exc).__name__})"
-        info: dict[str, Any] = {
-            "device": "cpu (Triton interpreter)"
-            if self.interpret
-            else torch.cuda.get_device_name(0),
-            "torch": torch.__version__,
-            "triton": triton_version,
-            "cuda": torch.version.cuda,
-            "python": platform.python_version(),
-            "host": platform.node(),
-            "gpu_index": os.environ.get(
-                "CUDA_VISIBLE_DEVICES", "0" if not self.interpret else None
-            ),
-            "interpret": self.interpret,
-            "meaningful": not self.interpret,
-            "runner_version": RUNNER_VERSION,
-            "cpu_count": os.cpu_count(),  # the GPU host's cores: what sweeps compile on
-        }
-        if not self.interpret:
-            info["driver"] = _driver_version()
-        return info
-
-    # Timing ------------------------------------------------------------------------------------
-    # Two regimes, one implementation. Cases whose bytes take >= ISOLATED_MIN_US at copy speed
-    # are timed one call per sample from a clean L2 (a read of 2.5x L2 evicts everything dirty)
-    # with the stream primed by a sleep kernel, so host launch latency stays outside the window;
-    # that is what Nsight Compute's gpu__time_duration measures (back-to-back timing read ~10%
-    # higher on an H100 at 4096x8192: it also pays the previous call's L2 write-back). Smaller
-    # cases are CUDA-graph replays of back-to-back calls rotating over inputs larger than 2.5x
-    # L2, because one call is too short for event resolution. Every isolated sample also records
-    # an event after a whole-device synchronize: `sync_tail_us` exposes work left on other
-    # streams. % of copy bandwidth is against one large (1 GiB) device copy timed the same
-    # isolated way: 3029 GB/s on an H100. A read-heavy kernel can exceed 100% (reads are cheaper
-    # than writes: 2 reads + 1 write per element here); an H100 measured up to ~108%.
-    ISOLATED_MIN_US = 15.0
-
-    def copy_gbps(self) -> float:
-        """Large device-to-device copy bandwidth (bytes read + written), measured once per
-        process with the same isolated method as the bandwidth-bound cases."""
-        if self._copy_gbps is None:
-            torch = self.torch
-            half = (1 << 29) if not self.interpret else (8 << 20)
-            src = torch.empty(half, dtype=torch.uint8, device=self.device).random_(0, 255)
-            dst = torch.empty_like(src)
-            if self.interpret:
-                times = self.time_fn(lambda: dst.copy_(src), calls=1, samples=3, warmup=1)
-            else:
-                times, _ = self.isolated_times(lambda i: dst.copy_(src), 30, host_us=20.0)
-            self._copy_gbps = 2 * half / (statistics.median(times) * 1e3)
-        return self._copy_gbps
-
-    def method_for(self, nbytes: int) -> str:
-        est_us = nbytes / (self.copy_gbps() * 1e3)
-        return "isolated" if est_us >= self.ISOLATED_MIN_US else "cuda_graph"
-
-    def sets_needed(self, nbytes: int) -> int:
-        """Input sets so that one rotation exceeds 2.5x L2 (memory capped at ~4 GB)."""
-        n = max(2, math.ceil(2.5 * self.l2_bytes / max(nbytes, 1)))
-        return min(n, max(2, (4 << 30) // max(nbytes, 1)), 64)
-
-    def calls_per_window(self, nbytes: int, *, floor_us: float, lo: int, hi: int) -> int:
-        """Back-to-back calls that make about 1 ms of device time at copy speed (event
-        resolution and the final synchronize's host latency stay under 2%), in [lo, hi]. The
-        guarded verify's replay windows use it too (guard_gpu.time_samples)."""
-        est_us = max(nbytes / (self.copy_gbps() * 1e3), floor_us)
-        return max(lo, min(hi, math.ceil(1000.0 / est_us)))
-
-    def graph_calls(self, nbytes: int, n_sets: int) -> int:
-        """Back-to-back calls per graph: about 1 ms of work, a multiple of the rotation."""
-        calls = self.calls_per_window(nbytes, floor_us=1.0, lo=n_sets, hi=2000)
-        return math.ceil(calls / n_sets) * n_sets
-
-    def sync(self) -> None:
-        if self.device == "cuda":
-            self.torch.cuda.synchronize()
-
-    def time_fn(self, fn, *, calls: int, samples: int, warmup: int) -> list[float]:
-        """Per-call microseconds of `calls` back-to-back eager calls, `samples` times."""
-        for _ in range(warmup):
-            fn()
-        self.sync()
-        return [self.window(lambda: [fn() for _ in range(calls)]) / calls for _ in range(samples)]
-
-    def window(self, work) -> float:
-        """Microseconds for `work` with the whole device synchronised inside the window (host
-        launch latency included: the GPU is idle when the window opens)."""
-        if self.device == "cuda":
-            torch = self.torch
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            work()
-            torch.cuda.synchronize()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) * 1e3
-        t0 = time.perf_counter()
-        work()
-        return (time.perf_counter() - t0) * 1e6
-
-    def flush_l2(self) -> None:
-        """Evict L2 (enqueued on the current stream): a read of 2.5x its size. The one flush of
-        both timing paths (isolated samples here, the guarded verify's replay samples)."""
-        buf = self.__dict__.get("_flush_buf")
-        if buf is None:
-            torch = self.torch
-            n = max(int(2.5 * self.l2_bytes), 1 << 20) // 4
-            buf = torch.ones(n, dtype=torch.int32, device="cuda")
-            self._flush_buf = buf
-            self._flush_out = torch.empty((), dtype=torch.int64, device="cuda")
-        self.torch.sum(buf, dim=0, out=self._flush_out)
-
-    def isolated_times(
-        self, call, samples: int, *, host_us: float, cap: int | None = None
-    ) -> tuple[list[float], list[float]]:
-        """One call per sample from a clean L2, stream primed so launch latency is hidden.
-        `samples` is the floor; with `cap` above it, sampling stops early once the median is
-        known to within RELATIVE_CI (sample_until_stable)."""
-        torch = self.torch
-        self.flush_l2()  # allocates the flush buffer before the first sample
-        torch.cuda.synchronize()
-        # Sleep long enough to cover the host's enqueue of start event + call + end event.
-        sleep_cycles = int(min(max(3 * host_us + 50, 100), 5000) * 2000)  # ~2 GHz SM clock
-        start, end, after_sync = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        call(0)
-        torch.cuda.synchronize()
-        tails: list[float] = []
-
-        def one() -> float:
-            self.flush_l2()
-            torch.cuda._sleep(sleep_cycles)
-            start.record()
-            call(len(tails))
-            end.record()
-            torch.cuda.synchronize()
-            after_sync.record()
-            after_sync.synchronize()
-            tails.append(end.elapsed_time(after_sync) * 1e3)
-            return start.elapsed_time(end) * 1e3
-
-        times, _ = sample_until_stable(one, floor=samples, cap=cap or samples,
-                                       rel_ci=RELATIVE_CI)  # fmt: skip
-        return times, tails
-
-    def graph_times(
-        self, call, calls: int, samples: int, warmup: int, cap: int | None = None
-    ) -> list[float]:
-        """Per-call microseconds of CUDA-graph replays of `calls` back-to-back calls; at least
-        `samples` replays, up to `cap` until the median is stable (sample_until_stable)."""
-        torch = self.torch
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up on a side stream, as graph capture requires
-            for i in range(max(warmup, 2)):
-                call(i)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(calls):
-                call(i)
-        graph.replay()
-        torch.cuda.synchronize()
-        out, _ = sample_until_stable(lambda: self.window(graph.replay) / calls, floor=samples,
-                                     cap=cap or samples, rel_ci=RELATIVE_CI)  # fmt: skip
-        return out  # the graph (and its memory pool) goes with this frame
-
-
-def _driver_version() -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    import subprocess
-
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
-    except Exception:
-        return None
-
-
-# ----------------------------------------------------------------------------------------------
-# correctness
-
-
-def dtype_of(torch, name: str):
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
-
-
-def poison_allocator(torch, device: str, nbytes: int) -> None:
-    """Fill freed allocator memory with NaN so an output the candidate forgets to write shows up
-    as NaN instead of stale correct values (the caching allocator hands the block back)."""
-    if device != "cuda" or nbytes <= 0:
-        return
-    junk = torch.empty(nbytes // 2 + 1, dtype=torch.float16, device=device)
-    junk.fill_(float("nan"))
-    del junk
-
-
-def compare(torch, out, ref, tol: dict[str, float], expected_shape, expected_dtype, inputs):
-    """Check one output against the fp32 reference. Returns (passed, reason, stats)."""
-    stats: dict[str, Any] = {"max_abs_err": None, "max_rel_err": None}
-    if type(out) is not torch.Tensor:
-        return False, f"output is {type(out).__name__}, expected a plain torch.Tensor", stats
-    if tuple(out.shape) != tuple(expected_shape):
-        return False, f"wrong shape {tuple(out.shape)}, expected {tuple(expected_shape)}", stats
-    if out.dtype != expected_dtype:
-        return False, f"wrong dtype {out.dtype}, expected {expected_dtype}", stats
-    for t in inputs:
-        if isinstance(t, torch.Tensor) and t.data_ptr() == out.data_ptr() and t.numel():
-            return False, "output aliases an input buffer", stats
-    o = out.float()
-    n_nan = int(torch.isnan(o).sum())
-    n_inf = int(torch.isinf(o).sum())
-    diff = (o - ref).abs()
-    finite = torch.isfinite(diff)
-    max_abs = float(diff[finite].max()) if bool(finite.any()) else float("inf")
-    rel = diff / ref.abs().clamp_min(max(tol["atol"], 1e-30))
-    max_rel = float(rel[finite].max()) if bool(finite.any()) else float("inf")
-    stats.update(max_abs_err=_finite(max_abs), max_rel_err=_finite(max_rel), nan=n_nan, inf=n_inf)
-    if n_nan or n_inf:
-        return False, f"output has {n_nan} NaN and {n_inf} Inf values", stats
-    bad = diff > (tol["atol"] + tol["rtol"] * ref.abs())
-    n_bad = int(bad.sum())
-    if n_bad:
-        idx = tuple(int(i) for i in (bad.nonzero()[0]))
-        stats["worst_index"] = list(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-        return (
-            False,
-            f"{n_bad} of {diff.numel()} elements out of tolerance (first at {list(idx)}, "
-            f"max abs err {max_abs:.3g}, atol {tol['atol']}, rtol {tol['rtol']})",
-            stats,
-        )
-    return True, "", stats
-
-
-def snapshot_inputs(torch, args) -> list:
-    return [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
-
-
-def inputs_unchanged(torch, args, saved) -> bool:
-    for a, s in zip(args, saved, strict=True):
-        if s is not None and not torch.equal(a, s):
-            return False
-    return True
 
 
 # ----------------------------------------------------------------------------------------------
@@ -619,15 +213,15 @@ class Evaluator:
             "reason": "",
         }
         try:
-            with deadline(self.case_timeout_s):
+            with failures.deadline(self.case_timeout_s):
                 checks = int(self.req.get("checks", 1))
                 for check in range(checks):
                     with self.phases("inputs", self.env.sync):
                         args, kwargs = self.make(shape, dtype, salt=idx * 101 + check)
                         expected = self.ref.reference(*args, **kwargs)
                         out_shape, out_dtype = self.ref.output_spec(*args, **kwargs)
-                        saved = snapshot_inputs(torch, args)
-                        poison_allocator(torch, self.env.device, expected.numel() * 2)
+                        saved = correctness.snapshot_inputs(torch, args)
+                        correctness.poison_allocator(torch, self.env.device, expected.numel() * 2)
                     with self.phases("correctness"):
                         out = fn(*args, **kwargs)
                         self.env.sync()
@@ -635,7 +229,7 @@ class Evaluator:
                             torch, out, expected, tol, out_shape, out_dtype, args
                         )
                         res.update(stats)
-                        if ok and not inputs_unchanged(torch, args, saved):
+                        if ok and not correctness.inputs_unchanged(torch, args, saved):
                             ok, reason = False, "the candidate modified its inputs"
                     if not ok:
                         res["reason"] = reason
@@ -647,8 +241,10 @@ class Evaluator:
         except Exception as exc:
             # The Triton interpreter re-raises what a kernel body raised, the deadline too, as
             # InterpreterError(repr(e)) from e.
-            timed_out = caused_by(exc, CaseTimeout) is not None
-            res.update(status="timeout" if timed_out else "error", reason=one_line(exc, cand_dir))
+            timed_out = failures.caused_by(exc, failures.CaseTimeout) is not None
+            res.update(
+                status="timeout" if timed_out else "error", reason=failures.one_line(exc, cand_dir)
+            )
             return res
         finally:
             if self.env.device == "cuda":
@@ -657,69 +253,18 @@ class Evaluator:
         return res
 
     def time_case(self, fn, shape, dtype, idx: int) -> dict[str, Any]:
-        env, torch = self.env, self.torch
-        nbytes = int(self.ref.bytes_moved(shape, torch.finfo(dtype).bits // 8))
-        warmup = int(self.req.get("warmup", 10))
+        nbytes = int(self.ref.bytes_moved(shape, self.torch.finfo(dtype).bits // 8))
         samples = int(self.req.get("repeats", 30))  # the cap of adaptive sampling
-        floor = max(1, min(int(self.req.get("min_samples", MIN_SAMPLES)), samples))
-        if self.interpret:
-            args, kwargs = self.make(shape, dtype, salt=idx * 101 + 7)
-            # The interpreter says nothing about speed: a few samples keep eval fast on a CPU.
-            times = env.time_fn(
-                lambda: fn(*args, **kwargs), calls=1, samples=min(samples, 3), warmup=min(warmup, 1)
-            )
-            single, tails = times, [0.0]
-            method, calls, n_sets = "wall_clock_interpreter", 1, 1
-        else:
-            n_sets = env.sets_needed(nbytes)
-            with self.phases("timing_inputs", env.sync):  # not in "timing": Phases are exclusive
-                sets = [self.make(shape, dtype, salt=idx * 101 + 11 + s) for s in range(n_sets)]
-
-            def call(i: int):
-                a, k = sets[i % n_sets]
-                return fn(*a, **k)
-
-            # Single eager calls with nothing queued before them: host launch latency included.
-            for i in range(max(2, min(warmup, n_sets))):
-                call(i)
-            single = [env.window(lambda i=i: call(i)) for i in range(max(5, min(samples, 20)))]
-            method, calls = env.method_for(nbytes), 1
-            tails = [0.0]
-            if method == "isolated":
-                times, tails = env.isolated_times(
-                    call, floor, host_us=statistics.median(single), cap=samples
-                )
-            else:
-                calls = env.graph_calls(nbytes, n_sets)
-                try:
-                    times = env.graph_times(call, calls, floor, warmup, cap=samples)
-                except Exception:  # not capturable (host syncs, allocations): eager back-to-back
-                    method = "eager_back_to_back"
-                    torch.cuda.synchronize()
-                    it = iter(range(10**9))
-                    times = env.time_fn(
-                        lambda: call(next(it)), calls=calls, samples=samples, warmup=warmup
-                    )
-            del sets
-        stats = order_stats(times)
-        med = stats["median_us"] or 0.0
-        half = median_ci_halfwidth(times)
-        gbps = nbytes / (med * 1e3) if med > 0 else None
-        copy_gbps = env.copy_gbps()
-        return {
-            **stats,
-            "host_us": statistics.median(single),
-            "launch_overhead_us": max(0.0, statistics.median(single) - med),
-            "gbps": gbps,
-            "pct_of_copy_bw": 100.0 * gbps / copy_gbps if gbps else None,
-            "sync_tail_us": statistics.median(tails),
-            "bytes": nbytes,
-            "timing_method": method,
-            "calls_per_sample": calls,
-            "input_sets": n_sets,
-            "samples": len(times),
-            "median_ci_rel": half / med if half is not None and med > 0 else None,
-        }
+        return timing.time_case(
+            self.env,
+            fn,
+            lambda salt: self.make(shape, dtype, salt=idx * 101 + salt),
+            nbytes,
+            warmup=int(self.req.get("warmup", 10)),
+            samples=samples,
+            floor=max(1, min(int(self.req.get("min_samples", timing.MIN_SAMPLES)), samples)),
+            phases=self.phases,
+        )
 
     # -- modes ------------------------------------------------------------------------------------
     def evaluate(
@@ -733,7 +278,7 @@ class Evaluator:
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            reason = f"import failed: {one_line(exc, str(candidate_dir))}"
+            reason = f"import failed: {failures.one_line(exc, str(candidate_dir))}"
             results = [
                 {
                     "name": c["name"],
@@ -757,8 +302,8 @@ class Evaluator:
 
     def _summary(self, results, started, error: str = "") -> dict[str, Any]:
         passed = all(r["passed"] for r in results) and bool(results)
-        score = score_of([r.get("median_us") for r in results], passed)
-        geo = geomean([r.get("pct_of_copy_bw") for r in results]) if passed else None
+        score = scores.score_of([r.get("median_us") for r in results], passed)
+        geo = scores.geomean([r.get("pct_of_copy_bw") for r in results]) if passed else None
         status = "passed" if passed else "failed"
         failed = [r for r in results if not r["passed"]]
         return {
@@ -824,7 +369,7 @@ class Evaluator:
                 seed = self.seed + zlib.crc32(name.encode()) % 10_000  # hash() is salted
                 r: dict[str, Any] = {"probe": name, "dtype": dname, "note": notes.get(name, "")}
                 try:
-                    with deadline(self.case_timeout_s):
+                    with failures.deadline(self.case_timeout_s):
                         if name in probes:
                             gen = torch.Generator().manual_seed(seed)
                             args, kwargs = probes[name](dtype, self.env.device, gen)
@@ -844,11 +389,11 @@ class Evaluator:
                             )
                             ratio = numerics.tolerance_ratio(torch, out, expected, tol)
                             r.update(stats, passed=ok, reason=why, shape=list(args[0].shape),
-                                     tolerance_ratio=_finite(ratio))  # fmt: skip
+                                     tolerance_ratio=correctness.finite_or_none(ratio))  # fmt: skip
                         else:  # the reference cannot take this family here: nothing to judge
                             r.update(passed=True, reason=f"not applicable: {edge.why}")
                 except Exception as exc:
-                    r.update(passed=False, reason=one_line(exc, cand_dir))
+                    r.update(passed=False, reason=failures.one_line(exc, cand_dir))
                 emit({"event": "probe", **r})
                 results.append(r)
         return {
@@ -980,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "event": "result",
                     "status": "error",
-                    "reason": one_line(exc),
+                    "reason": failures.one_line(exc),
                     "mode": req.get("mode"),
                 }
             )
@@ -1006,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             req = json.loads(line)
             emit({"event": "result", **handle(get_env(req), req)})
         except Exception as exc:
-            emit({"event": "result", "status": "error", "reason": one_line(exc)})
+            emit({"event": "result", "status": "error", "reason": failures.one_line(exc)})
             traceback.print_exc()
     return 0
 

@@ -52,7 +52,6 @@ the target with paths that would name the TARGETs themselves.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import os
 import platform
@@ -61,24 +60,23 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _sibling(name: str) -> Any:
-    """A staged sibling module: by plain name when run as a script on the GPU host, from this
-    package when the host imports this file."""
-    if __package__:
-        return importlib.import_module(f"{__package__}.{name}")
+# Staged siblings: from this package when the host imports this file, by plain name when run
+# as a script on the GPU host (the sibling import rule: runner.py's docstring).
+if TYPE_CHECKING or __package__:
+    from . import sandbox_confine as sc
+    from . import sandbox_limits as sl
+    from . import sandbox_policy as sp
+else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
-    return importlib.import_module(name)
-
-
-sp = _sibling("sandbox_policy")
-sc = _sibling("sandbox_confine")
-sl = _sibling("sandbox_limits")
+    import sandbox_confine as sc
+    import sandbox_limits as sl
+    import sandbox_policy as sp
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from ..evaluation.objective import Progress, kernel_request, record, report, require_kernel_task
 from ..evaluation.results import CaseResult, EnvInfo, EvalResult
 from ..execution.launcher import RUNNER_FILES, Launcher, RunnerCall, runner_digest
-from ..gpu.runner import geomean, order_stats, score_of
+from ..gpu.scores import geomean, order_stats, score_of
 from ..settings import Settings
 from ..state.checkpoints import Checkpoints
 from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret

@@ -189,12 +189,15 @@ async def test_bad_config_is_a_usage_error_and_the_workspace_is_untouched(tmp_pa
 
 
 def test_runner_module_runs_alone_without_harnesslab(tmp_path):
-    """The GPU host has no harnesslab: a copy of runner.py must start in an isolated interpreter
-    with no site-packages (-I -S), where any import of harnesslab would fail."""
-    from harnesslab.tools.execution.launcher import runner_source
+    """The GPU host has no harnesslab: a copy of the staged files (runner.py imports its
+    siblings timing.py, scores.py and correctness.py by plain name there) must start in an
+    isolated interpreter with no site-packages (-I -S), where any import of harnesslab would
+    fail."""
+    from harnesslab.tools.execution.launcher import RUNNER_FILES, runner_source
 
+    for name in RUNNER_FILES:
+        (tmp_path / name).write_bytes(runner_source(name))
     copy = tmp_path / "runner.py"
-    copy.write_bytes(runner_source())
     out = subprocess.run(
         [sys.executable, "-I", "-S", str(copy)], capture_output=True, text=True, timeout=60
     )

@@ -1,11 +1,11 @@
-"""Adaptive sampling of the runner's timing (runner.sample_until_stable): pure Python."""
+"""Adaptive sampling of the runner's timing (scores.sample_until_stable): pure Python."""
 
 from __future__ import annotations
 
 import itertools
 import random
 
-from harnesslab.tools.gpu.runner import median_ci_halfwidth, sample_until_stable
+from harnesslab.tools.gpu.scores import median_ci_halfwidth, sample_until_stable
 
 
 def counting(values):

@@ -1,4 +1,4 @@
-"""The one score definition (runner.order_stats, score_of, median_ci_halfwidth, geomean and the
+"""The one score definition (scores.order_stats, score_of, median_ci_halfwidth, geomean and the
 adaptive sampler's stopping rule): every number a verdict or a ranking compares comes from
 here, so each rule is pinned at its boundary. Pure Python, no torch."""
 
@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from harnesslab.tools.gpu.runner import (
+from harnesslab.tools.gpu.scores import (
     geomean,
     median_ci_halfwidth,
     order_stats,

@@ -1,6 +1,9 @@
 """The files staged to the GPU host (and the custom tools' worker, which runs sandboxed where no
 harnesslab is readable) import only the standard library, torch, triton and each other: never
-harnesslab, never a relative import."""
+harnesslab, and a relative import only in the sibling import rule (tools/gpu/runner.py's
+docstring): `from . import x` under `if TYPE_CHECKING or __package__:`, whose `else:` imports
+the same siblings by plain name (the staged folder has no package), or under a type-only
+`if TYPE_CHECKING:`."""
 
 from __future__ import annotations
 
@@ -19,9 +22,37 @@ ALLOWED = set(sys.stdlib_module_names) | {"torch", "triton", "numpy"}
 SIBLINGS = {Path(name).stem for name in FILES}
 
 
+RULE = "TYPE_CHECKING or __package__"
+
+
+def rule_blocks(tree: ast.AST, *tests: str) -> list[ast.If]:
+    tests = tests or (RULE,)
+    return [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) in tests]
+
+
+def sibling_names(body: list[ast.stmt], *, level: int) -> set[str]:
+    """The modules a branch of the rule imports: `from . import x`, `from .x import y` (level
+    1), or `import x`, `from x import y` (level 0)."""
+    names = set()
+    for node in body:
+        if isinstance(node, ast.ImportFrom) and node.level == level:
+            names |= {node.module} if node.module else {alias.name for alias in node.names}
+        elif isinstance(node, ast.Import) and level == 0:
+            names |= {alias.name for alias in node.names}
+    return names
+
+
 def imported_roots(path: Path) -> list[tuple[int, str]]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    allowed = {  # the rule's package branch, or a type-only import: a sibling, relative
+        id(node) for block in rule_blocks(tree, RULE, "TYPE_CHECKING") for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+        and sibling_names([node], level=1) <= SIBLINGS
+    }  # fmt: skip
+    for node in ast.walk(tree):
+        if id(node) in allowed:
+            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -42,3 +73,10 @@ def test_a_staged_file_imports_nothing_from_harnesslab(path: Path):
         if root not in ALLOWED and root not in SIBLINGS
     ]
     assert not bad, bad
+
+
+@pytest.mark.parametrize("path", STANDALONE, ids=lambda p: p.name)
+def test_both_branches_of_the_sibling_import_rule_import_the_same_siblings(path: Path):
+    for block in rule_blocks(ast.parse(path.read_text())):
+        package = sibling_names(block.body, level=1)
+        assert package and package == sibling_names(block.orelse, level=0), path.name

@@ -1,0 +1,178 @@
+"""The guarded verify's handle on one sandboxed child process: the candidate's process
+(guard_child.py) or a replayer (replay.py), started through sandbox.py with the verify's
+policy, asked one request at a time, and told why it stopped (a sandbox limit, a crash, a
+timeout) in the harness's own words.
+
+Staged beside guard.py (standard library, never harnesslab). Trusted side: the parent of the
+guarded verify holds it; nothing the child writes reaches a verdict but its reply frames, which
+the parent judges. Siblings are imported by the one rule in runner.py's docstring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import sandbox_policy as sp
+    from . import wire
+else:  # imported by guard.py, from the staged folder on sys.path
+    import sandbox_policy as sp
+    import wire
+
+_perf = time.perf_counter
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class KidFailed(Exception):
+    def __init__(self, code: str, detail: str, role: str) -> None:
+        super().__init__(detail)
+        self.code, self.role = code, role
+
+
+def stage_root() -> str:
+    """The stage folder (this file lives in <stage>/harness)."""
+    return os.path.dirname(HERE)
+
+
+class Kid:
+    """A sandboxed child: the candidate's process (guard_child.py) or a replayer (replay.py).
+    Requests are frames on its stdin; replies frames on its stdout. Its stderr is discarded:
+    a candidate writes there, and nothing it writes may reach a verdict. The sandbox's own
+    reports (what it applied; which limit ended it) come on a pipe only its outer process
+    holds."""
+
+    def __init__(self, role: str, script: str, policy: sp.Policy, timeout_s: float,
+                 pass_fds: tuple[int, ...] = ()) -> None:  # fmt: skip
+        self.role, self.timeout_s, self.require = role, timeout_s, policy.require
+        py = sys.executable
+        self.reports, report_w = os.pipe()
+        launch = sp.command(py, os.path.join(HERE, "sandbox.py"), replace(policy, report_fd=report_w),
+                            sp.python_argv(py, [os.path.join(HERE, script)]))  # fmt: skip
+        self.token = launch.token
+        try:
+            self.proc = subprocess.Popen(
+                launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, pass_fds=(*pass_fds, report_w), close_fds=True,
+                start_new_session=False,
+            )  # fmt: skip
+        finally:
+            os.close(report_w)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.fd_in, self.fd_out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        self.sandbox: dict[str, Any] = {}
+        self.limit = ""
+        # A replayer's end of the socketpair the arena's descriptors travel on (SCM_RIGHTS),
+        # set by guard_gpu.replayer; the candidate's process has none.
+        self.sock: socket.socket | None = None
+        try:
+            os.write(self.fd_in, launch.stdin)  # the policy, before any frame
+        except OSError:
+            pass  # it died at once: started() says so
+
+    def started(self) -> dict[str, Any]:
+        """The sandbox's own report (first line, written before the target runs)."""
+        try:
+            line = wire.read_line(self.reports, 30)
+            report = json.loads(line)
+        except (wire.WireError, ValueError):
+            try:
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
+            if code == 3:
+                raise KidFailed(
+                    "sandbox_unavailable", "no sandbox can be applied here", self.role
+                ) from None
+            raise KidFailed("candidate_crashed", "the sandbox did not start", self.role) from None
+        self.sandbox = {k: v for k, v in report.items() if k != "event"}
+        if self.require and self.sandbox.get("level") not in ("full", "partial"):
+            raise KidFailed("sandbox_unavailable", "no sandbox can be applied here", self.role)
+        return self.sandbox
+
+    def send(self, msg: Mapping[str, Any]) -> None:
+        try:
+            wire.send(self.fd_in, msg)
+        except OSError as exc:
+            raise self.failed("candidate_crashed", "the process is gone") from exc
+
+    def ask(self, msg: Mapping[str, Any], *, timeout_s: float | None = None,
+            spin: bool = False) -> tuple[dict[str, Any], float]:  # fmt: skip
+        """Send a request, wait for the reply: (reply, wall-clock microseconds here)."""
+        t0 = _perf()
+        self.send(msg)
+        try:
+            reply = wire.recv(self.fd_out, timeout_s or self.timeout_s, spin=spin)
+        except wire.WireError as exc:
+            if exc.kind == "timeout":
+                raise self.failed("timeout", "no answer in time") from None
+            if exc.kind == "eof":
+                raise self.failed("candidate_crashed", "the process died") from None
+            raise KidFailed("harness_tampered", "the reply broke the protocol", self.role) from None
+        wall_us = (_perf() - t0) * 1e6
+        if not isinstance(reply, dict):
+            raise KidFailed("harness_tampered", "the reply is not an object", self.role)
+        if "fatal" in reply:
+            raise KidFailed("candidate_crashed", "the process failed", self.role)
+        return reply, wall_us
+
+    def failed(self, code: str, detail: str) -> KidFailed:
+        """Why the process stopped answering: a sandbox limit when its outer process counted
+        one (the candidate's own word never decides it), else `code`."""
+        limit = self.stop()
+        if limit:
+            return KidFailed(
+                "resource_limit", f"resource_limit: {limit} (the sandbox's limit ended it)",
+                self.role,
+            )  # fmt: skip
+        return KidFailed(code, detail, self.role)
+
+    def stop(self) -> str:
+        """End the sandbox (TERM to its outer process, which kills the rest and removes its
+        scratch folder and cgroup; KILL if it does not), read its exit report: the limit that
+        ended it, or ''."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()  # its reaper and target follow it (PDEATHSIG)
+                self.proc.wait(timeout=5)
+        if self.reports >= 0:
+            self.limit = sp.limit_hit(self._exit_report())
+            os.close(self.reports)
+            self.reports = -1
+        return self.limit
+
+    def _exit_report(self) -> dict[str, Any] | None:
+        try:
+            while True:
+                end = sp.exit_report(wire.read_line(self.reports, 2).decode(), self.token)
+                if end is not None:
+                    return end
+        except (wire.WireError, UnicodeDecodeError):
+            return None
+
+    def close(self) -> None:
+        try:
+            wire.send(self.fd_in, {"op": "exit"})
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass  # it ignores the exit frame (a rebound os._exit): stop() ends it
+        self.stop()
+        for fh in (self.proc.stdin, self.proc.stdout, self.sock):
+            try:
+                if fh is not None:
+                    fh.close()
+            except OSError:
+                pass

@@ -1,0 +1,338 @@
+"""The runner's timing: the device, its copy bandwidth, and how one case is timed.
+
+Staged to the GPU host beside runner.py (standard library + torch, never harnesslab); runs in
+the runner's process, inside sandbox.py with the candidate (dev modes), and on the trusted side
+of the guarded verify (guard_gpu.py's replay windows use Env.flush_l2 and calls_per_window).
+
+Timing (the one implementation): device time from CUDA events; the end event is recorded after
+a whole-device synchronize so work left on other streams is inside the window. Each sample is a
+CUDA-graph replay of K back-to-back calls rotating over input sets that together exceed 2.5x the
+L2 size (L2 never holds the inputs); K is chosen so one window lasts >= ~1 ms, which makes the
+host latency of the final synchronize negligible (<2%). Host launch latency is measured apart:
+single eager calls with events around them; launch_overhead_us = single - device median.
+Large cases are timed one isolated call per sample instead (Env.ISOLATED_MIN_US says when).
+Without a GPU the same path runs under the Triton interpreter on small shapes, timed with a
+wall clock, and every timing is marked meaningful=false.
+
+Siblings (scores.py) are imported by the one rule in runner.py's docstring.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import scores
+else:
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import scores
+
+RUNNER_VERSION = "2"  # reported in every env block (Env.info)
+# Adaptive sampling (time_case): at least MIN_SAMPLES, at most `repeats`, stopping once the
+# median's ~95% confidence interval is within RELATIVE_CI of it. The guarded verify's replay
+# samples keep their fixed count (guard_gpu.time_samples): a candidate must not be able to
+# steer how often it is measured.
+MIN_SAMPLES, RELATIVE_CI = 10, 0.005
+
+# ----------------------------------------------------------------------------------------------
+# environment (torch is imported lazily so `--help` and errors stay cheap)
+
+
+class Env:
+    """Per-process state: device, versions, copy bandwidth (measured once per process)."""
+
+    def __init__(self, interpret: bool) -> None:
+        if interpret:
+            os.environ["TRITON_INTERPRET"] = "1"
+        import torch
+
+        self.torch = torch
+        self.interpret = interpret or not torch.cuda.is_available()
+        self.device = "cpu" if self.interpret else "cuda"
+        self._copy_gbps: float | None = None
+        self._flush_buf: Any = None  # flush_l2's buffer and output, allocated on first use
+        self._flush_out: Any = None
+        self.l2_bytes = 0
+        if self.device == "cuda":
+            props = torch.cuda.get_device_properties(0)
+            self.l2_bytes = int(getattr(props, "L2_cache_size", 50 << 20))
+
+    def info(self) -> dict[str, Any]:
+        torch = self.torch
+        try:
+            import triton
+
+            triton_version = triton.__version__
+        except Exception as exc:  # reported, not fatal: the reference path still runs
+            triton_version = f"unavailable ({type(exc).__name__})"
+        info: dict[str, Any] = {
+            "device": "cpu (Triton interpreter)"
+            if self.interpret
+            else torch.cuda.get_device_name(0),
+            "torch": torch.__version__,
+            "triton": triton_version,
+            "cuda": torch.version.cuda,
+            "python": platform.python_version(),
+            "host": platform.node(),
+            "gpu_index": os.environ.get(
+                "CUDA_VISIBLE_DEVICES", "0" if not self.interpret else None
+            ),
+            "interpret": self.interpret,
+            "meaningful": not self.interpret,
+            "runner_version": RUNNER_VERSION,
+            "cpu_count": os.cpu_count(),  # the GPU host's cores: what sweeps compile on
+        }
+        if not self.interpret:
+            info["driver"] = _driver_version()
+        return info
+
+    # Timing ------------------------------------------------------------------------------------
+    # Two regimes, one implementation. Cases whose bytes take >= ISOLATED_MIN_US at copy speed
+    # are timed one call per sample from a clean L2 (a read of 2.5x L2 evicts everything dirty)
+    # with the stream primed by a sleep kernel, so host launch latency stays outside the window;
+    # that is what Nsight Compute's gpu__time_duration measures (back-to-back timing read ~10%
+    # higher on an H100 at 4096x8192: it also pays the previous call's L2 write-back). Smaller
+    # cases are CUDA-graph replays of back-to-back calls rotating over inputs larger than 2.5x
+    # L2, because one call is too short for event resolution. Every isolated sample also records
+    # an event after a whole-device synchronize: `sync_tail_us` exposes work left on other
+    # streams. % of copy bandwidth is against one large (1 GiB) device copy timed the same
+    # isolated way: 3029 GB/s on an H100. A read-heavy kernel can exceed 100% (reads are cheaper
+    # than writes: 2 reads + 1 write per element here); an H100 measured up to ~108%.
+    ISOLATED_MIN_US = 15.0
+
+    def copy_gbps(self) -> float:
+        """Large device-to-device copy bandwidth (bytes read + written), measured once per
+        process with the same isolated method as the bandwidth-bound cases."""
+        if self._copy_gbps is None:
+            torch = self.torch
+            half = (1 << 29) if not self.interpret else (8 << 20)
+            src = torch.empty(half, dtype=torch.uint8, device=self.device).random_(0, 255)
+            dst = torch.empty_like(src)
+            if self.interpret:
+                times = self.time_fn(lambda: dst.copy_(src), calls=1, samples=3, warmup=1)
+            else:
+                times, _ = self.isolated_times(lambda i: dst.copy_(src), 30, host_us=20.0)
+            self._copy_gbps = 2 * half / (statistics.median(times) * 1e3)
+        return self._copy_gbps
+
+    def method_for(self, nbytes: int) -> str:
+        est_us = nbytes / (self.copy_gbps() * 1e3)
+        return "isolated" if est_us >= self.ISOLATED_MIN_US else "cuda_graph"
+
+    def sets_needed(self, nbytes: int) -> int:
+        """Input sets so that one rotation exceeds 2.5x L2 (memory capped at ~4 GB)."""
+        n = max(2, math.ceil(2.5 * self.l2_bytes / max(nbytes, 1)))
+        return min(n, max(2, (4 << 30) // max(nbytes, 1)), 64)
+
+    def calls_per_window(self, nbytes: int, *, floor_us: float, lo: int, hi: int) -> int:
+        """Back-to-back calls that make about 1 ms of device time at copy speed (event
+        resolution and the final synchronize's host latency stay under 2%), in [lo, hi]. The
+        guarded verify's replay windows use it too (guard_gpu.time_samples)."""
+        est_us = max(nbytes / (self.copy_gbps() * 1e3), floor_us)
+        return max(lo, min(hi, math.ceil(1000.0 / est_us)))
+
+    def graph_calls(self, nbytes: int, n_sets: int) -> int:
+        """Back-to-back calls per graph: about 1 ms of work, a multiple of the rotation."""
+        calls = self.calls_per_window(nbytes, floor_us=1.0, lo=n_sets, hi=2000)
+        return math.ceil(calls / n_sets) * n_sets
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def time_fn(self, fn, *, calls: int, samples: int, warmup: int) -> list[float]:
+        """Per-call microseconds of `calls` back-to-back eager calls, `samples` times."""
+        for _ in range(warmup):
+            fn()
+        self.sync()
+        return [self.window(lambda: [fn() for _ in range(calls)]) / calls for _ in range(samples)]
+
+    def window(self, work) -> float:
+        """Microseconds for `work` with the whole device synchronised inside the window (host
+        launch latency included: the GPU is idle when the window opens)."""
+        if self.device == "cuda":
+            torch = self.torch
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            work()
+            torch.cuda.synchronize()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e3
+        t0 = time.perf_counter()
+        work()
+        return (time.perf_counter() - t0) * 1e6
+
+    def flush_l2(self) -> None:
+        """Evict L2 (enqueued on the current stream): a read of 2.5x its size. The one flush of
+        both timing paths (isolated samples here, the guarded verify's replay samples)."""
+        buf = self._flush_buf
+        if buf is None:
+            torch = self.torch
+            n = max(int(2.5 * self.l2_bytes), 1 << 20) // 4
+            buf = torch.ones(n, dtype=torch.int32, device="cuda")
+            self._flush_buf = buf
+            self._flush_out = torch.empty((), dtype=torch.int64, device="cuda")
+        self.torch.sum(buf, dim=0, out=self._flush_out)
+
+    def isolated_times(
+        self, call, samples: int, *, host_us: float, cap: int | None = None
+    ) -> tuple[list[float], list[float]]:
+        """One call per sample from a clean L2, stream primed so launch latency is hidden.
+        `samples` is the floor; with `cap` above it, sampling stops early once the median is
+        known to within RELATIVE_CI (sample_until_stable)."""
+        torch = self.torch
+        self.flush_l2()  # allocates the flush buffer before the first sample
+        torch.cuda.synchronize()
+        # Sleep long enough to cover the host's enqueue of start event + call + end event.
+        sleep_cycles = int(min(max(3 * host_us + 50, 100), 5000) * 2000)  # ~2 GHz SM clock
+        start, end, after_sync = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        call(0)
+        torch.cuda.synchronize()
+        tails: list[float] = []
+
+        def one() -> float:
+            self.flush_l2()
+            torch.cuda._sleep(sleep_cycles)
+            start.record()
+            call(len(tails))
+            end.record()
+            torch.cuda.synchronize()
+            after_sync.record()
+            after_sync.synchronize()
+            tails.append(end.elapsed_time(after_sync) * 1e3)
+            return start.elapsed_time(end) * 1e3
+
+        times, _ = scores.sample_until_stable(one, floor=samples, cap=cap or samples,
+                                       rel_ci=RELATIVE_CI)  # fmt: skip
+        return times, tails
+
+    def graph_times(
+        self, call, calls: int, samples: int, warmup: int, cap: int | None = None
+    ) -> list[float]:
+        """Per-call microseconds of CUDA-graph replays of `calls` back-to-back calls; at least
+        `samples` replays, up to `cap` until the median is stable (sample_until_stable)."""
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up on a side stream, as graph capture requires
+            for i in range(max(warmup, 2)):
+                call(i)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                call(i)
+        graph.replay()
+        torch.cuda.synchronize()
+        out, _ = scores.sample_until_stable(lambda: self.window(graph.replay) / calls, floor=samples,
+                                     cap=cap or samples, rel_ci=RELATIVE_CI)  # fmt: skip
+        return out  # the graph (and its memory pool) goes with this frame
+
+
+def _driver_version() -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+    except Exception:
+        return None
+
+
+# ----------------------------------------------------------------------------------------------
+# one case
+
+
+def time_case(
+    env: Env,
+    fn: Callable[..., Any],
+    make: Callable[[int], tuple[Any, Any]],
+    nbytes: int,
+    *,
+    warmup: int,
+    samples: int,
+    floor: int,
+    phases: Any,
+) -> dict[str, Any]:
+    """Time `fn` on inputs `make(salt)` returns ((args, kwargs), fresh each salt): the one
+    timing of a case (`samples` is the cap of adaptive sampling, `floor` its floor). `phases`
+    (runner.Phases) charges drawing the input sets to "timing_inputs"."""
+    torch = env.torch
+    if env.interpret:
+        args, kwargs = make(7)
+        # The interpreter says nothing about speed: a few samples keep eval fast on a CPU.
+        times = env.time_fn(
+            lambda: fn(*args, **kwargs), calls=1, samples=min(samples, 3), warmup=min(warmup, 1)
+        )
+        single, tails = times, [0.0]
+        method, calls, n_sets = "wall_clock_interpreter", 1, 1
+    else:
+        n_sets = env.sets_needed(nbytes)
+        with phases("timing_inputs", env.sync):  # not in "timing": Phases are exclusive
+            sets = [make(11 + s) for s in range(n_sets)]
+
+        def call(i: int):
+            a, k = sets[i % n_sets]
+            return fn(*a, **k)
+
+        # Single eager calls with nothing queued before them: host launch latency included.
+        for i in range(max(2, min(warmup, n_sets))):
+            call(i)
+        single = [env.window(lambda i=i: call(i)) for i in range(max(5, min(samples, 20)))]
+        method, calls = env.method_for(nbytes), 1
+        tails = [0.0]
+        if method == "isolated":
+            times, tails = env.isolated_times(
+                call, floor, host_us=statistics.median(single), cap=samples
+            )
+        else:
+            calls = env.graph_calls(nbytes, n_sets)
+            try:
+                times = env.graph_times(call, calls, floor, warmup, cap=samples)
+            except Exception:  # not capturable (host syncs, allocations): eager back-to-back
+                method = "eager_back_to_back"
+                torch.cuda.synchronize()
+                it = iter(range(10**9))
+                times = env.time_fn(
+                    lambda: call(next(it)), calls=calls, samples=samples, warmup=warmup
+                )
+        del sets
+    stats = scores.order_stats(times)
+    med = stats["median_us"] or 0.0
+    half = scores.median_ci_halfwidth(times)
+    gbps = nbytes / (med * 1e3) if med > 0 else None
+    copy_gbps = env.copy_gbps()
+    return {
+        **stats,
+        "host_us": statistics.median(single),
+        "launch_overhead_us": max(0.0, statistics.median(single) - med),
+        "gbps": gbps,
+        "pct_of_copy_bw": 100.0 * gbps / copy_gbps if gbps else None,
+        "sync_tail_us": statistics.median(tails),
+        "bytes": nbytes,
+        "timing_method": method,
+        "calls_per_sample": calls,
+        "input_sets": n_sets,
+        "samples": len(times),
+        "median_ci_rel": half / med if half is not None and med > 0 else None,
+    }
