@@ -50,6 +50,7 @@ def load_fn(path: Path, config: dict | None = None):
     folder = path.parent
     ev = runner.Evaluator.__new__(runner.Evaluator)
     ev.req = ev_req
+    ev.ref = None  # no declared module task: the entry is a function
     fn, _ = ev.load_candidate(str(folder), config)
     return fn
 
