@@ -92,9 +92,10 @@ def processes_with(marker: str) -> list[int]:
 def tiered(
     test: str, paths: list[Path], defense: Callable[[Path], str | tuple[str, str]]
 ) -> list[Any]:
-    """`paths` as parameters of `test`: the first file per defense fast, the rest `slow`. A file
-    that leaves traces outside its tmp_path (absent:, no_process:) runs all of its tests on one
-    xdist worker, so one test's cleanup or check never meets another's run of the same file."""
+    """`paths` as parameters of `test`: the first file per defense fast, the rest `slow`. The
+    tests of a file that leaves traces outside its tmp_path (absent:, no_process:) share an
+    xdist group, so under xdist one test's cleanup or check never meets another's run of the
+    same file (tests/conftest.py)."""
     first: dict[str | tuple[str, str], str] = {}
     params = []
     for path in paths:
