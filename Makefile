@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH ?= 2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test lint install mutation
+.PHONY: demo test test-fast lint install mutation
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,8 +26,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/harnesslab demo
 
+# The whole suite, CI's command. PYTEST_ARGS adds pytest options: CI passes workers and a
+# durations report (.ci/run); "-x tests/tools/gpu" for a folder.
+PYTEST_ARGS ?=
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The edit loop's tier: no slow, Slurm or GPU tests, on parallel workers (one per core, at most
+# 8: a worker holds torch and its own sandboxed children). Under 6 minutes on two cores.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow and not slurm and not gpu" -n auto --maxprocesses 8 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

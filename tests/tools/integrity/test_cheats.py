@@ -5,6 +5,12 @@ code the verdict must carry (`expect:`); `runtime:` is the code the runtime guar
 the static scan is not enforced (proof that the second line holds on its own); `gpu:` codes can
 only be observed on a GPU (benchmarks/integrity_gpu.py runs those). All of it runs on the Triton
 CPU interpreter; a guarded verify costs a few seconds of CPU, a scan-rejected one almost none.
+
+Tiers: a defense is a reason code (docs/architecture.md, "Adding a defense"). Of the verifies
+that repeat one (the same `expect:` code; for the runtime guard the same `runtime:` code, or for
+a `harmless` one the same `expect:`), the first file in name order runs in `make test-fast` and
+the others are marked `slow`, the marker naming the fast test that keeps the defense covered;
+`make test` runs them all, and the static scan test runs every file in both tiers.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import os
 import re
 import shutil
 import sysconfig
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -82,6 +89,28 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def tiered(
+    test: str, paths: list[Path], defense: Callable[[Path], str | tuple[str, str]]
+) -> list[Any]:
+    """`paths` as parameters of `test`: the first file per defense fast, the rest `slow`. The
+    tests of a file that leaves traces outside its tmp_path (absent:, no_process:) share an
+    xdist group, so under xdist one test's cleanup or check never meets another's run of the
+    same file (tests/conftest.py)."""
+    first: dict[str | tuple[str, str], str] = {}
+    params = []
+    for path in paths:
+        key = defense(path)
+        marks: list[Any] = []
+        if key in first:
+            marks.append(pytest.mark.slow(f"repeats {key}: {test}[{first[key]}] stays fast"))
+        else:
+            first[key] = path.stem
+        if {"absent", "no_process"} & expectation(path).keys():
+            marks.append(pytest.mark.xdist_group(f"cheat_traces_{path.stem}"))
+        params.append(pytest.param(path, marks=marks, id=path.stem))
+    return params
+
+
 def clear_traces(path: Path) -> None:
     """What an earlier, unsandboxed run of a cheat may have left, gone before this one."""
     exp = expectation(path)
@@ -146,7 +175,12 @@ def test_static_scan_rejects_exactly_the_cheats_it_can_see(tmp_path: Path, path:
         assert "runtime" not in exp and "gpu" not in exp
 
 
-@pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    tiered(
+        "test_cheat_is_rejected_with_its_reason_code", CHEATS, lambda p: expectation(p)["expect"]
+    ),
+)
 def test_cheat_is_rejected_with_its_reason_code(tmp_path: Path, path: Path) -> None:
     clear_traces(path)
     v = verify(workspace(tmp_path, path), tmp_path / "state")
@@ -159,7 +193,21 @@ def test_cheat_is_rejected_with_its_reason_code(tmp_path: Path, path: Path) -> N
 RUNTIME = [p for p in CHEATS if "runtime" in expectation(p)]
 
 
-@pytest.mark.parametrize("path", RUNTIME, ids=lambda p: p.stem)
+def runtime_defense(path: Path) -> str | tuple[str, str]:
+    """What stops a cheat when the scan is off: its runtime code, or for `harmless` the
+    sandbox's confinement of the attack its `expect:` code names (files, processes, network)."""
+    exp = expectation(path)
+    return ("harmless", exp["expect"]) if exp["runtime"] == "harmless" else exp["runtime"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    tiered(
+        "test_runtime_guard_catches_the_cheat_without_the_scan",
+        RUNTIME,
+        runtime_defense,
+    ),
+)
 def test_runtime_guard_catches_the_cheat_without_the_scan(tmp_path: Path, path: Path) -> None:
     clear_traces(path)
     v = verify(workspace(tmp_path, path), tmp_path / "state", enforce_scan=False)
@@ -180,7 +228,24 @@ def test_runtime_guard_catches_the_cheat_without_the_scan(tmp_path: Path, path: 
     assert_contained(path)
 
 
-@pytest.mark.parametrize("name", sorted(HONEST))
+# Honest kernels that repeat another fast verify: row_tile passes in
+# test_incumbent_is_compared_in_the_same_layout, and it runs several rows per program as the
+# baseline's rows_per_program=4 config does.
+SLOW_HONEST = {
+    "baseline_rows_per_program_4": "test_incumbent_is_compared_in_the_same_layout (row_tile)",
+    "honest_row_tile": "test_incumbent_is_compared_in_the_same_layout",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=[pytest.mark.slow(f"repeated by {SLOW_HONEST[n]}")])
+        if n in SLOW_HONEST
+        else n
+        for n in sorted(HONEST)
+    ],
+)
 def test_honest_kernel_passes_every_check(tmp_path: Path, name: str) -> None:
     kernel, config = HONEST[name]
     ws = workspace(tmp_path, kernel, config)
