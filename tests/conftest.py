@@ -38,7 +38,7 @@ def _one_group_test_at_a_time(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
     """A test with an `xdist_group` marker holds that group's lock, shared by the workers of
-    this run, while it runs. `--dist loadgroup` (in the pytest options) would send a group to
+    this run, while it runs. `--dist loadgroup` would send a group to
     one worker, but with pytest >= 9.2 it silently stops grouping (pytest-xdist issue 1386:
     it still renames the node id the old way), so the lock is what keeps a group serial."""
     marker = request.node.get_closest_marker("xdist_group")

@@ -79,6 +79,13 @@ CONDITION_FRACTION = 0.25
 # How far (relative) each input element moves in the conditioning check: 2 units in the last
 # place of fp32, about what another summation order costs an honest fp32 kernel.
 PERTURBATION = 2.0**-23
+# What an honest kernel's accumulation costs, relative to the magnitude of the terms it adds
+# (not of their sum): another order of fp32 adds, or a tensor core's fp32 accumulator, which
+# rounds less carefully than IEEE (sqrt(K) * 2^-23 for K terms is 2^-17 at K = 4096). A draw
+# whose terms are so far above the result that this exceeds a quarter of the tolerance
+# cancels too much to judge. Measured on an H100: the shipped matmul baseline (tl.dot, fp16)
+# was rejected on per-column scales that the fp32 and fp64 references both got right.
+ACCUMULATION = 2.0**-16
 # The largest magnitude a family writes: 60000 in fp16 (its max is 65504), and in bf16/fp32
 # 2^52: (2^52)^2 * 2^20 = 2^124 < 2^128, so a sum of squares or a dot product over a row of up to
 # 2^20 elements stays finite in fp32, the reference's and an honest kernel's alike.
@@ -272,7 +279,17 @@ class Suite:
             if moved is not None and moved.shape == exact.shape:
                 if not bool(((moved - exact).abs() <= bound).all()):
                     return None, "the op is ill-conditioned at these values (cancellation)"
+            # The reference on |inputs|: for a sum, or a product of sums (a matmul, a conv),
+            # exactly the sum of |terms| each output adds; elsewhere a magnitude of the same
+            # kind (it is only compared with the tolerance).
+            terms = self._reference64([a.abs() if self._floating(a) else a for a in args], kwargs)
+            if terms is not None and terms.shape == exact.shape:
+                if not bool((ACCUMULATION * terms.abs() <= bound).all()):
+                    return None, "the op cancels at these values (its terms dwarf its result)"
         return expected, ""
+
+    def _floating(self, a: Any) -> bool:
+        return isinstance(a, self.torch.Tensor) and a.is_floating_point()
 
     def _perturbed(self, args: list[Any]) -> list[Any]:
         """fp64 copies of `args` with every floating element moved by +-PERTURBATION of
