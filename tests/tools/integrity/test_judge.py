@@ -67,7 +67,8 @@ def test_every_code_of_a_candidate_call_is_a_reason_once() -> None:
         check(passed=False, codes=[["wrong_output", "again"]]),
         check("incumbent", passed=False, codes=[["foreign_kernel", "not the candidate's"]]),
     ]
-    _, reasons, stats = judge_case(gpu_case(calls=calls), None, True, 0)
+    row, reasons, stats = judge_case(gpu_case(calls=calls), None, True, 0)
+    assert row.reason == "case 0 (float32): bad"  # the first reason
     assert reasons == [
         {"code": "wrong_output", "detail": "case 0 (float32): bad"},
         {"code": "inputs_modified", "detail": "case 0 (float32): x"},
@@ -96,8 +97,8 @@ def test_a_checker_that_accepts_a_null_output_voids_the_case(null: dict[str, boo
     assert reasons == []
 
 
-@pytest.mark.parametrize("timing", [{}, {"candidate": {}}, {"candidate": {"samples_us": []}}])
-def test_a_gpu_case_without_timing_samples_is_a_runner_failure(timing: dict[str, Any]) -> None:
+@pytest.mark.parametrize("timing", [None, {}, {"candidate": {}}, {"candidate": {"samples_us": []}}])
+def test_a_gpu_case_without_timing_samples_is_a_runner_failure(timing: Any) -> None:
     row, reasons, _ = judge_case(gpu_case() | {"timing": timing}, None, True, 0)
     assert codes(reasons) == ["runner_failed"] and not row.passed
 
@@ -113,7 +114,11 @@ def test_on_the_interpreter_the_parents_wall_clock_around_checked_calls_is_the_t
     ]
     row, reasons, stats = judge_case({"dtype": "float16", "calls": calls}, 1.0, False, 0)
     assert reasons == [] and row.median_us == 20.0
+    assert row.gbps == 0.0  # no bytes declared: no bandwidth claimed
     assert (row.timing_method, stats["method"]) == ("wall_clock_interpreter",) * 2
+    ints = [check(wall_us=30), check(wall_us=10), check(wall_us=20)]  # whole microseconds
+    row, _, _ = judge_case({"dtype": "float16", "calls": ints}, 1.0, False, 0)
+    assert row.median_us == 20.0
     # meaningless times: no plausibility check, and no time at all is no failure
     row, reasons, _ = judge_case({"dtype": "float16", "calls": [check()]}, 1.0, False, 0)
     assert reasons == [] and row.passed and row.median_us is None
@@ -149,8 +154,10 @@ def test_faster_than_125_percent_of_copy_bandwidth_is_implausible(
     case = gpu_case([10.0], bytes=1000)
     _, reasons, _ = judge_case(case, copy_gbps=0.1 * 100 / pct, meaningful=True, index=0)
     assert codes(reasons) == (["implausible_speed"] if refused else [])
-    _, reasons, _ = judge_case(case, copy_gbps=0.1 * 100 / pct, meaningful=False, index=0)
-    assert reasons == []  # the interpreter's times say nothing
+    slow = {"dtype": "float32", "calls": [check(wall_us=10.0)], "bytes": 1000}
+    row, reasons, _ = judge_case(slow, copy_gbps=0.1 * 100 / pct, meaningful=False, index=0)
+    assert reasons == [] and row.pct_of_copy_bw == pytest.approx(pct)  # the interpreter's
+    # times say nothing
 
 
 def test_without_a_copy_bandwidth_there_is_no_share_and_no_plausibility_check() -> None:
@@ -186,6 +193,7 @@ def test_one_call_per_sample_by_default_and_no_walls_no_verdict() -> None:
     assert wall_mismatch({"samples_us": [100.0], "parent_wall_us": [376.0]}) != ""
     assert wall_mismatch({"samples_us": [100.0], "calls_per_sample": 0, "parent_wall_us": [376.0]})
     assert wall_mismatch({"samples_us": [100.0]}) == ""
+    assert wall_mismatch({"samples_us": [], "parent_wall_us": []}) == ""
     assert wall_mismatch({"samples_us": [100.0, 1.0], "parent_wall_us": [9000.0]}) == ""
 
 
@@ -251,7 +259,7 @@ def test_a_refused_sandbox_is_the_hosts_own_text() -> None:
 
 def test_a_result_without_this_verifys_nonce_is_forged() -> None:
     verdict, reasons, _, _ = judge(runner(raw(gpu_case(), gpu_case())), CASES, "n2")
-    assert (verdict, codes(reasons)) == ("error", ["forged_result"])
+    assert (verdict, reasons) == ("error", [{"code": "forged_result", "detail": "nonce mismatch"}])
     result = raw(gpu_case(), gpu_case())
     del result["nonce"]
     assert judge(runner(result), CASES, "n1")[0] == "error"
@@ -305,7 +313,7 @@ def test_the_interpreters_run_is_judged_on_checked_calls_alone() -> None:
     result = {"nonce": "n1", "env": {"meaningful": False}, "cases": [case, case]}
     verdict, reasons, rows, _ = judge(runner(result), CASES, "n1")
     assert (verdict, reasons, rows[0].median_us) == ("passed", [], 50.0)
-    result["env"] = {}  # no env: meaningless, so no timing is required
+    result["env"] = None  # no env: meaningless, so no timing is required
     assert (
         judge(
             runner(result | {"cases": [{"dtype": "float32", "calls": [check()]}] * 2}), CASES, "n1"
