@@ -5,6 +5,7 @@ carrying this launch's token counts as the sandbox's own. Pure functions; nothin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -59,6 +60,19 @@ def test_a_launch_runs_the_sandbox_isolated_with_the_policy_on_stdin_and_a_token
     assert launch.stdin_line == launch.stdin[:-1].decode() and "\n" not in launch.stdin_line
 
 
+def test_a_policy_given_nothing_is_the_strictest_sandbox() -> None:
+    assert json.loads(sp.Policy().to_json()) == {
+        "read": [], "write": [], "mkdir": [], "scratch_root": "", "cwd": "", "env": {},
+        "env_allow": [], "env_allow_prefixes": [], "path": "", "python_path": [],
+        "python_sites": [], "triton_cache": "", "installed_bytecode": False, "require": False,
+        "landlock": True, "namespaces": True, "seccomp": True, "seccomp_allow": [],
+        "drop_caps": True, "fork": True, "die_with_parent": 0, "report": True, "report_fd": -1,
+        "token": "", "bind": [],
+        "limits": {"pids": 1024, "memory_mb": 8192, "file_mb": 1024, "cpu_s": 3600,
+                   "open_files": 4096, "scratch_mb": 1024, "cgroup": "auto"},
+    }  # fmt: skip
+
+
 def test_with_limits_replaces_only_the_limits() -> None:
     policy = sp.Policy(cwd="/w").with_limits(sp.Limits(memory_mb=1))
     assert (policy.cwd, policy.limits) == ("/w", sp.Limits(memory_mb=1))
@@ -93,6 +107,15 @@ def test_a_policy_of_unknown_keys_or_wrong_types_is_refused(raw: str, message: s
     assert str(info.value).startswith(message)
 
 
+def test_a_field_of_a_type_the_parser_does_not_know_is_refused() -> None:
+    @dataclasses.dataclass
+    class Other:
+        ratio: float = 0.0
+
+    with pytest.raises(ValueError, match=r"^other\.ratio: 1\.0 is not float$"):
+        sp._build(Other, {"ratio": 1.0}, "other")
+
+
 def test_every_field_type_accepts_its_values() -> None:
     raw = {
         "namespaces": False,
@@ -119,6 +142,7 @@ def test_every_field_type_accepts_its_values() -> None:
         [["/a", 1]],
         [("/a", "/b")],  # JSON has no tuples: a pair that is not a list is not from JSON
         [["/a", "/b"], "/c"],
+        (["/a", "/b"],),  # a tuple of pairs is not JSON's list either
     ],
 )
 def test_binds_are_pairs_of_absolute_paths(bind: Any) -> None:
@@ -141,7 +165,10 @@ def test_only_an_exit_report_with_this_launchs_token_is_the_sandboxs() -> None:
     assert sp.exit_report(exit_line(), "t0k") == {"event": "sandbox_exit", "token": "t0k"}
     assert sp.exit_report(exit_line("forged"), "t0k") is None
     assert sp.exit_report(exit_line(""), "") is None  # no token: nothing can be trusted
-    assert sp.exit_report(json.dumps({"event": "other", "x": "sandbox_exit"}), "t0k") is None
+    other = {"event": "other", "x": "sandbox_exit", "token": "t0k"}
+    assert sp.exit_report(json.dumps(other), "t0k") is None
+    # the sandbox writes its report plainly: an escaped spelling of it is the target's text
+    assert sp.exit_report('{"event": "sandbox\\u005fexit", "token": "t0k"}', "t0k") is None
     assert sp.exit_report('["sandbox_exit"]', "t0k") is None
     assert sp.exit_report('{"sandbox_exit" torn', "t0k") is None
     deep = "[" * 100_000 + '"sandbox_exit"' + "]" * 100_000
@@ -198,10 +225,48 @@ def test_a_python_child_is_isolated_and_bootstrapped() -> None:
     ]
 
 
-def test_the_interpreters_own_folders_are_its_installation(tmp_path) -> None:
+def test_the_interpreters_own_folders_are_its_installation(tmp_path, monkeypatch) -> None:
     assert sp.own_install(sys.prefix) and sp.own_install(os.path.join(sys.base_prefix, "lib"))
     assert not sp.own_install(str(tmp_path))
     assert not sp.own_install(sys.base_prefix + "-other")  # a prefix of the name is not inside
+    prefixes = {
+        "prefix": "/p1",
+        "base_prefix": "/p2/",
+        "exec_prefix": "/p3",
+        "base_exec_prefix": "",
+    }
+    for name, value in prefixes.items():
+        monkeypatch.setattr(sys, name, value)
+    assert [sp.own_install(p) for p in ("/p1/lib", "/p2/lib", "/p3", "/p4", "/p2")] == [
+        True, True, True, False, False,
+    ]  # fmt: skip
+    assert not sp.own_install("/elsewhere")  # an empty prefix holds nothing
+
+
+def test_the_interpreters_folders_and_its_sites_are_import_roots(tmp_path, monkeypatch) -> None:
+    import site
+
+    for name in ("prefix", "base_prefix", "exec_prefix", "base_exec_prefix"):
+        monkeypatch.setattr(sys, name, str(tmp_path / "prefix"))
+    for name in ("prefix", "prefix/lib", "sites", "user", "plain"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "file.py").write_text("")
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(tmp_path / "sites")])
+    monkeypatch.setattr(site, "getusersitepackages", lambda: str(tmp_path / "user"))
+    monkeypatch.setattr(site, "ENABLE_USER_SITE", True)
+    entries = [str(tmp_path / n) for n in ("prefix/lib", "sites", "user", "plain", "file.py")]
+    missing = str(tmp_path / "prefix/missing")
+    assert sp.import_roots([*entries, missing]) == entries[:3]
+    assert sp.import_sites(entries) == [str(tmp_path / "user")]
+    monkeypatch.setattr(site, "ENABLE_USER_SITE", False)
+    assert sp.import_roots(entries) == entries[:2]
+    assert sp.import_sites(entries) == []
+
+
+def test_a_relative_entry_is_never_an_import_root(tmp_path, monkeypatch) -> None:
+    (tmp_path / "src/harnesslab").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert sp.import_roots(["src", "", str(tmp_path / "src")]) == [str(tmp_path / "src")]
 
 
 def test_an_installation_holds_a_dist_info_or_a_module_the_children_import(tmp_path) -> None:
@@ -209,6 +274,7 @@ def test_an_installation_holds_a_dist_info_or_a_module_the_children_import(tmp_p
     (tmp_path / "plain/util.py").write_text("")
     (tmp_path / "dist").mkdir()
     (tmp_path / "dist/x-1.0.dist-info").mkdir()
+    (tmp_path / "dist/x.py").write_text("")
     (tmp_path / "egg").mkdir()
     (tmp_path / "egg/x.egg-info").mkdir()
     (tmp_path / "src").mkdir()
