@@ -233,13 +233,14 @@ def test_the_interpreters_own_folders_are_its_installation(tmp_path, monkeypatch
         "prefix": "/p1",
         "base_prefix": "/p2/",
         "exec_prefix": "/p3",
-        "base_exec_prefix": "",
+        "base_exec_prefix": "/p4",
     }
     for name, value in prefixes.items():
         monkeypatch.setattr(sys, name, value)
-    assert [sp.own_install(p) for p in ("/p1/lib", "/p2/lib", "/p3", "/p4", "/p2")] == [
-        True, True, True, False, False,
+    assert [sp.own_install(p) for p in ("/p1/lib", "/p2/lib", "/p3", "/p4/x", "/p5", "/p20")] == [
+        True, True, True, True, False, False,
     ]  # fmt: skip
+    monkeypatch.setattr(sys, "base_exec_prefix", "")
     assert not sp.own_install("/elsewhere")  # an empty prefix holds nothing
 
 
