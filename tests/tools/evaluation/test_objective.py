@@ -201,6 +201,22 @@ def test_a_workspace_deleted_mid_run_is_not_recreated(ws: Workspace) -> None:
     assert not ws.root.exists() and ws.ledger().records() == []
 
 
+def test_a_record_that_may_not_fit_is_refused_before_anything_is_written(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harnesslab.tools.errors import DiskFull
+    from harnesslab.tools.state import storage
+
+    # the files, the entry's text and the store's 64 KiB margin for its own records
+    need = sum(len(b) for b in files(1).values()) + len(str({"note": 1})) + (64 << 10)
+    monkeypatch.setattr(storage, "free_bytes", lambda folder: need - 1)
+    with pytest.raises(DiskFull):
+        run(ws, 1, 10.0)
+    assert ws.ledger().records() == [] and pointer(ws) is None
+    monkeypatch.setattr(storage, "free_bytes", lambda folder: need)
+    assert run(ws, 1, 10.0).is_new_best
+
+
 # -- to_eval_result ----------------------------------------------------------------------------
 CASES = [
     Case(name="a", dtype="float16", shape={"rows": 4, "dim": 8}),

@@ -73,3 +73,32 @@ def test_lines_of_millions_of_brackets_quotes_and_escapes_are_answered():
     too_many = b'{"a": [' + b'"x",' * (wire.MAX_STRINGS + 1)
     assert wire.json_object(too_many + b"1]}") is not None
     assert wire.json_object(too_many + b"[]," * wire.MAX_DEPTH + b"1]}") is None
+    # MAX_DEPTH openers (`{`, `[` and 62 more) cannot nest deeper: no check, read
+    assert wire.json_object(too_many + b"[]," * (wire.MAX_DEPTH - 2) + b"1]}") is not None
+    assert wire.json_object(too_many + b"[]," * (wire.MAX_DEPTH - 1) + b"1]}") is None
+
+
+def test_a_checked_line_may_hold_two_mebi_strings_and_not_one_more():
+    def line(strings: int) -> bytes:  # the keys "a" and "b", and a list of the rest
+        items = b'"",' * (strings - 3) + b'""'
+        return b'{"a": [' + items + b'], "b": ' + b"[" * 63 + b"]" * 63 + b"}"
+
+    assert wire.json_object(line(2 << 20)) is not None  # 65 openers: the check runs
+    assert wire.json_object(line((2 << 20) + 1)) is None
+
+
+def test_a_line_of_64_mib_and_one_byte_is_refused_by_default():
+    text = b'{"a": "' + b"x" * ((64 << 20) + 1 - 9) + b'"}'
+    assert len(text) == (64 << 20) + 1
+    assert wire.json_object(text) is None
+    assert wire.json_object(text, max_bytes=len(text)) is not None
+
+
+def test_a_line_of_exactly_the_limit_is_read():
+    assert wire.json_object('{"a": 1}', max_bytes=8) == {"a": 1}
+    assert wire.json_object('{"a": 1}', max_bytes=7) is None
+
+
+def test_a_line_that_is_not_valid_unicode_is_read_with_its_bad_characters_replaced():
+    lone = '{"a": "\ud800", "b": "\udc80x"}'  # lone surrogates: str.encode() would raise
+    assert wire.json_object(lone) == {"a": "?", "b": "?x"}

@@ -112,6 +112,165 @@ def test_reading_skips_blank_torn_and_non_object_lines(tmp_path: Path) -> None:
     assert list(storage.read_jsonl(path)) == [{"a": 1}, {"b": "\ufffd"}]
 
 
+def test_an_append_that_does_not_fit_is_cut_back_and_named_disk_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    storage.append_jsonl(path, {"a": 1})
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        if len(data) > 4:
+            return real_write(fd, bytes(data[:4]))  # a short write, then no space
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(DiskFull) as info:
+        storage.append_jsonl(path, {"b": 22})
+    assert path.read_text() == '{"a":1}\n'  # no half a record
+    assert (info.value.path, info.value.needed_bytes) == (str(tmp_path), len('{"b":22}\n') + 1)
+    assert isinstance(info.value.__cause__, OSError)
+
+
+def test_an_append_whose_sync_fails_is_cut_back_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    storage.append_jsonl(path, {"a": 1})
+
+    def no_sync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", no_sync)
+    with pytest.raises(OSError, match="Input/output") as info:
+        storage.append_jsonl(path, {"b": 2})
+    assert not isinstance(info.value, DiskFull)  # only no-space errors are renamed
+    assert path.read_text() == '{"a":1}\n'
+
+
+def test_short_writes_are_continued_until_the_line_is_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data[:3])))
+    path = tmp_path / "log.jsonl"
+    storage.append_jsonl(path, {"key": "value"})
+    storage.append_jsonl(path, {"k": 2})
+    assert path.read_text() == '{"key":"value"}\n{"k":2}\n'
+
+
+def test_an_appended_file_is_0644_and_its_descriptor_closed(tmp_path: Path) -> None:
+    open_fds = len(os.listdir("/proc/self/fd"))
+    old = os.umask(0)
+    try:
+        storage.append_jsonl(tmp_path / "log.jsonl", {"a": 1})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "log.jsonl").stat().st_mode & 0o777 == 0o644
+    assert len(os.listdir("/proc/self/fd")) == open_fds
+
+
+# -- running out of space ------------------------------------------------------------------------
+class FakeStatvfs:
+    def __init__(self) -> None:
+        self.asked: list[Path] = []
+
+    def __call__(self, folder: Path) -> os.statvfs_result:
+        self.asked.append(Path(folder))
+        return os.statvfs_result((4096, 4096, 100, 50, 3, 10, 5, 5, 0, 255))  # f_bavail 3
+
+
+def test_free_bytes_are_the_unprivileged_blocks_of_the_nearest_existing_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeStatvfs()
+    monkeypatch.setattr(os, "statvfs", fake)
+    assert storage.free_bytes(tmp_path / "a/b/c.json") == 3 * 4096
+    assert storage.free_bytes(tmp_path) == 3 * 4096
+    assert fake.asked == [tmp_path, tmp_path]
+
+
+def test_free_bytes_walk_stops_at_the_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeStatvfs()
+    monkeypatch.setattr(os, "statvfs", fake)
+    seen: list[Path] = []
+
+    def nothing_exists(self: Path) -> bool:
+        seen.append(self)
+        assert len(seen) < 100, "the walk did not stop at the root"
+        return False
+
+    monkeypatch.setattr(Path, "exists", nothing_exists)
+    assert storage.free_bytes(tmp_path / "x") == 3 * 4096
+    assert fake.asked == [Path("/")]
+
+
+def test_free_bytes_are_unknown_when_the_filesystem_cannot_be_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(folder: Path) -> os.statvfs_result:
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "statvfs", refused)
+    assert storage.free_bytes(tmp_path) is None
+
+
+@pytest.mark.parametrize("code", [28, 122])  # ENOSPC, EDQUOT
+def test_a_no_space_error_is_disk_full_naming_the_folder_given(tmp_path: Path, code: int) -> None:
+    exc = OSError(code, "No space", str(tmp_path / "elsewhere/file"))
+    full = storage.disk_full_of(exc, tmp_path, needed_bytes=7)
+    assert full is not None
+    assert (full.path, full.needed_bytes) == (str(tmp_path), 7)
+    assert full.free_bytes == storage.free_bytes(tmp_path) and full.free_bytes is not None
+
+
+def test_without_a_folder_given_disk_full_names_the_files_folder_or_a_question_mark(
+    tmp_path: Path,
+) -> None:
+    full = storage.disk_full_of(OSError(28, "No space", str(tmp_path / "doc.json")))
+    assert full is not None and (full.path, full.needed_bytes) == (str(tmp_path), None)
+    bare = storage.disk_full_of(OSError(28, "No space"))
+    assert bare is not None and bare.path == "?"
+
+
+@pytest.mark.parametrize("exc", [OSError(13, "Permission denied"), ValueError("x"), OSError()])
+def test_other_errors_are_not_disk_full(tmp_path: Path, exc: BaseException) -> None:
+    assert storage.disk_full_of(exc, tmp_path) is None
+
+
+def test_named_disk_full_renames_only_no_space_errors(tmp_path: Path) -> None:
+    with storage.named_disk_full(tmp_path, 5):
+        pass  # nothing raised: nothing to rename
+    no_space = OSError(28, "No space left on device")
+    with pytest.raises(DiskFull) as info, storage.named_disk_full(tmp_path, 5):
+        raise no_space
+    assert info.value.__cause__ is no_space
+    assert (info.value.path, info.value.needed_bytes) == (str(tmp_path), 5)
+    denied = OSError(13, "Permission denied")
+    with pytest.raises(OSError) as raw, storage.named_disk_full(tmp_path, 5):
+        raise denied
+    assert raw.value is denied
+
+
+@pytest.mark.parametrize(
+    ("free", "refused"), [(None, False), (1000 + 65536, False), (1000 + 65535, True), (0, True)]
+)
+def test_require_space_asks_for_the_write_plus_64_kib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: int | None, refused: bool
+) -> None:
+    monkeypatch.setattr(storage, "free_bytes", lambda folder: free)
+    if not refused:
+        storage.require_space(tmp_path, 1000)
+        return
+    with pytest.raises(DiskFull) as info:
+        storage.require_space(tmp_path, 1000)
+    assert (info.value.path, info.value.needed_bytes, info.value.free_bytes) == (
+        str(tmp_path),
+        1000 + 65536,
+        free,
+    )
+
+
 # -- the trusted store ---------------------------------------------------------------------------
 def settings(tmp_path: Path) -> Settings:
     return Settings(state_dir=tmp_path / "state", interpret="always")

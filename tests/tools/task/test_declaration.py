@@ -264,3 +264,77 @@ def test_the_staged_json_carries_the_declaration_the_reference_and_probe_dims() 
         "mean": 0.0, "scale": 1.0, "low": 0.0, "high": 1.0,
     }  # fmt: skip
     assert staged["scalars"] == {"alpha": 0.5} and staged["output"]["shape"] == ["rows", "dim"]
+
+
+def test_the_constructor_order_is_init_order_when_given_else_scalars_then_size_scalars() -> None:
+    d = decl(scalars={"alpha": 0.5}, scalar_dims={"features": "dim"})
+    assert json.loads(d.staged_json({}))["reference"]["init"] == ["alpha", "features"]
+    d = decl(scalars={"alpha": 0.5}, scalar_dims={"features": "dim"},
+             init_order=["features", "alpha"])  # fmt: skip
+    assert json.loads(d.staged_json({}))["reference"]["init"] == ["features", "alpha"]
+
+
+# -- scalars, bounds, size scalars, inputs made by the reference file -----------------------
+def test_scalars_keep_their_type() -> None:
+    # Model(**scalars) gets them as written: True stays a bool, 3 an int, "mean" a string.
+    scalars = {"flag": True, "k": 3, "eps": 1e-5, "mode": "mean", "shape": [2, True, "x", 0.5]}
+    got = decl(scalars=scalars).scalars
+    assert got == scalars
+    assert [type(v) for v in got.values()] == [bool, int, float, str, list]
+    assert [type(v) for v in got["shape"]] == [int, bool, str, float]
+
+
+def test_an_inputs_bounds_may_be_numbers_or_formulas_over_dims() -> None:
+    inputs = [{"name": "t", "shape": ["rows"], "distribution": "randint", "low": 0, "high": "dim"}]
+    assert problems(inputs=inputs) == []
+    inputs[0] |= {"low": "lo", "high": "dim*2"}
+    assert problems(inputs=inputs) == ["declare.inputs[0].low: unknown dim 'lo' (dims: dim, rows)"]
+    inputs[0] |= {"low": -4.5, "high": "hi(1)"}
+    assert problems(inputs=inputs) == [
+        "declare.inputs[0].high: 'hi(1)' may only use dims, numbers and + - * / // %",
+        "declare.inputs[0].high: unknown dim 'hi' (dims: dim, rows)",
+    ]
+
+
+def test_size_scalars_are_formulas_over_dims_and_not_also_plain_scalars() -> None:
+    assert problems(scalar_dims={"features": "dim", "kernel": ["rows", 3]}) == []
+    assert problems(scalar_dims={"features": "cols", "kernel": ["rows", "k"]}) == [
+        "declare.scalar_dims.features: unknown dim 'cols' (dims: dim, rows)",
+        "declare.scalar_dims.kernel: unknown dim 'k' (dims: dim, rows)",
+    ]
+    assert problems(scalar_dims={"features": "dim"}, scalars={"features": 4, "other": 1}) == [
+        "declare.scalar_dims.features: also in declare.scalars"
+    ]
+
+
+@pytest.mark.parametrize("call", ["gen.py:", "gen.py:1x", "../gen.py:get_inputs", "a/gen.py:f"])
+def test_inputs_from_must_name_a_function_of_a_file_of_the_task_folder(call: str) -> None:
+    assert problems(inputs_from={"call": call}) == [
+        f"declare.inputs_from.call: {call!r} must be 'file.py:name' of the task folder"
+    ]
+
+
+def test_inputs_from_constants_are_dims_or_lists_of_them() -> None:
+    inputs_from = {"call": "gen.py:get_inputs", "constants": {"N": "rows", "S": ["dim", 2]}}
+    assert problems(inputs_from=inputs_from) == []
+    inputs_from["constants"] = {"N": "n", "S": ["dim", "s"]}
+    assert problems(inputs_from=inputs_from) == [
+        "declare.inputs_from.constants.N: unknown dim 'n' (dims: dim, rows)",
+        "declare.inputs_from.constants.S: unknown dim 's' (dims: dim, rows)",
+    ]
+    made = decl(inputs_from={"call": "gen.py:get_inputs"}).inputs_from
+    assert made is not None and made.constants == {}
+    with pytest.raises(ValidationError):
+        decl(inputs_from={"call": "gen.py:get_inputs", "args": [1]})
+
+
+def test_the_folder_must_hold_the_inputs_from_file(tmp_path: Path) -> None:
+    (tmp_path / "ref.py").write_text("def f(x, w): return x\n")
+    d = decl(inputs_from={"call": "gen.py:get_inputs"})
+    assert d.folder_problems(tmp_path) == [
+        "declare.inputs_from.call: gen.py is not a file of the task folder"
+    ]
+    (tmp_path / "get_inputs").write_text("")  # the function's name is not the file
+    assert len(d.folder_problems(tmp_path)) == 1
+    (tmp_path / "gen.py").write_text("def get_inputs(): return []\n")
+    assert d.folder_problems(tmp_path) == []
