@@ -44,3 +44,29 @@ def test_without_a_rejection_every_case_must_be_timed() -> None:
     verdict, codes = verdict_of(raw_case(True, False), raw_case(True, True))
     assert verdict == "error"
     assert codes == ["runner_failed"]
+
+
+def test_a_crashed_case_is_a_rejection_too() -> None:
+    crashed = {
+        "calls": [],
+        "error": "candidate: the process died",
+        "error_code": "candidate_crashed",
+    }
+    verdict, codes = verdict_of(raw_case(True, False), crashed)
+    assert verdict == "rejected"
+    assert codes == ["candidate_crashed"]
+
+
+def test_one_failed_call_among_passed_ones_is_a_rejection() -> None:
+    mixed = raw_case(True, False)
+    mixed["calls"].append({**raw_case(False, False)["calls"][0]})
+    verdict, codes = verdict_of(raw_case(True, False), mixed)
+    assert (verdict, codes) == ("rejected", ["wrong_output"])
+
+
+def test_the_incumbents_failed_call_does_not_excuse_a_missing_timing() -> None:
+    """Only the candidate's calls decide whether the verify reached its timed window."""
+    timed = raw_case(True, True)
+    timed["calls"].append({"role": "incumbent", "kind": "check", "passed": False, "codes": []})
+    verdict, codes = verdict_of(raw_case(True, False), timed)
+    assert (verdict, codes) == ("error", ["runner_failed"])
