@@ -279,14 +279,29 @@ class Suite:
             if moved is not None and moved.shape == exact.shape:
                 if not bool(((moved - exact).abs() <= bound).all()):
                     return None, "the op is ill-conditioned at these values (cancellation)"
-            # The reference on |inputs|: for a sum, or a product of sums (a matmul, a conv),
-            # exactly the sum of |terms| each output adds; elsewhere a magnitude of the same
-            # kind (it is only compared with the tolerance).
+            # For an op linear in every input (a matmul, a sum of products) the reference on
+            # |inputs| is exactly the sum of |terms| each output adds. Elsewhere it measures
+            # nothing of the kind (softmax or a gate of |x| is another function), so the check
+            # is only made for such an op.
             terms = self._reference64([a.abs() if self._floating(a) else a for a in args], kwargs)
             if terms is not None and terms.shape == exact.shape:
-                if not bool((ACCUMULATION * terms.abs() <= bound).all()):
+                cancels = not bool((ACCUMULATION * terms.abs() <= bound).all())
+                if cancels and self._multilinear(args, kwargs, exact):
                     return None, "the op cancels at these values (its terms dwarf its result)"
         return expected, ""
+
+    def _multilinear(self, args: list[Any], kwargs: dict[str, Any], exact: Any) -> bool:
+        """Whether doubling any one floating input doubles the fp64 reference (exactly, as a
+        product of sums does)."""
+        floating = [i for i, a in enumerate(args) if self._floating(a)]
+        for i in floating:
+            doubled = [a.double() * 2.0 if j == i else a for j, a in enumerate(args)]
+            out = self._reference64(doubled, kwargs)
+            if out is None or out.shape != exact.shape:
+                return False
+            if not bool(self.torch.allclose(out, 2.0 * exact, rtol=1e-9, atol=0.0)):
+                return False
+        return bool(floating)
 
     def _floating(self, a: Any) -> bool:
         return isinstance(a, self.torch.Tensor) and a.is_floating_point()
