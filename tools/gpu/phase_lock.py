@@ -7,10 +7,10 @@ Every process that times on a GPU takes that GPU's lock file (tools/execution/gp
 run_objective call holds it exclusively for the whole call. A guarded verify is long (sandboxed
 processes, compiles, recordings, every check) and times only in short windows (the copy
 bandwidth, each case's timed samples), so the host does not hold the lock around it; the verify
-takes the same file itself, shared for each step of GPU work (a case's recordings, its checks)
-and exclusively for each timed window. Several verifies on one GPU then overlap their untimed
-work and queue only for the timed windows, and nobody else's work runs on a GPU while one of
-them times.
+takes the same file itself, shared for each step of GPU work (the inputs, a case's recordings
+and checks) and exclusively for its one timed window, after every case has passed its
+checks. Several verifies on one GPU then overlap their untimed work and queue only for the
+timed windows, and nobody else's work runs on a GPU while one of them times.
 
 Writers go first: an exclusive taker first holds the gate file (`<lock>.gate`) exclusively, and
 a shared taker passes the gate (shared) before it takes the lock, so once a timed window is
