@@ -284,26 +284,26 @@ class Verify:
             with self.phase("start"):
                 for role, folder in roles:
                     self.kids.append(self.candidate_kid(role, folder, memfd))
-                for kid in self.kids:
-                    result["sandbox"][kid.role] = kid.started()
-                    kid.send({**kid.cfg})
-            live = []
-            for kid in self.kids:
-                with self.phase("load"):  # imports and compiles: the host's CPUs, not the GPU
-                    reply, _ = kid.ask({"op": "load"})
-                err = error_text(reply)
-                result["load"][kid.role] = {
-                    "ok": bool(reply.get("ok")) and not err,
-                    "error": f"import failed: {err}" if err else "",
-                    "codes": child_codes(reply, "at import"),
-                }
-                if result["load"][kid.role]["ok"] or kid.role == "candidate":
-                    live.append(kid)
+                for kid in list(self.kids):
+                    with self.incumbent_may_fail(result, kid):
+                        result["sandbox"][kid.role] = kid.started()
+                        kid.send({**kid.cfg})
+            for kid in list(self.kids):
+                with self.incumbent_may_fail(result, kid):
+                    with self.phase("load"):  # imports and compiles: the host's CPUs
+                        reply, _ = kid.ask({"op": "load"})
+                    err = error_text(reply)
+                    result["load"][kid.role] = {
+                        "ok": bool(reply.get("ok")) and not err,
+                        "error": f"import failed: {err}" if err else "",
+                        "codes": child_codes(reply, "at import"),
+                    }
+                    if not result["load"][kid.role]["ok"] and kid.role == "incumbent":
+                        raise KidFailed("import_failed", "import failed", kid.role)
             if not result["load"]["candidate"]["ok"]:
                 result["error"] = result["load"]["candidate"]["error"] or "import failed"
                 result["error_code"] = "import_failed"
                 return result
-            self.kids = live
             self.run_cases(result, memfd)
         except KidFailed as exc:
             result["error"], result["error_code"] = f"{exc.role}: {exc}", exc.code
@@ -449,7 +449,21 @@ class Verify:
     def drop_incumbent(self, result: dict[str, Any], exc: KidFailed) -> None:
         """The incumbent failed: the comparison is lost, not the verdict."""
         result["incumbent_error"] = f"{exc.code}: {exc}"
+        for kid in self.kids:
+            if kid.role == "incumbent":
+                kid.close()
         self.kids = [k for k in self.kids if k.role == "candidate"]
+
+    @contextlib.contextmanager
+    def incumbent_may_fail(self, result: dict[str, Any], kid: Kid) -> Iterator[None]:
+        """Run a step of `kid`: an incumbent that fails it is dropped; a candidate's failure
+        goes on to the verdict."""
+        try:
+            yield
+        except KidFailed as exc:
+            if kid.role != "incumbent":
+                raise
+            self.drop_incumbent(result, exc)
 
     def time_cases(self, result: dict[str, Any], timers: list[tuple[dict[str, Any], Any]]) -> None:
         """The verify's one timed window: the GPU held alone (phase_lock.py) for the copy

@@ -29,6 +29,9 @@ else:  # imported by guard.py, from the staged folder on sys.path
 
 _perf = time.perf_counter
 HERE = os.path.dirname(os.path.abspath(__file__))
+# How long a sandbox's outer process may take to report what it applied (it does so before the
+# target runs: a Python start and a few syscalls, well under a second on an idle host).
+START_S = 30.0
 
 
 class KidFailed(Exception):
@@ -79,10 +82,17 @@ class Kid:
 
     def started(self) -> dict[str, Any]:
         """The sandbox's own report (first line, written before the target runs)."""
+        why = ""
         try:
-            line = wire.read_line(self.reports, 30)
-            report = json.loads(line)
-        except (wire.WireError, ValueError):
+            report = json.loads(wire.read_line(self.reports, START_S))
+        except wire.WireError as exc:
+            report, why = None, f"no report in {START_S:g} s" if exc.kind == "timeout" else ""
+        except ValueError:
+            report, why = None, "its report is not JSON"
+        if not isinstance(report, dict) or report.get("event") != "sandbox":
+            # Nothing of the candidate has run yet: the harness's failure, not the candidate's.
+            if isinstance(report, dict) and report.get("event") == "sandbox_failed":
+                why = str(report.get("error"))[:300]
             try:
                 code = self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -91,7 +101,8 @@ class Kid:
                 raise KidFailed(
                     "sandbox_unavailable", "no sandbox can be applied here", self.role
                 ) from None
-            raise KidFailed("candidate_crashed", "the sandbox did not start", self.role) from None
+            why = why or (f"it exited with {code}" if code is not None else "no report")
+            raise KidFailed("sandbox_failed", f"the sandbox did not start: {why}", self.role)
         self.sandbox = {k: v for k, v in report.items() if k != "event"}
         if self.require and self.sandbox.get("level") not in ("full", "partial"):
             raise KidFailed("sandbox_unavailable", "no sandbox can be applied here", self.role)

@@ -36,7 +36,8 @@ scratch folder.
 Reports, on stdout or the policy's `report_fd`: first `{"event": "sandbox", ...}` (what was
 applied, written before the target runs, so the caller never has to trust the target's own
 report), last `{"event": "sandbox_exit", "token", "status", "limits_hit"}` (written after every
-process of the sandbox is gone; the token is the policy's, which the target never sees). Where
+process of the sandbox is gone; the token is the policy's, which the target never sees). A setup
+that fails before the target runs reports `{"event": "sandbox_failed", "error"}` instead. Where
 nothing can be applied the policy decides: `require` makes the outer exit 3 with a message
 instead of running the target.
 
@@ -85,6 +86,9 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE, MS_BIND = 2, 4, 8, 16384, 1 
 ENV_ALWAYS = ("LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
 SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/local/cuda/bin")
 LINUX = sc.LINUX
+# The outer's exit when its own setup failed (scratch, namespaces, cgroup) before the target
+# ran; its report channel carries `{"event": "sandbox_failed", "error"}` instead of the report.
+SETUP_FAILED = 125
 _libc = sc.libc
 Policy = sp.Policy
 
@@ -474,23 +478,34 @@ def run(policy: Any, argv: list[str]) -> int:
         os.set_inheritable(out, False)
     abi = sc.landlock_abi() if policy.landlock else 0
     in_place = policy.fork is False and not policy.namespaces
-    scratch = sl.Scratch(policy.scratch_root or tempfile.gettempdir(), inheritable=in_place)
-    for folder in policy.mkdir:  # write grants that must exist before Landlock
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-    argv = [a.replace("{scratch}", scratch.path) for a in argv]
-    wanted = policy.namespaces
-    if wanted is True:
-        namespaces = enter_namespaces()
-    elif isinstance(wanted, list) and wanted:
-        namespaces = enter_namespaces([n for n in wanted if n in NAMESPACES])
-    else:
-        namespaces = []
-    pidns = "pid" in namespaces
     limits = policy.limits
-    cgroup = None
-    if not in_place and limits.cgroup != "off" and LINUX:
-        cgroup = sl.Cgroup.create(limits.memory_mb << 20, limits.pids)
-    enforced = plan_limits(policy, cgroup, namespaces, sc.has_gpu(sc.device_paths()))
+    scratch, cgroup = None, None
+    try:
+        scratch = sl.Scratch(policy.scratch_root or tempfile.gettempdir(), inheritable=in_place)
+        for folder in policy.mkdir:  # write grants that must exist before Landlock
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        wanted = policy.namespaces
+        if wanted is True:
+            namespaces = enter_namespaces()
+        elif isinstance(wanted, list) and wanted:
+            namespaces = enter_namespaces([n for n in wanted if n in NAMESPACES])
+        else:
+            namespaces = []
+        if not in_place and limits.cgroup != "off" and LINUX:
+            cgroup = sl.Cgroup.create(limits.memory_mb << 20, limits.pids)
+        enforced = plan_limits(policy, cgroup, namespaces, sc.has_gpu(sc.device_paths()))
+    except Exception as exc:  # nothing of the target ran: say why where the caller listens
+        if cgroup is not None:
+            cgroup.remove()
+        if scratch is not None:
+            scratch.remove()
+        why = f"{type(exc).__name__}: {exc}"[:300]
+        if policy.report:
+            _emit(out, {"event": "sandbox_failed", "error": why})
+        sys.stderr.write(f"sandbox: could not set up ({why}); not running the target\n")
+        return SETUP_FAILED
+    argv = [a.replace("{scratch}", scratch.path) for a in argv]
+    pidns = "pid" in namespaces
     applied = {
         "landlock_abi": abi,
         "namespaces": namespaces,

@@ -13,6 +13,8 @@ REASONS: dict[str, str] = {
     "forged_result": "the result does not echo this verification's nonce",
     "import_failed": "kernel.py could not be imported in the candidate process",
     "candidate_crashed": "the candidate process died or raised during a call",
+    "sandbox_failed": "the sandbox did not start (the host's fault, before the candidate ran): "
+    "verify again",
     "timeout": "the candidate process did not answer in time",
     "resource_limit": "the candidate's sandbox hit a limit (memory, pids, cpu, file_size, scratch)",
     "candidate_error": "the entry function raised",

@@ -255,6 +255,8 @@ def judge(
         return "error", [*reasons, {"code": "runner_failed", "detail": why}], [], {}
     if raw.get("error_code") == "sandbox_unavailable":
         return "error", [{"code": "sandbox_unavailable", "detail": SANDBOX_REFUSED}], [], {}
+    if raw.get("error_code") == "sandbox_failed":  # before any of the candidate's code ran
+        return "error", [{"code": "sandbox_failed", "detail": str(raw.get("error"))[:400]}], [], {}
     if raw.get("nonce") != nonce:
         return "error", [*reasons, {"code": "forged_result", "detail": "nonce mismatch"}], [], {}
     for code, detail in (raw.get("load", {}).get("candidate") or {}).get("codes", []):

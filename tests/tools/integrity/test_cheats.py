@@ -33,6 +33,7 @@ from harnesslab.tests.conftest_shared import make_settings
 from harnesslab.tools import gpu
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.integrity import scan
+from harnesslab.tools.integrity import verify as verify_mod
 from harnesslab.tools.integrity.scan import scan_workspace
 from harnesslab.tools.integrity.verify import REASONS, Verdict, guarded_verify, judge_case
 from harnesslab.tools.settings import Settings
@@ -270,6 +271,27 @@ def test_incumbent_is_compared_in_the_same_layout(tmp_path: Path) -> None:
     assert inc is not None and inc["hash"] == first.evidence["candidate"]
     assert all(r["incumbent_passed"] and r["incumbent_us"] for r in inc["cases"])
     assert inc["speedup"] is not None and inc["meaningful"] is False
+
+
+def test_an_incumbent_that_fails_loses_the_comparison_not_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An incumbent whose process dies before its first call (here: its staged folder is gone)
+    used to reject the candidate as `candidate_crashed`."""
+    ws = workspace(tmp_path, BASELINE)
+    assert verify(ws, tmp_path / "state").verdict == "passed"
+    shutil.copy(CORPUS / "honest" / "row_tile.py", ws.root / "kernel.py")
+    call = verify_mod._call_quietly
+
+    async def without_the_incumbents_folder(launcher, request, *args):  # type: ignore[no-untyped-def]
+        assert request.get("baseline_dir")
+        return await call(launcher, {**request, "baseline_dir": "@stage/gone"}, *args)
+
+    monkeypatch.setattr(verify_mod, "_call_quietly", without_the_incumbents_folder)
+    second = verify(ws, tmp_path / "state")
+    assert second.verdict == "passed", second.reasons
+    assert second.incumbent is not None and second.incumbent["error"]
+    assert second.incumbent["speedup"] is None
 
 
 def test_hidden_cases_stay_out_of_the_workspace(tmp_path: Path) -> None:

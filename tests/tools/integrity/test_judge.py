@@ -257,6 +257,12 @@ def test_a_refused_sandbox_is_the_hosts_own_text() -> None:
     )
 
 
+def test_a_sandbox_that_did_not_start_is_the_hosts_error_not_a_rejection() -> None:
+    result = raw(error_code="sandbox_failed", error="candidate: the sandbox did not start: x")
+    verdict, reasons, rows, _ = judge(runner(result), CASES, "n1")
+    assert (verdict, [r["code"] for r in reasons], rows) == ("error", ["sandbox_failed"], [])
+
+
 def test_a_result_without_this_verifys_nonce_is_forged() -> None:
     verdict, reasons, _, _ = judge(runner(raw(gpu_case(), gpu_case())), CASES, "n2")
     assert (verdict, reasons) == ("error", [{"code": "forged_result", "detail": "nonce mismatch"}])

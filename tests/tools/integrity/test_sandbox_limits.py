@@ -21,6 +21,7 @@ import pytest
 from harnesslab.tools.gpu import sandbox
 from harnesslab.tools.gpu import sandbox_limits as sl
 from harnesslab.tools.gpu import sandbox_policy as sp
+from harnesslab.tools.gpu.guard_kid import Kid, KidFailed
 
 PROBE = sandbox.probe()
 pytestmark = pytest.mark.skipif(
@@ -117,6 +118,23 @@ def test_the_scratch_folder_is_a_tmpfs_of_its_size_and_files_are_bounded(tmp_pat
 def test_a_cpu_spin_ends_at_the_cpu_limit(tmp_path: Path) -> None:
     proc, _, end = run("while True:\n    pass\n", tmp_path, limits=sp.Limits(cpu_s=2))
     assert end is not None and end["limits_hit"] == ["cpu"], (end, proc.stderr)
+
+
+def test_a_sandbox_that_cannot_set_up_says_why_and_runs_nothing(tmp_path: Path) -> None:
+    """A start failure used to leave the guard with "the sandbox did not start" and no cause,
+    charged to the candidate (`candidate_crashed`) though none of its code had run."""
+    blocked, marker = tmp_path / "a-file", tmp_path / "ran"
+    blocked.write_text("")
+    proc, start, _ = run(f"open({str(marker)!r}, 'w')", tmp_path, scratch_root=str(blocked))
+    assert proc.returncode == sandbox.SETUP_FAILED and start == {} and not marker.exists()
+    said = json.loads(proc.stdout.splitlines()[0])
+    assert said["event"] == "sandbox_failed" and said["error"].startswith("FileExistsError")
+    kid = Kid("incumbent", "guard_child.py", sp.Policy(scratch_root=str(blocked)), 30)
+    with pytest.raises(KidFailed) as failed:
+        kid.started()
+    kid.close()
+    assert failed.value.code == "sandbox_failed" and failed.value.role == "incumbent"
+    assert "the sandbox did not start: FileExistsError" in str(failed.value)
 
 
 def test_the_target_cannot_forge_the_exit_report(tmp_path: Path) -> None:
