@@ -273,24 +273,31 @@ def test_incumbent_is_compared_in_the_same_layout(tmp_path: Path) -> None:
     assert inc["speedup"] is not None and inc["meaningful"] is False
 
 
-def test_an_incumbent_that_fails_loses_the_comparison_not_the_verdict(
+def test_an_incumbent_that_dies_loses_the_comparison_not_the_verdict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An incumbent whose process dies before its first call (here: its staged folder is gone)
+    """An incumbent whose process dies before its first call (its staged copy exits at import)
     used to reject the candidate as `candidate_crashed`."""
     ws = workspace(tmp_path, BASELINE)
     assert verify(ws, tmp_path / "state").verdict == "passed"
     shutil.copy(CORPUS / "honest" / "row_tile.py", ws.root / "kernel.py")
     call = verify_mod._call_quietly
 
-    async def without_the_incumbents_folder(launcher, request, *args):  # type: ignore[no-untyped-def]
-        assert request.get("baseline_dir")
-        return await call(launcher, {**request, "baseline_dir": "@stage/gone"}, *args)
+    async def with_a_dying_incumbent(launcher, request, *args):  # type: ignore[no-untyped-def]
+        staged = launcher.stage / request["baseline_dir"].removeprefix("@stage/")
+        dying = staged.parent / "dying"
+        shutil.copytree(staged, dying)
+        (dying / "kernel.py").write_text("import os\nos._exit(7)\n")
+        return await call(
+            launcher,
+            {**request, "baseline_dir": f"@stage/{dying.relative_to(launcher.stage)}"},
+            *args,
+        )
 
-    monkeypatch.setattr(verify_mod, "_call_quietly", without_the_incumbents_folder)
+    monkeypatch.setattr(verify_mod, "_call_quietly", with_a_dying_incumbent)
     second = verify(ws, tmp_path / "state")
     assert second.verdict == "passed", second.reasons
-    assert second.incumbent is not None and second.incumbent["error"]
+    assert second.incumbent is not None and "candidate_crashed" in second.incumbent["error"]
     assert second.incumbent["speedup"] is None
 
 
