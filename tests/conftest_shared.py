@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 
 from harnesslab.tools.execution.launcher import Launcher
@@ -19,3 +21,15 @@ def make_settings(tmp_path: Path, **overrides) -> Settings:
 
 def make_launcher(tmp_path: Path, **overrides) -> Launcher:
     return Launcher(make_settings(tmp_path, **overrides))
+
+
+def flock_free(path: Path, mode: int) -> bool:
+    """Could another open of the lock file at `path` take `mode` (fcntl.LOCK_SH/LOCK_EX) now?"""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from harnesslab.tests.tools.gpu.cuda_support import compiler, staged
+from harnesslab.tests.tools.gpu.cuda_support import compiler, rmsnorm_gate_cuda, staged
 from harnesslab.tests.tools.gpu.test_guard_record_cuda import CORPUS, REVERSE, REVERSE_PY, candidate
-from harnesslab.tools.task.spec import load_task
 
 hc = staged("harnesslab_cuda")
 cudadrv = staged("cudadrv")
@@ -114,12 +113,7 @@ def test_a_2d_block_with_100_kb_of_shared_memory_replays(recorder, tmp_path) -> 
 
 @pytest.mark.parametrize("which", ["baseline", "solution"])
 def test_the_rmsnorm_gate_cuda_baseline_and_solution_replay(recorder, tmp_path, which) -> None:
-    spec = load_task("rmsnorm_gate").for_language("cuda")
-    if which == "baseline":
-        files = {p.name: p for p in spec.workspace_template.iterdir() if p.is_file()}
-    else:
-        sol = spec.solutions("cuda")["cuda_rmsnorm_gate"]
-        files = {"kernel.py": sol, sol.with_suffix(".cu").name: sol.with_suffix(".cu")}
+    spec, files = rmsnorm_gate_cuda(which)
     fn = getattr(candidate(tmp_path / "cand", files), spec.entry_function)
     for rows, dim in ((5, 1024), (3, 1001), (2, 8192)):
         x, gate = (torch.randn(rows, dim, device="cuda").bfloat16() for _ in range(2))

@@ -21,6 +21,7 @@ from mcp import Client
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.task_server import build_task_server
+from harnesslab.tests.conftest_shared import flock_free
 from harnesslab.tests.ssh_testserver import serve_loopback
 from harnesslab.tools.execution.executor import LocalExecutor
 from harnesslab.tools.execution.gpu_lock import lock_path
@@ -206,22 +207,11 @@ async def test_a_guarded_verify_works_beside_others_and_queues_only_to_time(tmp_
                 tg.start_soon(verify)
                 await queued.wait()  # the verify says it waits, and does
             while not verdicts:  # then it works: watch how it holds the lock file
-                seen.add((probe_lock(path, fcntl.LOCK_SH), probe_lock(path, fcntl.LOCK_EX)))
+                seen.add((flock_free(path, fcntl.LOCK_SH), flock_free(path, fcntl.LOCK_EX)))
                 await anyio.sleep(0.02)
     await launcher.aclose()
     await timing_run.aclose()
     assert verdicts[0].verdict == "passed", verdicts[0].reasons
     # held shared: another verify could work beside it, a timing run could not start
     assert (True, False) in seen
-    assert probe_lock(path, fcntl.LOCK_EX)  # and released at the end
-
-
-def probe_lock(path: Path, mode: int) -> bool:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
+    assert flock_free(path, fcntl.LOCK_EX)  # and released at the end

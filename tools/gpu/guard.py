@@ -201,20 +201,11 @@ class Verify:
         os.makedirs(self.scratch_root, mode=0o700, exist_ok=True)
         # The GPU's lock file, held here phase by phase (phase_lock.py), when the host asked.
         held = req.get("gpu_lock") or {}
-        self.phases: dict[str, float] = {}
+        self.phases = rt.Phases()  # `with self.phases("load"):` adds the block's wall time
         self.lock = phase_lock.PhaseLock(
             held.get("file"), int(held.get("gpu", 0)),
             lambda message: rt.emit({"event": "waiting", "message": message}),
         )  # fmt: skip
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Add the block's wall time to `self.phases[name]`."""
-        t0 = _perf()
-        try:
-            yield
-        finally:
-            self.phases[name] = self.phases.get(name, 0.0) + _perf() - t0
 
     def policy(self, read: list[str], *, env: dict[str, str] | None = None,
                write: list[str] | None = None, cache: str | None = None,
@@ -260,7 +251,7 @@ class Verify:
         cases = req["cases"]
         self.variants_per_case: list[list[Variant]] = []
         # Inputs and expected values first: no candidate process exists yet.
-        with self.phase("inputs"), self.lock.work():
+        with self.phases("inputs"), self.lock.work():
             for idx, case in enumerate(cases):
                 self.variants_per_case.append(self.variants(case, idx))
         memfd = self.arena_fd() if env.interpret else None
@@ -281,7 +272,7 @@ class Verify:
             "clocks": {} if env.interpret else _gpu().clocks(),
         }
         try:
-            with self.phase("start"):
+            with self.phases("start"):
                 for role, folder in roles:
                     self.kids.append(self.candidate_kid(role, folder, memfd))
                 for kid in list(self.kids):
@@ -290,7 +281,7 @@ class Verify:
                         kid.send({**kid.cfg})
             for kid in list(self.kids):
                 with self.incumbent_may_fail(result, kid):
-                    with self.phase("load"):  # imports and compiles: the host's CPUs
+                    with self.phases("load"):  # imports and compiles: the host's CPUs
                         reply, _ = kid.ask({"op": "load"})
                     err = error_text(reply)
                     result["load"][kid.role] = {
@@ -443,7 +434,7 @@ class Verify:
         variants = self.variants_per_case[idx]
         if not self.env.interpret:
             return _gpu().gpu_case(self, case, idx, variants)
-        with self.phase("check"), self.lock.work():  # the interpreter times by its checked calls
+        with self.phases("check"), self.lock.work():  # the interpreter times by its checked calls
             return self.cpu_case(case, idx, variants, memfd), None
 
     def drop_incumbent(self, result: dict[str, Any], exc: KidFailed) -> None:
@@ -468,7 +459,7 @@ class Verify:
     def time_cases(self, result: dict[str, Any], timers: list[tuple[dict[str, Any], Any]]) -> None:
         """The verify's one timed window: the GPU held alone (phase_lock.py) for the copy
         bandwidth and every case's timed samples, after every check passed."""
-        with self.phase("time"), self.lock.exclusive():
+        with self.phases("time"), self.lock.exclusive():
             result["copy_gbps"] = self.env.copy_gbps()
             for res, timer in timers:
                 try:

@@ -357,7 +357,7 @@ def gpu_case(
     rec_codes: dict[str, list[list[str]]] = {}
     live: list[Any] = []
     with vf.lock.work():  # one step of untimed work: record, then check
-        with vf.phase("record"):
+        with vf.phases("record"):
             _record(vf, variants, recordings, rec_codes)
         # 2. checks: every variant replayed on its own buffers, compared here
         for kid in vf.kids:
@@ -365,7 +365,7 @@ def gpu_case(
                 rec["calls"].append({"role": kid.role, "kind": "record", "set": -1,
                                      "passed": False, "codes": rec_codes[kid.role]})  # fmt: skip
         live = [k for k in vf.kids if not rec_codes[k.role]]
-        with vf.phase("check"):
+        with vf.phases("check"):
             for kid in live:
                 check_calls(vf, kid, rec, variants, recordings[kid.role], tol, idx)
     for kid in vf.kids:

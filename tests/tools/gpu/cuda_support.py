@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -32,3 +34,15 @@ def compiler():
         return nvrtc.get()
     except nvrtc.NvrtcNotFound:
         pytest.skip(SKIP_REASON)
+
+
+def rmsnorm_gate_cuda(which: str) -> tuple[Any, dict[str, Path]]:
+    """The CUDA rmsnorm_gate task and the files of its `which` candidate ("baseline": the
+    workspace template, "solution": the shipped solution with its .cu)."""
+    from harnesslab.tools.task.spec import load_task  # noqa: PLC0415 (only the CUDA tests)
+
+    spec = load_task("rmsnorm_gate").for_language("cuda")
+    if which == "baseline":
+        return spec, {p.name: p for p in spec.workspace_template.iterdir() if p.is_file()}
+    sol = spec.solutions("cuda")["cuda_rmsnorm_gate"]
+    return spec, {"kernel.py": sol, sol.with_suffix(".cu").name: sol.with_suffix(".cu")}

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from harnesslab.tests.tools.gpu.cuda_support import compiler, staged
+from harnesslab.tests.tools.gpu.cuda_support import compiler, rmsnorm_gate_cuda, staged
 
 hc = staged("harnesslab_cuda")
 cudadrv = staged("cudadrv")
@@ -238,15 +238,8 @@ def test_a_cuda_candidate_is_recorded_and_replayed_with_its_cubin_grid_block_and
 def test_the_cuda_rmsnorm_gate_baseline_and_solution_record_cleanly(
     recorder, tmp_path: Path, which: str
 ) -> None:
-    from harnesslab.tools.task.spec import load_task  # noqa: PLC0415
-
     rec, obs, watch, ran = recorder
-    spec = load_task("rmsnorm_gate").for_language("cuda")
-    if which == "baseline":
-        files = {p.name: p for p in spec.workspace_template.iterdir() if p.is_file()}
-    else:
-        sol = spec.solutions("cuda")["cuda_rmsnorm_gate"]
-        files = {"kernel.py": sol, sol.with_suffix(".cu").name: sol.with_suffix(".cu")}
+    spec, files = rmsnorm_gate_cuda(which)
     fn = getattr(candidate(tmp_path / "cand", files), spec.entry_function)
     x, gate = torch.randn(5, 1024).bfloat16(), torch.randn(5, 1024).bfloat16()
     w = torch.randn(1024).bfloat16()

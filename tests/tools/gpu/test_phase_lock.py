@@ -4,26 +4,14 @@ while it times, and a waiter hears once that it waits."""
 from __future__ import annotations
 
 import fcntl
-import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from harnesslab.tests.conftest_shared import flock_free
 from harnesslab.tools.gpu.phase_lock import WAITING, PhaseLock
-
-
-def probe(path: Path, mode: int) -> bool:
-    """Could another open of the lock file take `mode` now?"""
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
@@ -34,12 +22,12 @@ def path(tmp_path: Path) -> Path:
 def test_work_goes_beside_other_work_and_keeps_a_timing_run_out(path: Path) -> None:
     lock = PhaseLock(str(path), 0, lambda _m: None)
     with lock.work():
-        assert probe(path, fcntl.LOCK_SH)  # another verify's step
-        assert not probe(path, fcntl.LOCK_EX)  # a timing run
-    assert probe(path, fcntl.LOCK_EX)  # nothing held between steps
+        assert flock_free(path, fcntl.LOCK_SH)  # another verify's step
+        assert not flock_free(path, fcntl.LOCK_EX)  # a timing run
+    assert flock_free(path, fcntl.LOCK_EX)  # nothing held between steps
     with lock.exclusive():  # its own timed window: nobody else, not even a step
-        assert not probe(path, fcntl.LOCK_SH)
-    assert probe(path, fcntl.LOCK_EX)
+        assert not flock_free(path, fcntl.LOCK_SH)
+    assert flock_free(path, fcntl.LOCK_EX)
     lock.close()
 
 
