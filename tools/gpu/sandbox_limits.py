@@ -320,11 +320,12 @@ class Scratch:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 os.link(tmp, lock)
-            except FileExistsError:
-                os.close(fd)
+            except (FileExistsError, FileNotFoundError):  # the name is taken, or a sweep took
+                os.close(fd)  # the temporary file before it was locked: draw another
                 continue
             finally:
-                os.unlink(tmp)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             break
         if inheritable:  # exec'd in place (no reaper): the target itself holds it
             os.set_inheritable(fd, True)
@@ -375,6 +376,8 @@ def sweep(root: str) -> list[str]:
                 os.close(fd)
     for name in names:  # a lock whose folder is gone, or the temporary name of one
         lock = os.path.join(root, name)
+        if name.startswith(".sbx-") and time.time() - _mtime(lock) < 60:
+            continue  # a sandbox between creating its temporary lock file and locking it
         if name.endswith(".lock") and not os.path.exists(lock[:-5].replace("/.sbx-", "/sbx-")):
             with contextlib.suppress(OSError):
                 fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)

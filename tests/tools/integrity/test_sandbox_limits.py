@@ -223,6 +223,40 @@ def test_the_target_gets_a_minimal_path_not_its_callers(tmp_path: Path) -> None:
 # -- what is left, and what is refused -----------------------------------------------------------
 
 
+def test_a_sweep_between_a_scratch_locks_creation_and_its_flock_does_not_break_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sandboxes start at once (a verify's candidate and incumbent): the second's sweep ran
+    while the first had created its temporary lock file but not yet locked it, took the lock,
+    removed the file, and the first died on os.link (CI: "the sandbox did not start")."""
+    root = tmp_path / "scratch"
+    root.mkdir()
+    flock = sl.fcntl.flock
+    sweeps = []
+
+    def another_sandbox_sweeps_first(fd: int, op: int) -> None:
+        if op == sl.fcntl.LOCK_EX and not sweeps:  # the creator's blocking lock, once
+            code = "import sys; from harnesslab.tools.gpu import sandbox_limits as sl; sl.sweep(sys.argv[1])"
+            sweeps.append(subprocess.run([sys.executable, "-c", code, str(root)], check=True))
+        flock(fd, op)
+
+    monkeypatch.setattr(sl.fcntl, "flock", another_sandbox_sweeps_first)
+    scratch = sl.Scratch(str(root))
+    assert sweeps and os.path.isdir(scratch.path) and os.path.exists(scratch.lock)
+    monkeypatch.setattr(sl.fcntl, "flock", flock)
+    assert sl.sweep(str(root)) == []  # it is still owned
+    scratch.remove()
+
+
+def test_a_temporary_lock_file_is_swept_only_once_it_is_a_minute_old(tmp_path: Path) -> None:
+    fresh, stale = tmp_path / ".sbx-aaaa.lock", tmp_path / ".sbx-bbbb.lock"
+    fresh.touch()
+    stale.touch()
+    os.utime(stale, (time.time() - 61, time.time() - 61))  # its creator died before locking it
+    sl.sweep(str(tmp_path))
+    assert fresh.exists() and not stale.exists()
+
+
 def test_a_killed_outer_leaves_nothing_the_next_sandbox_does_not_sweep(tmp_path: Path) -> None:
     root = tmp_path / "scratch"
     policy = sp.Policy(scratch_root=str(root))
