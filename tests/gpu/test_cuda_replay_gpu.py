@@ -1,6 +1,6 @@
 """The CUDA C++ record/replay path on a GPU, without the sandbox and the verify around it: a
 candidate's launches through harnesslab_cuda recorded by the real recorder and observer
-(guard_record, guard_child), checked by guard_gpu.validate, and replayed by replay.Replayer in
+(guard_record, guard_child), checked by guard_schema.validate, and replayed by replay.Replayer in
 this process on a buffer laid out here; the replayed output must equal the candidate's own,
 bit for bit. When tests/gpu/test_cuda_gpu.py's guarded verify of a CUDA candidate fails, this
 says whether the recording and the replay are at fault or the machinery around them."""
@@ -21,7 +21,7 @@ hc = staged("harnesslab_cuda")
 cudadrv = staged("cudadrv")
 guard_record = staged("guard_record")
 guard_child = staged("guard_child")
-guard_gpu = staged("guard_gpu")
+guard_schema = staged("guard_schema")
 replay = staged("replay")
 ALIGN = 256
 
@@ -90,7 +90,7 @@ def replayed(valid: dict[str, Any], inputs: list[torch.Tensor]) -> torch.Tensor:
 def check(rec, obs, watch, fn, *args) -> dict[str, Any]:
     r, out = record(rec, obs, watch, fn, *args)
     assert r["unsupported"] == [] and obs.codes == set() and obs.own_launches >= 1, (r, obs.codes)
-    valid = guard_gpu.validate(r, sum(isinstance(a, torch.Tensor) for a in args))
+    valid = guard_schema.validate(r, sum(isinstance(a, torch.Tensor) for a in args))
     again = replayed(valid, [a for a in args if isinstance(a, torch.Tensor)])
     assert torch.equal(again, out)
     return r

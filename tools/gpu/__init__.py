@@ -8,9 +8,9 @@ few of them as modules too (wire for framing, ncu for the one ncu parser, scores
 score definition); tests/tools/gpu/test_staged.py checks that none imports harnesslab.
 
 Side of the trust boundary: sandbox.py (with sandbox_policy.py, the typed policy and the one
-way to start it, sandbox_confine.py and sandbox_limits.py) is trusted up to the exec of its
-target; runner.py (dev modes; with timing.py, scores.py, correctness.py, failures.py) runs
-inside sandbox.py with the candidate; guard.py, guard_kid.py, guard_gpu.py and replay.py are the
+way to start it, sandbox_confine.py, sandbox_limits.py and sandbox_mounts.py) is trusted up to
+the exec of its target; runner.py (dev modes; with timing.py, scores.py, correctness.py, failures.py) runs
+inside sandbox.py with the candidate; guard.py, guard_kid.py, guard_gpu.py, guard_schema.py and replay.py are the
 guarded verify's trusted side; guard_child.py is the candidate's process; modelnew.py (a
 KernelBench `ModelNew` class as the entry) and harnesslab_cuda.py (with nvrtc.py and
 cuda_source.py, imported by a CUDA kernel.py) run where the candidate runs.
@@ -29,11 +29,13 @@ STAGED = (
     "sandbox_policy.py",
     "sandbox_confine.py",
     "sandbox_limits.py",
+    "sandbox_mounts.py",
     "wire.py",
     "cudadrv.py",
     "guard.py",
     "guard_kid.py",
     "guard_gpu.py",
+    "guard_schema.py",
     "guard_child.py",
     "guard_record.py",
     "phase_lock.py",

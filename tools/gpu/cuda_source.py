@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# C parameter type -> the scalar type the replay packs (replay.SCALARS / guard_gpu.SCALAR_TYPES)
+# C parameter type -> the scalar type the replay packs (replay.SCALARS / guard_schema.SCALAR_TYPES)
 SCALAR_TYPES: dict[str, str] = {
     "bool": "i1", "char": "i8", "signed char": "i8", "int8_t": "i8", "unsigned char": "u8",
     "uint8_t": "u8", "short": "i16", "short int": "i16", "signed short": "i16",

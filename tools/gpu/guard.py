@@ -68,16 +68,6 @@ CHILD_CODES = {
     "exfiltration": "a network connection was attempted",
     "harness_access": "the candidate imported the harness's own modules",
 }
-UNREPLAYABLE = {
-    "foreign_memory": "a launch used memory allocated before the call",
-    "copy": "the wrapper copied or cast tensors with torch between launches",
-    "fill": "a fill the replay cannot express (non-contiguous or 8-byte elements)",
-    "unknown_kernel": "a kernel was launched outside Triton's launcher",
-    "unrecorded_launch": "the CUDA driver was called around harnesslab_cuda's launcher",
-    "no_binary": "a launched kernel has no CUDA binary",
-    "pointer_object": "a pointer argument is not a tensor",
-    "scalar": "a scalar argument is not a number",
-}
 
 
 # ----------------------------------------------------------------------------------------------

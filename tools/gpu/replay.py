@@ -270,7 +270,7 @@ class HelloRequest(TypedDict):
 
 class KernelsRequest(TypedDict):
     op: Literal["kernels"]
-    kernels: list[dict[str, Any]]  # validated recordings' kernels (guard_gpu.validate)
+    kernels: list[dict[str, Any]]  # validated recordings' kernels (guard_schema.validate)
 
 
 class ArenaRequest(TypedDict):

@@ -1,8 +1,9 @@
 """The sandbox every process that imports or runs agent-written code runs in.
 
-Staged to the GPU host beside runner.py with sandbox_policy.py, sandbox_confine.py and
-sandbox_limits.py (standard library + ctypes only, never harnesslab). Trusted side of the
-boundary up to the exec of the target; the target is hostile. Usage:
+Staged to the GPU host beside runner.py with sandbox_policy.py, sandbox_confine.py,
+sandbox_limits.py and sandbox_mounts.py (namespaces and mounts; standard library + ctypes only,
+never harnesslab). Trusted side of the boundary up to the exec of the target; the target is
+hostile. Usage:
 
     python -I sandbox.py --policy-stdin -- TARGET ARGV...   the policy: a frame on stdin first
     python -I sandbox.py --policy JSON -- TARGET ARGV...    by hand only (argv is visible inside)
@@ -52,7 +53,6 @@ the target with paths that would name the TARGETs themselves.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import platform
@@ -71,18 +71,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if TYPE_CHECKING or __package__:
     from . import sandbox_confine as sc
     from . import sandbox_limits as sl
+    from . import sandbox_mounts as sm
     from . import sandbox_policy as sp
 else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import sandbox_confine as sc
     import sandbox_limits as sl
+    import sandbox_mounts as sm
     import sandbox_policy as sp
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
-CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 38, 36
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE, MS_BIND = 2, 4, 8, 16384, 1 << 18, 4096
 ENV_ALWAYS = ("LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
 SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/local/cuda/bin")
 LINUX = sc.LINUX
@@ -146,172 +145,6 @@ def target_env(policy: Any, scratch: str) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------------------------
-# namespaces and mounts
-
-
-def _unshare(flags: int) -> bool:
-    return _libc.unshare(ctypes.c_int(flags)) == 0
-
-
-NAMESPACES = {"pid": CLONE_NEWPID, "net": CLONE_NEWNET, "ipc": CLONE_NEWIPC, "mnt": CLONE_NEWNS}
-
-
-def enter_namespaces(wanted: list[str] | None = None) -> list[str]:
-    """New PID/net/IPC/mount namespaces (or the `wanted` ones) for the children of this process
-    (a user namespace first when not root). Returns the names applied; empty where the kernel
-    refuses."""
-    uid, gid = os.getuid(), os.getgid()
-    wanted = list(NAMESPACES) if wanted is None else wanted
-    flags = 0
-    for name in wanted:
-        if name != "mnt":  # the reaper makes its own mount namespace: this process keeps the
-            flags |= NAMESPACES[name]  # host's view (it removes the scratch folder at the end)
-    if uid != 0:
-        if not _unshare(CLONE_NEWUSER):
-            return []
-        try:
-            with open("/proc/self/setgroups", "w") as fh:
-                fh.write("deny")
-            with open("/proc/self/uid_map", "w") as fh:
-                fh.write(f"{uid} {uid} 1")
-            with open("/proc/self/gid_map", "w") as fh:
-                fh.write(f"{gid} {gid} 1")
-        except OSError:
-            return []
-    if _unshare(flags):
-        return list(wanted) + (["user"] if uid != 0 else [])
-    if _unshare(CLONE_NEWNET):  # some containers allow a network namespace only
-        return ["net"] + (["user"] if uid != 0 else [])
-    return []
-
-
-# Folders where unix sockets live (agents, daemons, MPS): an empty tmpfs is mounted over each
-# in the sandbox's mount namespace, with the policy's own paths under them bound back in.
-HIDDEN = ("/tmp", "/var/tmp", "/run", "/dev/shm", "/root", "/home")
-
-
-def _hide_sockets(keep: list[str]) -> list[str]:
-    """Mount an empty tmpfs over HIDDEN (a connect() to a pathname socket there finds nothing;
-    Landlock before ABI 8 does not govern connect), then bind the kept paths back."""
-    hidden = [h for h in HIDDEN if os.path.isdir(h) and not os.path.islink(h)]
-    saved: list[tuple[str, int]] = []
-    for path in keep:
-        real = os.path.realpath(path)
-        if any(real == h or real.startswith(h + "/") for h in hidden) and os.path.exists(real):
-            saved.append((real, os.open(real, os.O_PATH | os.O_CLOEXEC)))
-    done = []
-    for h in hidden:
-        if _mount(b"tmpfs", h, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777,size=1m"):
-            done.append(h)
-    bound: list[str] = []
-    for real, fd in sorted(saved):
-        try:
-            if any(real == b or real.startswith(b.rstrip("/") + "/") for b in bound):
-                continue  # visible already: a folder above it was bound back
-            bound.append(real)
-            if os.path.isdir(f"/proc/self/fd/{fd}"):
-                os.makedirs(real, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(real), exist_ok=True)
-                open(real, "a").close()
-            if not _mount(f"/proc/self/fd/{fd}".encode(), real, None, MS_BIND | MS_REC, None):
-                raise sc.oserror(f"bind {real}")
-        finally:
-            os.close(fd)
-    return done
-
-
-def _mount(src: bytes, target: str, fstype: bytes | None, flags: int, data: bytes | None) -> bool:
-    return _libc.mount(src, target.encode(), fstype, ctypes.c_ulong(flags), data) == 0
-
-
-def _private_mounts() -> bool:
-    """Nothing mounted in this mount namespace propagates back to the host's (a shared "/",
-    systemd's default, would carry the tmpfs mounts below to every process)."""
-    return _mount(b"none", "/", None, MS_REC | MS_PRIVATE, None)
-
-
-def _private_proc() -> bool:
-    """In the new mount + PID namespace: a /proc that lists only this namespace's processes."""
-    return _mount(b"proc", "/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-
-
-def _open_binds(binds: Any) -> list[tuple[int, str]]:
-    """(descriptor of SOURCE, TARGET) for each bind, opened before the sockets' folders are
-    hidden (a SOURCE may sit in /tmp)."""
-    out: list[tuple[int, str]] = []
-    try:
-        for source, target in binds:
-            out.append((os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), target))
-    except OSError:
-        _close_binds(out)
-        raise
-    return out
-
-
-def _close_binds(opened: list[tuple[int, str]]) -> None:
-    for fd, _ in opened:
-        os.close(fd)
-
-
-def _mount_binds(opened: list[tuple[int, str]]) -> None:
-    """Mount each opened SOURCE at its TARGET (an existing folder, its last component not a
-    symlink), in order: a later TARGET may lie in an earlier one."""
-    for fd, target in opened:
-        tfd = os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            src, dst = f"/proc/self/fd/{fd}".encode(), f"/proc/self/fd/{tfd}"
-            if not _mount(src, dst, None, MS_BIND | MS_REC, None):
-                raise sc.oserror(f"bind at {target}")
-        finally:
-            os.close(tfd)
-
-
-def bind_refusal(binds: Any, scratch: str) -> str:
-    """Why these binds may not be applied with this scratch folder ('' when they may): a TARGET
-    under /proc would undo the private /proc, one that is, holds or lies in the scratch folder
-    the scratch tmpfs (both checked on the path as written and as resolved)."""
-    scratch = os.path.realpath(scratch)
-    for _, target in binds:
-        try:
-            paths = {os.path.normpath(target), os.path.realpath(target)}
-        except OSError as exc:
-            return f"bind target {target} cannot be resolved: {exc}"
-        for path in paths:
-            if path == "/proc" or path.startswith("/proc/"):
-                return f"bind target {target} is under /proc"
-            if path == scratch or scratch.startswith(path.rstrip("/") + "/"):
-                return f"bind target {target} holds the scratch folder"
-            if path.startswith(scratch + "/"):
-                return f"bind target {target} lies in the scratch folder"
-    return ""
-
-
-def _setup_mounts(policy: Any, scratch: str, argv: list[str], pidns: bool) -> None:
-    """The reaper's mount namespace: private, its own /proc, sockets hidden, the policy's views
-    (`bind`), the scratch folder a tmpfs of the policy's size (gone with the namespace, whatever
-    happens to the outer)."""
-    if not (_unshare(CLONE_NEWNS) and _private_mounts()):
-        raise OSError("cannot make a private mount namespace")
-    if pidns:
-        _private_proc()
-    binds = _open_binds(policy.bind)
-    keep = [scratch, *policy.read, *policy.write, *policy.python_path, *sc.python_paths()]
-    keep += [a for a in argv if os.path.isabs(a) and os.path.exists(a)]
-    keep += [target for _, target in binds]
-    if policy.triton_cache:
-        keep.append(policy.triton_cache)
-    try:
-        _hide_sockets(keep)
-        _mount_binds(binds)
-    finally:
-        _close_binds(binds)
-    size = f"size={int(policy.limits.scratch_mb)}m,mode=0700".encode()
-    if not _mount(b"tmpfs", scratch, b"tmpfs", MS_NOSUID | MS_NODEV, size):
-        raise sc.oserror("scratch tmpfs")
-
-
-# ----------------------------------------------------------------------------------------------
 # limits and the target
 
 
@@ -372,7 +205,7 @@ def _reaper(policy: Any, argv: list[str], scratch: str, abi: int, enforced: dict
     os.close(go)
     try:
         if "mnt" in namespaces:
-            _setup_mounts(policy, scratch, argv, "pid" in namespaces)
+            sm.setup_mounts(policy, scratch, argv, "pid" in namespaces)
     except OSError as exc:  # the target must not run with half the view it was given
         sys.stderr.write(f"sandbox: {exc}\n")
         os._exit(126)
@@ -486,9 +319,9 @@ def run(policy: Any, argv: list[str]) -> int:
             os.makedirs(folder, mode=0o700, exist_ok=True)
         wanted = policy.namespaces
         if wanted is True:
-            namespaces = enter_namespaces()
+            namespaces = sm.enter_namespaces()
         elif isinstance(wanted, list) and wanted:
-            namespaces = enter_namespaces([n for n in wanted if n in NAMESPACES])
+            namespaces = sm.enter_namespaces([n for n in wanted if n in sm.NAMESPACES])
         else:
             namespaces = []
         if not in_place and limits.cgroup != "off" and LINUX:
@@ -539,7 +372,7 @@ def run(policy: Any, argv: list[str]) -> int:
             "HARNESSLAB_ALLOW_UNSANDBOXED=1 to run it anyway, knowingly.\n"
         )
         return finish(3, [])
-    refusal = bind_refusal(policy.bind, scratch.path)
+    refusal = sm.bind_refusal(policy.bind, scratch.path)
     if policy.bind and "mnt" not in namespaces:
         refusal = "the policy mounts folders at other paths (bind), which needs a mount namespace"
     if refusal:
@@ -607,7 +440,7 @@ def probe() -> dict[str, Any]:
     abi = sc.landlock_abi()
     pid = os.fork()
     if pid == 0:
-        ok = enter_namespaces()
+        ok = sm.enter_namespaces()
         os._exit(0 if ok and "pid" in ok else 1)
     _, status = os.waitpid(pid, 0)
     group = sl.Cgroup.create(64 << 20, 64) if LINUX else None

@@ -13,7 +13,7 @@ the CUDA driver and NVML read (CPU and NUMA topology, the PCI devices, the nvidi
 seccomp: a filter that refuses, beside every other ABI (x32, i386):
   - socket() of any family but AF_UNIX (pathname unix sockets are not covered by Landlock before
     ABI 8; the CUDA driver needs AF_UNIX + connect for its MPS probe, so the folders where
-    sockets live are hidden instead: sandbox.py `_hide_sockets`);
+    sockets live are hidden instead: sandbox_mounts.py `_hide_sockets`);
   - clone() with any CLONE_NEW* flag (a user namespace would hand the child a full capability
     set there), and clone3() with ENOSYS, as Docker's default profile does: its flags sit in
     memory a filter cannot read, and glibc falls back to clone() on ENOSYS;

@@ -1,7 +1,7 @@
 """CUDA C++ launches in the guarded verify's record/replay, without a GPU: a real kernel.py and
 .cu (NVRTC compiles the cubin here), the candidate process's real recorder and observer
 (guard_record.Recorder wrapping harnesslab_cuda._launch, guard_child's TorchFunctionMode), the
-trusted side's schema check (guard_gpu.validate) and the replay process's resolution of the
+trusted side's schema check (guard_schema.validate) and the replay process's resolution of the
 recording into driver launches (replay.Replayer); only the CUDA driver is a fake, the one thing
 that needs a GPU. tests/gpu/test_cuda_gpu.py runs the same path on a real one."""
 
@@ -26,7 +26,7 @@ hc = staged("harnesslab_cuda")
 cudadrv = staged("cudadrv")
 guard_record = staged("guard_record")
 guard_child = staged("guard_child")
-guard_gpu = staged("guard_gpu")
+guard_schema = staged("guard_schema")
 replay = staged("replay")
 
 CORPUS = Path(str(resources.files("harnesslab.tools.integrity"))) / "cheats" / "gpu" / "cuda"
@@ -222,7 +222,7 @@ def test_a_cuda_candidate_is_recorded_and_replayed_with_its_cubin_grid_block_and
         {"k": "scalar", "type": "u32", "value": eps_bits},
     ]  # fmt: skip
     assert r["output"]["buf"] == "a0" and r["allocs"] == [{"nbytes": 3 * 300 * 2}]
-    valid = guard_gpu.validate(r, 3)
+    valid = guard_schema.validate(r, 3)
     layout = [8, 8, 8, 8, 4, 4]
     drv, binding = replayed(valid, {kern["name"]: layout})
     assert drv.loaded == [(launch.kernel.compiled.image, kern["name"], 0)]
@@ -247,7 +247,7 @@ def test_the_cuda_rmsnorm_gate_baseline_and_solution_record_cleanly(
     r = record(rec, obs, watch, fn, x, gate, w, 1e-6)
     assert r["unsupported"] == [] and obs.codes == set() and len(r["steps"]) == 1
     assert r["output"]["buf"] == "a0"
-    valid = guard_gpu.validate(r, 3)
+    valid = guard_schema.validate(r, 3)
     step = valid["steps"][0]
     assert [p.get("buf") for p in step["params"][:4]] == ["in0", "in1", "in2", "a0"]
     assert step["block"] == list(ran[-1].block) and step["grid"] == list(ran[-1].grid)
@@ -269,7 +269,7 @@ def test_a_2d_block_and_dynamic_shared_memory_over_48_kib_are_replayed_as_launch
     (step,) = r["steps"]
     assert step["block"] == [32, 8, 1] and step["shared"] == 100_000
     assert r["kernels"][0]["shared"] == 100_000
-    drv, _ = replayed(guard_gpu.validate(r, 1), {"rev": [8, 8, 4]})
+    drv, _ = replayed(guard_schema.validate(r, 1), {"rev": [8, 8, 4]})
     (done,) = drv.launched
     assert done["block"] == (32, 8, 1) and done["shared"] == 100_000
     assert drv.allowed == [(1, 100_000)]  # opted in past 48 KiB, as harnesslab_cuda._launch does
@@ -290,8 +290,8 @@ def test_a_driver_call_around_the_launcher_is_refused_as_unreplayable(
     r = record(rec, obs, watch, sneaky, torch.randn(64))
     assert around.lib.calls == ["cuLaunchKernel"] and len(ran) == 1
     assert r["unsupported"] == ["unrecorded_launch"]
-    with pytest.raises(guard_gpu.Bad, match="around harnesslab_cuda's launcher") as bad:
-        guard_gpu.validate(r, 1)
+    with pytest.raises(guard_schema.Bad, match="around harnesslab_cuda's launcher") as bad:
+        guard_schema.validate(r, 1)
     assert bad.value.code == "unreplayable"
     # the same call without the extra launch: nothing unsupported (the hook's own driver calls)
     assert record(rec, obs, watch, mod.reverse, torch.randn(64))["unsupported"] == []
@@ -322,18 +322,20 @@ def cuda_recording(**step: Any) -> dict[str, Any]:
      {"block": [0, 1, 1], "shared": 0}, {"block": [256, 1, 1], "shared": 1.5}],
 )  # fmt: skip
 def test_a_cuda_launch_without_a_well_formed_block_and_shared_memory_is_forged(step) -> None:
-    with pytest.raises(guard_gpu.Bad) as bad:
-        guard_gpu.validate(cuda_recording(**step), 0)
+    with pytest.raises(guard_schema.Bad) as bad:
+        guard_schema.validate(cuda_recording(**step), 0)
     assert bad.value.code == "forged_recording"
 
 
 def test_a_cuda_launch_is_replayed_with_its_own_block_a_triton_launch_with_its_kernels() -> None:
-    drv, _ = replayed(guard_gpu.validate(cuda_recording(block=[16, 4, 2], shared=96), 0), {"k": []})
+    drv, _ = replayed(
+        guard_schema.validate(cuda_recording(block=[16, 4, 2], shared=96), 0), {"k": []}
+    )
     assert drv.launched[0]["block"] == (16, 4, 2) and drv.launched[0]["shared"] == 96
     r = cuda_recording(block=[1024, 1, 1], shared=0)
     del r["kernels"][0]["lang"]  # a Triton kernel's entry
     r["kernels"][0]["shared"] = 4096
-    valid = guard_gpu.validate(r, 0)
+    valid = guard_schema.validate(r, 0)
     assert "block" not in valid["steps"][0]
     drv, _ = replayed(valid, {"k": []})
     assert drv.launched[0]["block"] == 256 and drv.launched[0]["shared"] == 4096

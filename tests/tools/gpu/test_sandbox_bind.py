@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harnesslab.tools.gpu import sandbox
+from harnesslab.tools.gpu import sandbox, sandbox_mounts
 from harnesslab.tools.gpu import sandbox_policy as sp
 
 LOOK = """
@@ -143,9 +143,9 @@ def test_a_bind_target_that_is_holds_or_lies_in_the_scratch_folder_is_refused() 
     scratch = "/s/root/sbx-1"
     refused = [scratch, "/s/root", "/s", "/", f"{scratch}/home", "/proc", "/proc/1/root"]
     for target in refused:
-        assert sandbox.bind_refusal([("/src", target)], scratch), target
+        assert sandbox_mounts.bind_refusal([("/src", target)], scratch), target
     for target in ("/s/root/sbx-10", "/s/rooted", "/work/ws", "/processes"):
-        assert sandbox.bind_refusal([("/src", target)], scratch) == "", target
+        assert sandbox_mounts.bind_refusal([("/src", target)], scratch) == "", target
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """The recording a candidate's process sends is hostile input: the trusted side's schema check
-(guard_gpu.validate) and the replayer's argument packing (replay.pack_scalar), on the CPU.
+(guard_schema.validate) and the replayer's argument packing (replay.pack_scalar), on the CPU.
 
 The GPU path itself (record -> replay -> check -> time) runs in tests/gpu/test_guarded_verify_gpu.py
 and benchmarks/integrity2_gpu.py on a GPU host."""
@@ -16,7 +16,7 @@ import pytest
 from harnesslab.tools import gpu  # the staged files import each other by plain name
 
 sys.path.insert(0, gpu.__path__[0])
-import guard_gpu  # noqa: E402
+import guard_schema  # noqa: E402
 import replay  # noqa: E402
 
 
@@ -41,7 +41,7 @@ def recording(**over: Any) -> dict[str, Any]:
 
 
 def test_a_well_formed_recording_is_kept_as_the_replay_will_use_it() -> None:
-    r = guard_gpu.validate(recording(), n_inputs=1)
+    r = guard_schema.validate(recording(), n_inputs=1)
     assert list(r["kernels"]) == ["k0_row"] and r["sizes"] == {"in0": None, "a0": 4096}
     assert r["steps"][0]["params"][-1] == {"k": "scratch", "buf": None}
     assert r["output"]["buf"] == "a0"
@@ -74,15 +74,15 @@ def test_a_well_formed_recording_is_kept_as_the_replay_will_use_it() -> None:
     ],
 )  # fmt: skip
 def test_a_broken_or_unreplayable_recording_is_refused_with_its_code(change, code) -> None:
-    with pytest.raises(guard_gpu.Bad) as err:
-        guard_gpu.validate(recording(**change), n_inputs=1)
+    with pytest.raises(guard_schema.Bad) as err:
+        guard_schema.validate(recording(**change), n_inputs=1)
     assert err.value.code == code
 
 
 def test_no_text_of_the_recording_appears_in_a_refusal() -> None:
     name = "Leak_final0_10107x4096"
-    with pytest.raises(guard_gpu.Bad) as err:
-        guard_gpu.validate(recording(kernels=[{"id": name, "name": name + " !", "cubin": "",
+    with pytest.raises(guard_schema.Bad) as err:
+        guard_schema.validate(recording(kernels=[{"id": name, "name": name + " !", "cubin": "",
                                                "shared": 0, "num_warps": 4}]), n_inputs=1)  # fmt: skip
     assert "Leak" not in str(err.value) and "10107" not in str(err.value)
 
