@@ -258,9 +258,15 @@ def test_a_refused_sandbox_is_the_hosts_own_text() -> None:
 
 
 def test_a_sandbox_that_did_not_start_is_the_hosts_error_not_a_rejection() -> None:
-    result = raw(error_code="sandbox_failed", error="candidate: the sandbox did not start: x")
-    verdict, reasons, rows, _ = judge(runner(result), CASES, "n1")
-    assert (verdict, [r["code"] for r in reasons], rows) == ("error", ["sandbox_failed"], [])
+    why = "candidate: the sandbox did not start: OSError: " + "x" * 500
+    verdict, reasons, rows, _ = judge(
+        runner(raw(error_code="sandbox_failed", error=why)), CASES, "n1"
+    )
+    assert (verdict, reasons, rows) == (
+        "error",
+        [{"code": "sandbox_failed", "detail": why[:400]}],
+        [],
+    )
 
 
 def test_a_result_without_this_verifys_nonce_is_forged() -> None:
