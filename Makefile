@@ -5,12 +5,18 @@ STAMP := $(VENV)/.installed
 # torch comes from PyTorch's CPU wheel index: on Linux, PyPI's default torch wheel is the CUDA
 # build, which pulls multi-GB CUDA wheels. A GPU host wants that one: `make install TORCH_INDEX=`
 # (PyPI's default build), or a CUDA index (TORCH_INDEX=https://download.pytorch.org/whl/cu130).
-TORCH ?= 2.13.0
+# Its version is constraints.txt's (another: `make install TORCH=2.12.0 CONSTRAINTS=`).
+TORCH ?= $(shell sed -n 's/^torch==//p' constraints.txt)
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Every other package's version comes from constraints.txt too, so CI's installs repeat
+# (pyproject keeps the ranges a user's install accepts). It pins CI's environment, the CPU build;
+# a CUDA build pins its own nvidia wheels, so with another TORCH_INDEX nothing is constrained
+# unless CONSTRAINTS names a file.
+CONSTRAINTS ?= $(if $(findstring /whl/cpu,$(TORCH_INDEX)),constraints.txt)
 
 .PHONY: demo test test-fast lint install mutation
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first and alone, from TORCH_INDEX as well as pip's own configuration (a local wheel
@@ -18,7 +24,7 @@ $(STAMP): pyproject.toml
 	# Its dependencies come with the next line, from pip's usual indexes.
 	$(PY) -m pip install -q --no-deps --retries 1 --timeout 30 torch==$(TORCH) \
 		$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)

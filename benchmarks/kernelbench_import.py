@@ -27,10 +27,10 @@ from pathlib import Path
 
 import anyio
 
-from harnesslab.tools.evaluation.baseline_check import check_baselines
+from harnesslab.tools.authoring.baseline_check import check_baselines
+from harnesslab.tools.authoring.kernelbench import import_kernelbench, kernelbench_files
+from harnesslab.tools.authoring.scaffold import record_check
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.task.kernelbench import import_kernelbench, kernelbench_files
-from harnesslab.tools.task.scaffold import record_check
 
 
 class PeakRss:

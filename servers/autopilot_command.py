@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harnesslab.tools.state.workspace import STATE, Workspace
-from harnesslab.tools.task.kinds import kind_of
+from harnesslab.tools.task import kind_of
 
 TRIES_INTERPRETED, TRIES_GPU = 2, 6
 WINNING_FILE = "winning.py"

@@ -10,13 +10,13 @@ import json
 from typing import Any
 
 from harnesslab.tools.evaluation.command import CommandRun, run_command_objective
-from harnesslab.tools.execution.launcher import build_launcher
+from harnesslab.tools.execution import build_launcher
 from harnesslab.tools.integrity.command_verify import CommandVerdict, command_verify
 from harnesslab.tools.integrity.verdict_view import public_command_verdict
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state import Workspace
 from harnesslab.tools.state.storage import read_jsonl
-from harnesslab.tools.state.workspace import Workspace
-from harnesslab.tools.task.kinds import kind_of
+from harnesslab.tools.task import kind_of
 
 from .cli_progress import CliProgress
 from .cli_support import run_async

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from harnesslab.tools.authoring import failed_check
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.evaluation.objective import run_objective
 from harnesslab.tools.execution.launcher import build_launcher
@@ -18,7 +19,6 @@ from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.owned_config import OwnedConfig
 from harnesslab.tools.state.workspace import init_workspace, open_workspace
 from harnesslab.tools.task.kinds import kind_of
-from harnesslab.tools.task.scaffold import failed_check
 from harnesslab.tools.task.spec import list_tasks
 
 from .cli_progress import CliProgress

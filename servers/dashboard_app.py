@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from harnesslab.tools.dashboard.source import Source
+from harnesslab.tools.dashboard import Source
 
 from .dashboard_page import BASE, diff_html, error_html, login_html, page_html, sections
 from .serve_cmd import is_loopback

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.dashboard.source import Source
+from harnesslab.tools.dashboard import Source
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.settings import Settings
 

@@ -1,13 +1,13 @@
 """`harnesslab import harnessgym PATH --out DIR`: a HarnessGym task folder as a harnesslab task
-(tools/task/harnessgym_import.py), printing what was converted and what could not be."""
+(tools/authoring/harnessgym_import.py), printing what was converted and what could not be."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from harnesslab.tools.authoring.harnessgym_import import convert, report_lines
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.task.harnessgym_import import convert, report_lines
 
 from .cli_support import command
 

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.execution.launcher import build_launcher
+from harnesslab.tools.execution import build_launcher
+from harnesslab.tools.lab import build_report
 from harnesslab.tools.lab.matrix import LabOptions, load_results, run_lab
-from harnesslab.tools.lab.report import build_report
 from harnesslab.tools.settings import Settings
 
 from .cli_support import add_executor_args, command, run_async

@@ -14,7 +14,7 @@ from harnesslab.tools.catalog import META_SERVER
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.meta.qualification import DEFAULT_TIMEOUT_S, qualify, template_for
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.state.workspace import open_workspace
+from harnesslab.tools.state import open_workspace
 
 from .cli_support import add_executor_args, command, run_async
 from .serve_cmd import TOKEN_ENV, is_loopback, port_number

@@ -23,12 +23,11 @@ from pydantic import BaseModel, Field
 
 from harnesslab.tools.catalog import META_SERVER
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.meta import registry
+from harnesslab.tools.meta import QualificationReport, qualify_workspace_server, registry
 from harnesslab.tools.meta.genserver import ServerSpec, ToolSpec, generate, parse_spec
-from harnesslab.tools.meta.qualification import QualificationReport, qualify_workspace_server
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state import Workspace
 from harnesslab.tools.state.telemetry import Telemetry
-from harnesslab.tools.state.workspace import Workspace
 
 from .builtin import BUILTINS, check_presets
 from .runtime import reporter, traced_call

@@ -23,7 +23,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from harnesslab.tools.evaluation.results import CaseResult, EvalResult
+from harnesslab.tools.evaluation import CaseResult, EvalResult
 
 INTERPRETER_NOTE = "timings on the Triton interpreter are not meaningful; correctness is"
 SAME_WITHIN = 0.005  # two scores within 0.5% of each other are "the same"

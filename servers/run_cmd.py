@@ -18,11 +18,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.loop.driver import resume_run, start_run
+from harnesslab.tools.loop import resume_run, start_run
 from harnesslab.tools.loop.state import RunConfig, RunStore
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import is_workspace, open_workspace
-from harnesslab.tools.task.spec import list_tasks
+from harnesslab.tools.task import list_tasks
 
 from .cli_support import add_executor_args, command, run_async, temp_workspace_dir
 from .report import TIME_UNITS, FitTable, fit_table, versus

@@ -24,13 +24,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from harnesslab.tools.catalog import SERVERS_MODULE, TASK_SERVER
-from harnesslab.tools.dashboard.source import Source
+from harnesslab.tools.dashboard import Source
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.gpu.sandbox_policy import import_env, import_roots, python_argv
 from harnesslab.tools.meta.client_audit import audit_workspace, prune, prune_command
 from harnesslab.tools.meta.client_setup import approve, client_status
 from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state import open_workspace
 from harnesslab.tools.state.owned_config import OwnedConfig
 from harnesslab.tools.state.projection import (
     ServerEntry,
@@ -39,7 +40,6 @@ from harnesslab.tools.state.projection import (
     write_codex_toml,
     write_mcp_json,
 )
-from harnesslab.tools.state.workspace import open_workspace
 
 from .cli_support import add_executor_args, command, executor_flags, run_async
 

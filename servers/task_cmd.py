@@ -1,6 +1,6 @@
 """`harnesslab task new` and `harnesslab task import-kernelbench`: a kernel task from the user's
-own PyTorch reference (tools/task/task_new.py) or from KernelBench-format files
-(tools/task/kernelbench.py), each checked once by running its baseline against its reference.
+own PyTorch reference (tools/authoring/task_new.py) or from KernelBench-format files
+(tools/authoring/kernelbench.py), each checked once by running its baseline against its reference.
 Every file gets a row (written and its baseline's outcome, or refused and why), printed as a
 table or as JSON; the outcome is kept beside the task's task.toml for `harnesslab init`."""
 
@@ -11,11 +11,15 @@ import json
 import time
 from pathlib import Path
 
-from harnesslab.tools.evaluation.baseline_check import check_baselines
+from harnesslab.tools.authoring import (
+    TaskRow,
+    check_baselines,
+    import_kernelbench,
+    plan_new,
+    record_check,
+    write_task,
+)
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.task.kernelbench import import_kernelbench
-from harnesslab.tools.task.scaffold import TaskRow, record_check, write_task
-from harnesslab.tools.task.task_new import plan_new
 
 from .cli_support import add_executor_args, command, run_async
 

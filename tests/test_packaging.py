@@ -48,8 +48,8 @@ def test_the_wheel_builds_without_setuptools_warnings_and_ships_the_task_files(t
 
     for staged in {*gpu.STAGED, *gpu.LAB}:
         assert f"harnesslab/tools/gpu/{staged}" in names, staged
-    packages = ("task", "state", "execution", "evaluation", "integrity", "meta", "loop", "lab",
-                "dashboard")  # fmt: skip
+    packages = ("task", "authoring", "state", "execution", "evaluation", "integrity", "meta",
+                "loop", "lab", "dashboard")  # fmt: skip
     for package in packages:
         assert f"harnesslab/tools/{package}/__init__.py" in names, package
     for static in ("dashboard.js", "dashboard.css", "favicon.svg"):  # the dashboard's, no CDN

@@ -2,12 +2,14 @@
 
     from harnesslab.tools import Settings, build_launcher, open_workspace, run_objective
 
-Subpackages by concern (docs/architecture.md has the layers and the rules between them):
+Subpackages by concern, each importing only those ranked below it (docs/architecture.md has
+the ranks; tests/tools/test_layers.py checks them): gpu/ (the files staged to the GPU host),
 task/ (TaskSpec, task kinds), state/ (trusted store, workspace, ledger, checkpoints), execution/
-(executors, launcher, health), gpu/ (the files staged to the GPU host), evaluation/ (objective,
-sweep, probe, profile, history, overview), integrity/ (guarded verify, scan, cheat corpus),
-meta/ (generated servers, qualification, registry), loop/ (`harnesslab run`), lab/ (the kernel
-lab). errors.py and settings.py are shared by all of them. tools/ never imports mcp or servers/.
+(executors, launcher, health), evaluation/ (objective, sweep, probe, profile, history, overview),
+integrity/ (guarded verify, scan, cheat corpus), meta/ (generated servers, qualification,
+registry), lab/ (the kernel lab), authoring/ (task new, the KernelBench and HarnessGym
+importers), loop/ (`harnesslab run`), dashboard/ (the operator's page, as data). errors.py,
+settings.py and catalog.py are shared by all of them. tools/ never imports mcp or servers/.
 
 The names below are the README's "from Python" surface, imported on first use. Module paths of
 the flat layout before the subpackages (harnesslab.tools.workspace, ...) still import, with a

@@ -18,13 +18,12 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .errors import HarnesslabError
-from .execution.health import health_check
-from .execution.launcher import build_launcher
-from .loop.runners import build_runner
+from .execution import build_launcher, health_check
+from .loop import build_runner
 from .meta.client_audit import audit_workspace, prune_command
 from .meta.client_setup import ClientName, client_status
 from .settings import Settings
-from .state.workspace import Workspace, open_workspace
+from .state import Workspace, open_workspace
 
 CheckStatus = Literal["ok", "missing", "skipped", "foreign"]
 

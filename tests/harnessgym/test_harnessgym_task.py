@@ -22,6 +22,7 @@ from mcp import Client
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.task_server import build_task_server
+from harnesslab.tools.authoring.harnessgym_import import convert
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.loop.compare import Arm, CompareConfig, compare
 from harnesslab.tools.loop.driver import start_run
@@ -30,7 +31,6 @@ from harnesslab.tools.meta.registry import list_servers
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.telemetry import Telemetry
 from harnesslab.tools.state.workspace import init_workspace, open_workspace
-from harnesslab.tools.task.harnessgym_import import convert
 from harnesslab.tools.task.spec import load_task
 
 TASK = Path(__file__).resolve().parent / "task"

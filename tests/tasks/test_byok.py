@@ -17,6 +17,10 @@ import anyio
 import pytest
 
 from harnesslab.servers.cli import main as cli_main
+from harnesslab.tools.authoring.kernelbench import import_kernelbench
+from harnesslab.tools.authoring.kernelbench_sizes import size_constants
+from harnesslab.tools.authoring.scaffold import write_task
+from harnesslab.tools.authoring.task_new import plan_new
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.evaluation.objective import run_objective
 from harnesslab.tools.evaluation.probe import numerical_probe
@@ -26,11 +30,7 @@ from harnesslab.tools.gpu import numerics
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import init_workspace
-from harnesslab.tools.task.kernelbench import import_kernelbench
-from harnesslab.tools.task.kernelbench_sizes import size_constants
-from harnesslab.tools.task.scaffold import write_task
 from harnesslab.tools.task.spec import TaskSpec, load_task, parse_task
-from harnesslab.tools.task.task_new import plan_new
 
 HERE = Path(__file__).resolve().parent / "byok"
 FUSED = ["--input", "x:rows,dim", "--input", "residual:rows,dim", "--input", "weight:dim"]

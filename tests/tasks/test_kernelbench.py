@@ -16,14 +16,14 @@ import anyio
 import pytest
 
 from harnesslab.servers.cli import main as cli_main
+from harnesslab.tools.authoring.baseline_check import check_baselines
+from harnesslab.tools.authoring.kernelbench import import_kernelbench, plan_kernelbench, task_name
+from harnesslab.tools.authoring.scaffold import TaskRow
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.evaluation.baseline_check import check_baselines
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import init_workspace
-from harnesslab.tools.task.kernelbench import import_kernelbench, plan_kernelbench, task_name
-from harnesslab.tools.task.scaffold import TaskRow
 from harnesslab.tools.task.spec import TaskSpec, load_task
 
 SAMPLE = Path(__file__).resolve().parent / "kernelbench"
@@ -183,7 +183,7 @@ def test_a_folder_import_keeps_going_and_reports_every_file(
 def test_a_failing_baseline_exits_1_and_init_refuses_the_task(
     tmp_path: Path, capsys, monkeypatch
 ) -> None:
-    import harnesslab.tools.task.kernelbench as kb
+    import harnesslab.tools.authoring.kernelbench as kb
 
     wrong = "import torch\n\n\ndef model_new(x):\n    return torch.relu(x) + 1.0\n"
     monkeypatch.setattr(kb, "forward_as_function", lambda source, init: wrong)

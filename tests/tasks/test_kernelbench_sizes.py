@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from harnesslab.tools.task.kernelbench import plan_kernelbench
-from harnesslab.tools.task.kernelbench_sizes import (
+from harnesslab.tools.authoring.kernelbench import plan_kernelbench
+from harnesslab.tools.authoring.kernelbench_sizes import (
     Sizes,
     constructor_constants,
     fit,
     size_constants,
 )
-from harnesslab.tools.task.scaffold import write_task
+from harnesslab.tools.authoring.scaffold import write_task
 from harnesslab.tools.task.spec import TaskSpec
 
 EDGE = Path(__file__).resolve().parent / "byok" / "kernelbench_edge"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harnesslab.servers.cli import main as cli_main
+from harnesslab.tools.authoring.task_new import plan_new
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.task.task_new import plan_new
 
 HERE = Path(__file__).resolve().parent / "byok"
 REF = f"{HERE / 'fused.py'}:scaled_residual_gelu"

@@ -11,7 +11,8 @@ import pytest
 
 import harnesslab.tools as tools
 
-PACKAGES = ("task", "state", "execution", "gpu", "evaluation", "integrity", "meta", "loop", "lab")
+PACKAGES = ("task", "authoring", "state", "execution", "gpu", "evaluation", "integrity", "meta",
+            "loop", "lab", "dashboard")  # fmt: skip
 
 
 def test_the_readme_from_python_names_are_exported():

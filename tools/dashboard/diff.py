@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import difflib
 
+from ..state import Workspace
 from ..state.checkpoints import HASH_RE, Checkpoints
-from ..state.workspace import Workspace
 from .gather import READ_ERRORS, why
 from .models import CandidateDiff, DiffLine, FileDiff
 

@@ -25,9 +25,8 @@ from pydantic import ValidationError
 from ..errors import HarnesslabError, UsageError
 from ..loop.state import RUN_ID_RE, Iteration, RunState, RunStore, Score, tool_calls
 from ..meta.registry import list_servers, trusted_report
-from ..state.checkpoints import Checkpoints
-from ..state.workspace import Workspace
-from ..task.kinds import kind_of
+from ..state import Checkpoints, Workspace
+from ..task import kind_of
 from .models import (
     CandidateRow,
     CheckView,

@@ -17,7 +17,7 @@ from ..lab.matrix import load_results
 from ..lab.report import speedup
 from ..loop.compare import CompareReport
 from ..settings import Settings
-from ..state.workspace import open_workspace
+from ..state import open_workspace
 from .gather import READ_ERRORS, run_view, why
 from .models import CompareArmView, CompareView, LabCell, LabTask, LabView, RunView
 

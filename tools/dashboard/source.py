@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..settings import Settings
-from ..state.trusted_store import TrustedStore
+from ..state import TrustedStore
 from ..state.workspace import Workspace, is_workspace, open_workspace
 from .diff import candidate_diff
 from .gather import READ_ERRORS, gather, workspace_missing

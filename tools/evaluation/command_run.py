@@ -18,7 +18,7 @@ import shlex
 from typing import Any
 
 from ..errors import UsageError
-from ..execution.executor import CommandResult
+from ..execution import CommandResult
 from ..execution.launcher import Launcher, Slot, sandbox_level
 from ..gpu import wire
 from ..gpu.sandbox_policy import limit_hit, take_reports

@@ -21,9 +21,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import EnvironmentProblem, UsageError
+from ..state import Ledger
 from ..state import workspace_files as wf
 from ..state.checkpoints import HASH_RE, Checkpoints
-from ..state.ledger import Ledger
 from ..state.ledger import counts as counts_as_score
 from ..state.workspace import STATE, Workspace
 from ..task.kinds import KernelKind, kind_of

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, computed_field
 from ..errors import ExecutorError
 
 if TYPE_CHECKING:
-    from ..task.spec import TaskSpec
+    from ..task import TaskSpec
     from .executor import Executor
     from .launcher import Launcher, Slot
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import ExecutorError
-from ..task.spec import TaskSpec
+from ..task import TaskSpec
 
 if TYPE_CHECKING:
     from .executor import Executor

@@ -7,7 +7,8 @@ Side of the trust boundary: trusted; hidden cases never leave it.
 
 from .reasons import REASONS
 from .scan import scan_workspace
+from .verdict import Verdict
 from .verdict_view import public_verdict
-from .verify import Verdict, guarded_verify
+from .verify import guarded_verify
 
 __all__ = ["REASONS", "Verdict", "guarded_verify", "public_verdict", "scan_workspace"]

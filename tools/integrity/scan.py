@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..state.workspace import Workspace
+from ..state import Workspace
 from .scan_cuda import scan_cuda
 from .scan_reach import unreachable_functions
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..evaluation.results import CaseResult, EvalResult
+from ..evaluation import CaseResult, EvalResult
 from .reasons import REASONS, SANDBOX_REFUSED
 
 if TYPE_CHECKING:
     from .command_verify import CommandVerdict
-    from .verify import Verdict
+    from .verdict import Verdict
 
 WITHHELD = (
     "not shown: a verify that did not pass does not say which hidden case failed (the "

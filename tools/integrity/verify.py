@@ -18,7 +18,6 @@ import secrets
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, Field
 
 from ..evaluation.objective import Progress, kernel_request, record, report, require_kernel_task
 from ..evaluation.results import CaseResult, EnvInfo, EvalResult
@@ -31,6 +30,7 @@ from ..state.workspace import Workspace
 from ..task.spec import Case
 from .reasons import CERTIFIES, CPU_UNVERIFIED, GPU_UNVERIFIED, REASONS, SANDBOX_REFUSED
 from .scan import scan_workspace
+from .verdict import Verdict
 from .verdict_view import public_reasons, public_rows
 
 # A new best must beat the incumbent by 1% (geomean over cases, A B B A in one verify): the
@@ -45,49 +45,6 @@ PLAUSIBLE_PCT_OF_COPY = 125.0  # minimal bytes faster than this share of copy ba
 WALL_SLACK = 1.25
 WALL_SLACK_US = 250.0
 HEARTBEAT_S = 10.0  # a verify's progress: one fixed message this often (never per case)
-
-
-class Verdict(BaseModel):
-    verdict: Literal["passed", "rejected", "error"]
-    reasons: list[dict[str, str]] = Field(
-        default_factory=list, description="[{code, detail}] why the verdict is what it is"
-    )
-    warnings: list[dict[str, str]] = Field(
-        default_factory=list, description="[{code, detail}] soft findings; they do not reject"
-    )
-    score_us: float | None = None
-    geomean_pct_of_copy_bw: float | None = Field(
-        default=None, description="shape-independent figure, comparable across case sets"
-    )
-    case_set: str = Field(description="public id of the hidden case set (changes on rotate)")
-    best_final_score_us: float | None = None
-    is_new_best: bool = False
-    meaningful: bool = False
-    incumbent: dict[str, Any] | None = Field(
-        default=None, description="ABBA comparison with the best final checkpoint"
-    )
-    certifies: Literal["outputs", "correctness_and_speed", "nothing"] = Field(
-        default="nothing",
-        description="what a passed verdict certifies: "
-        + "; ".join(f"{k}: {v}" for k, v in CERTIFIES.items()),
-    )
-    unverified: list[str] = Field(
-        default_factory=list,
-        description="claims this verdict could not verify (reasons.UNVERIFIED): their only "
-        "evidence is the candidate's own process",
-    )
-    ran_on_hidden_cases: bool = Field(
-        default=False,
-        description="the candidate ran on hidden inputs (false: the static scan or the host "
-        "refused it first, and its reasons come from the source alone)",
-    )
-    sandbox: str = Field(
-        default="none",
-        description="sandbox the candidate ran in (full: Landlock + PID/network namespaces + "
-        "seccomp; partial; none), as reported by the sandbox itself",
-    )
-    result: EvalResult
-    evidence: dict[str, Any] = Field(default_factory=dict)
 
 
 def _median(xs: list[float]) -> float | None:

@@ -41,7 +41,7 @@ from ..state.trusted_store import TrustedStore, private_dir
 from ..state.workspace import Workspace, init_workspace, open_workspace
 from ..task.kinds import kind_of
 from ..task.spec import load_task
-from .compare_report import markdown, plot
+from .compare_report import ArmSummary, CompareReport, Trial, markdown, plot
 from .driver import start_run
 from .runners import RunnerName
 from .servers import META_SERVER, TASK_SERVER
@@ -84,64 +84,6 @@ class CompareConfig(BaseModel):
         description="trials run at once, each on its own GPU slot of the executor (0: one per "
         "slot; 1: one after another)",
     )
-
-
-class Trial(BaseModel):
-    arm: str
-    index: int
-    workspace: str
-    run_id: str = ""
-    valid: bool = False
-    invalid_reason: str = ""
-    score: float | None = None
-    verdict: str = ""
-    attempts: list[str] = Field(default_factory=list, description="attempt statuses")
-    tool_calls: dict[str, int] = Field(default_factory=dict)
-    harness_calls: int = Field(
-        default=0, description="calls of generated servers' tools (not the task/meta servers)"
-    )
-    meaningful: bool | None = Field(
-        default=False,
-        description="whether its timings mean anything (None: its objective does not say)",
-    )
-    certifies: str = Field(default="", description="what its last verified score certifies")
-    slot: str = Field(default="", description="the GPU slot its loop was scored on (host:gpuN)")
-    wall_s: float = 0.0
-
-
-class ArmSummary(BaseModel):
-    arm: str
-    runner: str
-    harnessed: bool
-    servers: list[str] = Field(default_factory=list)
-    trials: int
-    valid: int
-    invalid: int
-    median: float | None = None
-    p10: float | None = None
-    p90: float | None = None
-    best: float | None = None
-    worst: float | None = None
-    tool_calls_median: float | None = None
-    harness_calls_median: float | None = None
-
-
-class CompareReport(BaseModel):
-    task: str
-    case_set: str
-    score_key: str
-    unit: str
-    higher_is_better: bool
-    meaningful: bool | None = None
-    config: dict[str, Any]
-    arms: list[ArmSummary]
-    difference: dict[str, Any] = Field(
-        default_factory=dict,
-        description="median(B) - median(A) with a bootstrap 95% interval, and which is better",
-    )
-    trials: list[Trial]
-    wall_s: float = 0.0
-    files: dict[str, str] = Field(default_factory=dict)
 
 
 # -- trials -----------------------------------------------------------------------------------

@@ -1,13 +1,71 @@
-"""The report of `harnesslab compare` for people: markdown tables and a plot of every trial's
-score per arm (tools/compare.py writes report.json beside them)."""
+"""The report of `harnesslab compare`: its data (`CompareReport`, written as report.json by
+loop/compare.py, read back by the dashboard) and, for people, markdown tables and a plot of every
+trial's score per arm."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from .compare import CompareReport
+from pydantic import BaseModel, Field
+
+
+class Trial(BaseModel):
+    arm: str
+    index: int
+    workspace: str
+    run_id: str = ""
+    valid: bool = False
+    invalid_reason: str = ""
+    score: float | None = None
+    verdict: str = ""
+    attempts: list[str] = Field(default_factory=list, description="attempt statuses")
+    tool_calls: dict[str, int] = Field(default_factory=dict)
+    harness_calls: int = Field(
+        default=0, description="calls of generated servers' tools (not the task/meta servers)"
+    )
+    meaningful: bool | None = Field(
+        default=False,
+        description="whether its timings mean anything (None: its objective does not say)",
+    )
+    certifies: str = Field(default="", description="what its last verified score certifies")
+    slot: str = Field(default="", description="the GPU slot its loop was scored on (host:gpuN)")
+    wall_s: float = 0.0
+
+
+class ArmSummary(BaseModel):
+    arm: str
+    runner: str
+    harnessed: bool
+    servers: list[str] = Field(default_factory=list)
+    trials: int
+    valid: int
+    invalid: int
+    median: float | None = None
+    p10: float | None = None
+    p90: float | None = None
+    best: float | None = None
+    worst: float | None = None
+    tool_calls_median: float | None = None
+    harness_calls_median: float | None = None
+
+
+class CompareReport(BaseModel):
+    task: str
+    case_set: str
+    score_key: str
+    unit: str
+    higher_is_better: bool
+    meaningful: bool | None = None
+    config: dict[str, Any]
+    arms: list[ArmSummary]
+    difference: dict[str, Any] = Field(
+        default_factory=dict,
+        description="median(B) - median(A) with a bootstrap 95% interval, and which is better",
+    )
+    trials: list[Trial]
+    wall_s: float = 0.0
+    files: dict[str, str] = Field(default_factory=dict)
 
 
 def _f(x: float | None) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
+from ..state import Workspace
 from ..state import workspace_files as wf
-from ..state.workspace import Workspace
-from ..task.kinds import kind_of
+from ..task import kind_of
 from .state import Iteration, RunState
 
 RESULT_CONTRACT = """Write a JSON object to {result_file} before you stop:

@@ -22,9 +22,8 @@ from pydantic import BaseModel, Field
 
 from ..catalog import META_SERVER, META_TOOLS, TASK_SERVER, TASK_TOOLS, harnesslab_argv
 from ..errors import HarnesslabError
-from ..meta import registry
+from ..meta import load_manifest, registry
 from ..meta.cleanroom import SKIP_NAMES
-from ..meta.genserver import load_manifest
 from ..meta.qualification import (
     failure_report,
     hash_items,

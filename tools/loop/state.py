@@ -20,9 +20,9 @@ from pydantic import BaseModel, Field
 
 from ..errors import UsageError
 from ..execution.executor import kill_group
+from ..state import Workspace
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json
-from ..state.workspace import Workspace
 from .runners import RunnerName, TurnOutcome
 
 Step = Literal["attempt", "score", "build", "qualify", "done"]

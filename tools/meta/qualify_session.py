@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from ..errors import ExecutorError
-from ..execution.executor import CommandResult, LocalExecutor
+from ..execution import CommandResult, LocalExecutor
 from ..gpu.sandbox_policy import Launch, Limits, python_argv
 from .cleanroom import ProtocolSession, describe_sandbox, sandbox_report, sandboxed
 from .genserver import LaunchSpec, Manifest, ManifestTool

@@ -5,9 +5,18 @@ read through (workspace_files). Writes are atomic or fsynced appends (storage).
 Side of the trust boundary: the store is trusted; the workspace is untrusted input.
 """
 
+from . import workspace_files
 from .checkpoints import Checkpoints
 from .ledger import Ledger
 from .trusted_store import TrustedStore
 from .workspace import Workspace, init_workspace, open_workspace
 
-__all__ = ["Checkpoints", "Ledger", "TrustedStore", "Workspace", "init_workspace", "open_workspace"]
+__all__ = [
+    "Checkpoints",
+    "Ledger",
+    "TrustedStore",
+    "Workspace",
+    "init_workspace",
+    "open_workspace",
+    "workspace_files",
+]

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 
 from ..errors import UsageError
-from ..task.spec import TaskSpec
+from ..task import TaskSpec
 from . import workspace_files as wf
 from .trusted_store import TrustedStore, private_dir
 

@@ -12,15 +12,15 @@ from pathlib import Path
 import anyio
 import pytest
 
+from harnesslab.tools.authoring.scaffold import write_task
+from harnesslab.tools.authoring.task_new import plan_new
 from harnesslab.tools.evaluation.probe import ProbeReport, numerical_probe
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.gpu import numerics
 from harnesslab.tools.integrity.verify import Verdict, guarded_verify
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import init_workspace
-from harnesslab.tools.task.scaffold import write_task
 from harnesslab.tools.task.spec import TaskSpec
-from harnesslab.tools.task.task_new import plan_new
 
 HERE = Path(__file__).resolve().parent / "numerics"
 

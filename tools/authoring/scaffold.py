@@ -1,5 +1,5 @@
 """A declared kernel task folder from a plan (`TaskPlan`): what `harnesslab task new`
-(task/task_new.py) and `harnesslab task import-kernelbench` (task/kernelbench.py) write (nothing
+(authoring/task_new.py) and `harnesslab task import-kernelbench` (authoring/kernelbench.py) write (nothing
 of a failed one stays), the row each reports (`TaskRow`), the baseline check's record beside
 task.toml (`check.json`, read by `harnesslab init`), and task new's inference (input
 declarations from example tensors, the output's axes).
@@ -25,8 +25,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from .declaration import INPUT_DTYPES
-from .spec import DTYPES, NAME_RE, TaskSpec, load_task
+from ..task import TaskSpec, load_task
+from ..task.declaration import INPUT_DTYPES
+from ..task.spec import DTYPES, NAME_RE
 
 # |out - ref| <= atol + rtol * |ref|, ref in fp32 from the same inputs: a few ulp of the output
 # dtype (fp16 ~1e-3, bf16 ~8e-3 relative), and room for fp32 accumulation-order differences.

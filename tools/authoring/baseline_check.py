@@ -8,11 +8,10 @@ import tempfile
 from pathlib import Path
 
 from ..errors import HarnesslabError
-from ..execution.launcher import build_launcher
+from ..evaluation import EvalResult, run_objective
+from ..execution import build_launcher
 from ..settings import Settings
-from ..state.workspace import init_workspace
-from .objective import run_objective
-from .results import EvalResult
+from ..state import init_workspace
 
 
 async def check_baselines(task_dirs: list[Path], settings: Settings) -> list[EvalResult | str]:

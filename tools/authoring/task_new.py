@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .declaration import INPUT_DTYPES
+from ..task.declaration import INPUT_DTYPES
+from ..task.spec import DTYPES, NAME_RE
 from .scaffold import (
     DEFAULT_SPACE,
     DISTINCT_SIZES,
@@ -35,7 +36,6 @@ from .scaffold import (
     signature_names,
     split_ref,
 )
-from .spec import DTYPES, NAME_RE
 
 # A dev size beyond these cannot be a GPU case (int32 indexing; more than any GPU's memory).
 MAX_DIM = 2**31 - 1

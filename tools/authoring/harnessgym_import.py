@@ -29,8 +29,8 @@ from pydantic import BaseModel, Field
 
 from ..errors import UsageError
 from ..state import workspace_files as wf
-from .kinds import kind_of
-from .spec import NAME_RE, TaskSpec, list_tasks, load_task, parse_task
+from ..task import TaskSpec, kind_of, list_tasks, load_task
+from ..task.spec import NAME_RE, parse_task
 
 SKIP = frozenset({".harnessgym", ".git", "__pycache__", ".pytest_cache", ".venv", "node_modules"})
 # HarnessGym's variables and what stands for them here (None: nothing; the note says why).
