@@ -4,8 +4,8 @@ One interface (`Executor`), several backends (execution/backends.py names them; 
 says how to add one; tests/tools/execution/test_executor_contract.py is what every backend
 passes). Every command runs in its own process group; a timeout or a cancel kills the whole
 group (TERM, then KILL after a grace period): on this machine through procgroup.py. Files reach
-the executor through `sync_tree` (only changed files travel) before a command refers to them. Callers use only this interface: no
-backend is ever probed with isinstance or getattr.
+the executor through `sync_tree` (only changed files travel) before a command refers to them.
+Callers use only this interface: no backend is ever probed with isinstance or getattr.
 """
 
 from __future__ import annotations

@@ -230,7 +230,11 @@ async def run(
                     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                         pass  # it exited without reading all of it: its exit status says why
                 await process.wait()
+                # The leader is gone; children left in its group must not linger, nor keep the
+                # output pipes (and so this call) open until the deadline.
                 kill_group(group.pid, signal.SIGKILL)
+                # One that left the group (setsid) may still hold the pipes: read what is there
+                # for `drain_s`, then stop waiting for it.
                 tg.cancel_scope.deadline = anyio.current_time() + drain_s
         if deadline.cancelled_caught:
             timed_out = True

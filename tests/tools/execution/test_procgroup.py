@@ -118,3 +118,13 @@ async def test_a_cancelled_run_kills_the_group_and_reraises(tmp_path):
     finally:
         if live_group(pgid):
             os.killpg(pgid, signal.SIGKILL)
+
+
+@pytest.mark.anyio
+async def test_a_child_killed_by_a_signal_reports_that_signal():
+    with anyio.fail_after(20):
+        done = await run(["sh", "-c", "echo bye; kill -KILL $$"], timeout_s=10)
+    assert done.signal == signal.SIGKILL and done.returncode == -signal.SIGKILL
+    assert not done.timed_out and done.stdout == "bye\n"
+    with anyio.fail_after(20):
+        assert (await run(["sh", "-c", "exit 3"], timeout_s=10)).signal is None
