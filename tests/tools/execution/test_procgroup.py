@@ -28,6 +28,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+async def assert_group_gone(pgid: int) -> None:
+    """Group pgid has no live process within 5 s (what is left is killed, so no test leaks)."""
+    try:
+        await wait_until(lambda: not live_group(pgid), timeout_s=5)
+    finally:
+        if live_group(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+
+
 @pytest.mark.anyio
 async def test_a_grandchild_that_outlives_its_parent_is_killed_with_the_group(tmp_path):
     pidfile = tmp_path / "grandchild.pid"
@@ -61,11 +70,7 @@ async def test_the_deadline_kills_the_group_and_reports_timed_out(tmp_path):
     assert done.duration_s < 1.0 + 2 * KILL_GRACE_S + 5
     pgid = int(pidfile.read_text())
     assert pgid == started[0]  # the child leads its own group
-    try:
-        await wait_until(lambda: not live_group(pgid), timeout_s=5)
-    finally:
-        if live_group(pgid):
-            os.killpg(pgid, signal.SIGKILL)
+    await assert_group_gone(pgid)
 
 
 @pytest.mark.anyio
@@ -112,12 +117,7 @@ async def test_a_cancelled_run_kills_the_group_and_reraises(tmp_path):
     with anyio.move_on_after(1.0) as scope:
         await run(["sh", "-c", f"ps -o pgid= -p $$ > {pidfile}; sleep 300"], timeout_s=60)
     assert scope.cancelled_caught
-    pgid = int(pidfile.read_text())
-    try:
-        await wait_until(lambda: not live_group(pgid), timeout_s=5)
-    finally:
-        if live_group(pgid):
-            os.killpg(pgid, signal.SIGKILL)
+    await assert_group_gone(int(pidfile.read_text()))
 
 
 @pytest.mark.anyio
