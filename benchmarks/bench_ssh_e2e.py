@@ -123,7 +123,7 @@ def serial_sweep(
     launcher = Launcher(settings)
     files = ws.editable_files()
     digest = ws.candidate_hash(files)
-    launcher._stage_common(ws.task)
+    launcher.staging.stage_task(ws.task)
     staged = launcher.stage_candidate(files, digest)
     req = {
         "mode": "sweep",

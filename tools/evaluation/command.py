@@ -135,9 +135,7 @@ async def run_command_objective(
             )
             cwd = executor.path("command", task.name)
             await executor.sync_tree(local, cwd)
-        launcher._stage_common(task)
-        async with launcher._sync_locks[id(executor)]:
-            await executor.sync_tree(launcher.stage, executor.path("stage"))
+        await launcher.staging.publish(task, [executor])
         res, sandbox, _ = await run_sandboxed(
             launcher,
             slot,

@@ -27,10 +27,6 @@ if TYPE_CHECKING:
     from .executor import Executor
     from .launcher import Launcher, Slot, Worker
 
-# Folders of the stage that only the GPU host writes (sandbox scratch, Triton caches): the
-# stage's sync (here and in the launcher) neither sends nor lists them.
-HOST_WRITTEN = ("scratch", "tcache")
-
 MAX_WORKERS = 16
 LOG = "compile-{i}.log"  # the workers' stderr, under the stage folder on the host
 
@@ -144,13 +140,10 @@ class CompilePool:
         timeout_s = timeout_s or launcher.settings.eval_timeout_s
         for slot in {id(s.executor): s for s in launcher.slots}.values():
             await slot.executor.connect()
-        launcher._stage_common(task)
         size = self.size_for(len(configs), workers)
         for i in [i for i in self.workers if i >= size]:  # a smaller sweep: fewer workers
             await self.workers.pop(i).proc.kill()
-        async with launcher._sync_locks[id(launcher.slots[0].executor)]:
-            for ex in launcher.executors:
-                await ex.sync_tree(launcher.stage, ex.path("stage"), skip=HOST_WRITTEN)
+        await launcher.staging.publish(task, launcher.executors)
         entries: list[dict[str, Any] | None] = [None] * len(configs)
         queue = list(range(len(configs)))
 

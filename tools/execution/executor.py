@@ -3,17 +3,15 @@
 One interface (`Executor`), several backends (execution/backends.py names them; README.md here
 says how to add one; tests/tools/execution/test_executor_contract.py is what every backend
 passes). Every command runs in its own process group; a timeout or a cancel kills the whole
-group (TERM, then KILL after a grace period). Files reach the executor through `sync_tree` (only
-changed files travel) before a command refers to them. Callers use only this interface: no
-backend is ever probed with isinstance or getattr.
+group (TERM, then KILL after a grace period): on this machine through procgroup.py. Files reach
+the executor through `sync_tree` (only changed files travel) before a command refers to them.
+Callers use only this interface: no backend is ever probed with isinstance or getattr.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import time
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -21,15 +19,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import anyio
-from anyio.abc import Process
 from pydantic import BaseModel, Field
 
 from ..errors import ExecutorError
 from ..settings import Settings
+from . import procgroup
 from .health import HostHealth, probe_host
+from .procgroup import DEVNULL, LineSink, ProcessGroup
 
-KILL_GRACE_S = 2.0
-LineSink = Callable[[str], Awaitable[None] | None]
 # Hears why a call waits before it runs ("waiting for GPU 0 (held by pid N)", "pending: Resources").
 OnWait = Callable[[str], Awaitable[None] | None]
 
@@ -180,64 +177,15 @@ def inherited_env(allow: Collection[str] | None = None) -> dict[str, str]:
     return {k: os.environ[k] for k in allow if k in os.environ}
 
 
-def kill_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def terminate_group(process: Process, grace_s: float = KILL_GRACE_S) -> None:
-    """TERM the process group, wait up to grace_s, then KILL it."""
-    kill_group(process.pid, signal.SIGTERM)
-    with anyio.move_on_after(grace_s, shield=True):
-        await process.wait()
-        # the leader exited; stragglers in the group still get KILL below
-    kill_group(process.pid, signal.SIGKILL)
-    with anyio.move_on_after(grace_s, shield=True):
-        await process.wait()
-
-
-async def release(process: Process) -> None:
-    """Close the process's pipes and reap it (bounded, shielded). A pipe left open keeps
-    asyncio's transport alive past its event loop, and the collector then fails on it
-    wherever it runs (tests/conftest.py collects per test file to catch that)."""
-    with anyio.move_on_after(KILL_GRACE_S, shield=True):
-        await process.aclose()
-
-
-async def _drain(stream, sink: bytearray, limit: int, on_line: LineSink | None = None) -> None:
-    if stream is None:
-        return
-    pending = b""
-    async for chunk in stream:
-        sink.extend(chunk)
-        if len(sink) > limit:  # keep the tail: the end of a log says what went wrong
-            del sink[: len(sink) - limit]
-        if on_line is not None:
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                await emit_line(on_line, line.decode(errors="replace"))
-    if on_line is not None and pending:
-        await emit_line(on_line, pending.decode(errors="replace"))
-
-
-async def emit_line(on_line: LineSink, line: str) -> None:
-    maybe = on_line(line)
-    if maybe is not None:
-        await maybe
-
-
 class LocalInteractive(InteractiveProcess):
-    def __init__(self, process: Process) -> None:
+    def __init__(self, group: ProcessGroup) -> None:
         from anyio.streams.buffered import BufferedByteReceiveStream  # noqa: PLC0415
 
-        self.process = process
-        self.pid = process.pid
-        assert process.stdout is not None and process.stdin is not None
-        self._out = BufferedByteReceiveStream(process.stdout)
-        self._killed = False
+        self.group = group
+        self.process = group.process
+        self.pid = group.pid
+        assert self.process.stdout is not None and self.process.stdin is not None
+        self._out = BufferedByteReceiveStream(self.process.stdout)
 
     async def send_line(self, line: str) -> None:
         assert self.process.stdin is not None
@@ -263,21 +211,14 @@ class LocalInteractive(InteractiveProcess):
             return None
 
     def alive(self) -> bool:
-        return not self._killed and self.process.returncode is None
+        return not self.group.killed and self.process.returncode is None
 
     async def ended(self) -> Ending:
-        with anyio.move_on_after(KILL_GRACE_S, shield=True):
-            await self.process.wait()
-        code = self.process.returncode
+        code = await self.group.wait()
         return Ending(code=None if code is None else 128 - code if code < 0 else code)
 
     async def kill(self) -> None:
-        if self._killed:
-            return
-        self._killed = True
-        with anyio.CancelScope(shield=True):
-            await terminate_group(self.process)
-            await release(self.process)
+        await self.group.kill()
 
 
 class LocalExecutor(Executor):
@@ -323,14 +264,15 @@ class LocalExecutor(Executor):
         full_env = inherited_env(env_allow)
         if env:
             full_env.update(env)
-        started = time.perf_counter()
         try:
-            process = await anyio.open_process(
+            done = await procgroup.run(
                 argv,
                 cwd=cwd,
                 env=full_env,
-                start_new_session=True,
-                stdin=-1 if stdin is not None else -3,  # PIPE or DEVNULL
+                timeout_s=timeout_s,
+                stdin=stdin,
+                keep_bytes=max_output_bytes,
+                on_line=on_line,
             )
         except OSError as exc:
             raise ExecutorError(
@@ -339,39 +281,13 @@ class LocalExecutor(Executor):
                 started=False,
                 next_step="check that the interpreter/command exists (HARNESSLAB_PYTHON)",
             ) from exc
-        out, err = bytearray(), bytearray()
-        timed_out = False
-        try:
-            with anyio.move_on_after(timeout_s) as scope:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(_drain, process.stdout, out, max_output_bytes, on_line)
-                    tg.start_soon(_drain, process.stderr, err, max_output_bytes)
-                    if stdin is not None and process.stdin is not None:
-                        await process.stdin.send(stdin)
-                        await process.stdin.aclose()
-                    await process.wait()
-                    # The leader is gone; children left in its group must not linger, nor keep
-                    # the output pipes (and so this call) open until the timeout.
-                    kill_group(process.pid, signal.SIGKILL)
-                    # One that left the group (setsid) may still hold the pipes: read what is
-                    # there for a grace period, then stop waiting for it.
-                    tg.cancel_scope.deadline = anyio.current_time() + KILL_GRACE_S
-            if scope.cancelled_caught:
-                timed_out = True
-                await terminate_group(process)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await terminate_group(process)
-            raise
-        finally:
-            await release(process)
         return CommandResult(
             argv=list(argv),
-            exit_code=None if timed_out else process.returncode,
-            stdout=out.decode(errors="replace"),
-            stderr=err.decode(errors="replace"),
-            duration_s=time.perf_counter() - started,
-            timed_out=timed_out,
+            exit_code=done.returncode,
+            stdout=done.stdout,
+            stderr=done.stderr,
+            duration_s=done.duration_s,
+            timed_out=done.timed_out,
             host=self.host,
         )
 
@@ -383,20 +299,18 @@ class LocalExecutor(Executor):
         env: Mapping[str, str] | None = None,
         stderr_path: str | None = None,
     ) -> InteractiveProcess:
-        full_env = {**os.environ, **(env or {})}
-        err = open(stderr_path, "ab") if stderr_path else -3  # noqa: SIM115 - handed to the child
         try:
-            process = await anyio.open_process(
-                argv, cwd=cwd, env=full_env, start_new_session=True, stderr=err
+            group = await ProcessGroup.spawn(
+                argv,
+                cwd=cwd,
+                env={**os.environ, **(env or {})},
+                stderr=stderr_path or DEVNULL,
             )
         except OSError as exc:
             raise ExecutorError(
                 f"could not start {argv[0]!r}: {exc}", kind="remote_env", started=False
             ) from exc
-        finally:
-            if not isinstance(err, int):
-                err.close()
-        proc = LocalInteractive(process)
+        proc = LocalInteractive(group)
         self._live.add(proc)
         return proc
 
@@ -457,10 +371,6 @@ __all__ = [
     "LineSink",
     "LocalExecutor",
     "OnWait",
-    "emit_line",
     "inherited_env",
-    "kill_group",
-    "release",
     "start_failure",
-    "terminate_group",
 ]

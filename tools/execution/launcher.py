@@ -1,5 +1,5 @@
-"""The launcher: stages files for the GPU-side runner, runs it on an executor slot (one GPU of
-one host) under that GPU's lock, and streams its JSON events back.
+"""The launcher: stages files for the GPU-side runner (staging.py), runs it on an executor slot
+(one GPU of one host) under that GPU's lock, and streams its JSON events back.
 
 A slot is (executor, GPU index). Two timing runs never overlap on one GPU: every runner call
 holds its slot's lock. Calls run in a fresh runner process (the guarded verify always does);
@@ -9,7 +9,6 @@ warm workers plug in behind the same `call()` so callers never change.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 import shutil
@@ -17,26 +16,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from importlib import resources
 from typing import Any
 
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import (
-    EnvironmentProblem,
-    ExecutorError,
-    killed_from_outside,
-    signal_name,
-    signal_of,
-)
-from ..gpu import STAGED, TASK, wire
+from ..errors import ExecutorError, killed_from_outside, signal_name, signal_of
 from ..gpu import sandbox_policy as sp
+from ..gpu import wire
 from ..settings import Settings
-from ..state.storage import named_disk_full
 from ..task.spec import TaskSpec
 from .backends import build_executors
-from .compile_pool import HOST_WRITTEN, CompilePool
+from .compile_pool import CompilePool
 from .disk import stage_full
 from .executor import Ending, Executor, InteractiveProcess, LocalExecutor
 from .gpu_lock import OnWait, held_channels, hold_gpu, lock_file
@@ -47,16 +38,12 @@ from .runner_policy import (
     dev_cache_of,
     runner_policy,
 )
+from .staging import HARNESS, RUNNER_FILES, Stage, runner_digest, runner_source
 from .warm import Served, call_worker
 
 EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 
 
-# The harness staged to the GPU host (stage/harness/), hash-checked against this package on
-# every call: the runner, the sandbox every agent-code process runs in, and the guarded
-# verify's trusted parent (guard*.py), candidate process (guard_child.py) and replayer.
-RUNNER_FILES = STAGED
-HARNESS = "harness"
 # Modes that import agent code run inside the sandbox; "verify" is the trusted parent, which
 # sandboxes its own children.
 SANDBOXED_MODES = ("evaluate", "sweep", "probe", "profile_target")
@@ -66,14 +53,6 @@ def sandbox_level(report: dict[str, Any]) -> str:
     """ "full" (Landlock + PID and network namespaces), "partial", or "none"."""
     level = report.get("level")
     return level if level in ("full", "partial") else "none"
-
-
-def runner_source(name: str = "runner.py") -> bytes:
-    return (resources.files("harnesslab.tools.gpu") / name).read_bytes()
-
-
-def runner_digest(name: str = "runner.py") -> str:
-    return hashlib.sha256(runner_source(name)).hexdigest()
 
 
 class RunnerCall(BaseModel):
@@ -160,14 +139,13 @@ class Slot:
 class Launcher:
     def __init__(self, settings: Settings, executors: list[Executor] | None = None) -> None:
         self.settings = settings
-        self.stage = settings.state_dir / "stage"
-        self.stage.mkdir(parents=True, exist_ok=True)
+        self.staging = Stage(settings.state_dir / "stage")
+        self.stage = self.staging.root
         if executors is None:
             executors = [LocalExecutor(settings.state_dir)]
         # One slot per GPU each executor offers: settings.gpus per host, or every GPU of an
         # allocation (Slurm); callers that fan out (sweeps, the lab) spread over all of them.
         self.slots = [Slot(ex, g) for ex in executors for g in ex.gpu_indices(settings)]
-        self._sync_locks: dict[int, anyio.Lock] = {id(ex): anyio.Lock() for ex in executors}
         self.last_env: dict[str, Any] | None = None
         self.compile_pool = CompilePool(self)  # sweeps' warm compile workers
         self._roots = ImportRoots()
@@ -209,63 +187,10 @@ class Launcher:
             total += max(1, ex.max_parallel - held - 1)
         return total
 
-    # -- staging ------------------------------------------------------------------------------
-    def _stage_common(self, task: TaskSpec) -> None:
-        with named_disk_full(self.stage):
-            self._stage_files(task)
-
-    def _stage_files(self, task: TaskSpec) -> None:
-        (self.stage / HARNESS).mkdir(parents=True, exist_ok=True)
-        for name in RUNNER_FILES:
-            src = runner_source(name)
-            target = self.stage / HARNESS / name
-            if not target.is_file() or target.read_bytes() != src:
-                target.write_bytes(src)
-            # The pristine runner is what runs: check the staged copy against the package's hash.
-            if hashlib.sha256(target.read_bytes()).hexdigest() != runner_digest(name):
-                raise EnvironmentProblem(
-                    f"staged {name} does not match the installed package.",
-                    next_step=f"delete {self.stage} and retry",
-                )
-        tdir = self.stage / "tasks" / task.name
-        tdir.mkdir(parents=True, exist_ok=True)
-        for p in task.root.glob("*.py"):
-            if p.name != "__init__.py":
-                dst = tdir / p.name
-                if not dst.is_file() or dst.read_bytes() != p.read_bytes():
-                    shutil.copy2(p, dst)
-        if task.declare is not None:
-            # A declared task's reference: the generic module, reading the checked declaration.
-            probe_dims = task.dev_cases[0].shape
-            for name, data in (
-                ("reference.py", runner_source(TASK[0])),
-                ("declaration.json", task.declare.staged_json(probe_dims).encode()),
-            ):
-                dst = tdir / name
-                if not dst.is_file() or dst.read_bytes() != data:
-                    dst.write_bytes(data)
-
+    # -- staging (staging.py) ------------------------------------------------------------------
     def stage_candidate(self, files: dict[str, bytes], digest: str, scope: str = "") -> str:
-        """Stage `files` as candidate `digest` of workspace `scope` (its trusted store's key):
-        a sandboxed dev runner reads its own candidate, or its own workspace's, never another
-        workspace's (two workspaces may share one state dir). Returns the stage-relative path."""
-        base = self.stage / "candidates" / scope if scope else self.stage / "candidates"
-        folder = base / digest
-        if not folder.is_dir():
-            tmp = base / f".{digest}.{uuid.uuid4().hex[:6]}"
-            with named_disk_full(self.stage, sum(len(b) for b in files.values())):
-                try:
-                    for rel, data in files.items():
-                        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                        (tmp / rel).write_bytes(data)
-                except OSError:
-                    shutil.rmtree(tmp, ignore_errors=True)  # nothing half-staged stays
-                    raise
-            try:
-                tmp.rename(folder)
-            except OSError:
-                shutil.rmtree(tmp, ignore_errors=True)  # a concurrent call staged it first
-        return folder.relative_to(self.stage).as_posix()
+        """Stage a candidate (Stage.stage_candidate); the stage-relative path."""
+        return self.staging.stage_candidate(files, digest, scope)
 
     def remote(self, slot: Slot, rel: str) -> str:
         return slot.executor.path("stage", rel)
@@ -401,7 +326,7 @@ class Launcher:
 
         # Remote executors resolve their root folder here; Slurm waits for its allocation.
         await slot.executor.connect(on_wait=waiting)
-        self._stage_common(task)
+        self.staging.stage_task(task)
         phases = {"stage": time.perf_counter() - t_begin}
         req, env = self.prepare(slot, request, task)
         candidates = candidates_of(request)
@@ -427,10 +352,7 @@ class Launcher:
         async with self.hold(slot, on_wait=waiting) if hold else _nullcontext():
             phases["gpu_lock"] = time.perf_counter() - started
             slot.calls += 1
-            async with self._sync_locks[id(slot.executor)]:
-                await slot.executor.sync_tree(
-                    self.stage, slot.executor.path("stage"), skip=HOST_WRITTEN
-                )
+            await self.staging.sync(slot.executor)
             started = time.perf_counter()
             phases["sync"] = started - t_begin - phases["stage"] - phases["gpu_lock"]
             outcome = None

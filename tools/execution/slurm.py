@@ -52,10 +52,10 @@ from .executor import (
     InteractiveProcess,
     LineSink,
     OnWait,
-    emit_line,
     start_failure,
 )
 from .health import HostHealth, Problem, probe_host
+from .procgroup import emit
 from .slurm_request import never_error, never_starts
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,7 @@ class SlurmExecutor(Executor):
                     told = message
                     log.info("%s: job %s %s", self.host, job.job_id, message)
                     if on_wait is not None:
-                        await emit_line(on_wait, message)
+                        await emit(on_wait, message)
                 await anyio.sleep(pause)
                 pause = min(pause * 2, POLL_S[1])
                 continue

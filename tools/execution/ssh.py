@@ -28,16 +28,15 @@ import asyncssh
 
 from ..errors import ExecutorError
 from .executor import (
-    KILL_GRACE_S,
     CommandResult,
     Ending,
     Executor,
     InteractiveProcess,
     LineSink,
     OnWait,
-    emit_line,
     start_failure,
 )
+from .procgroup import KILL_GRACE_S, Capture
 from .ssh_pool import ConnectionPool, PooledConnection, SSHTarget
 
 logger = logging.getLogger(__name__)
@@ -89,20 +88,10 @@ def _quote(words: list[str]) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-async def _pump(
-    reader: asyncssh.SSHReader, sink: bytearray, limit: int, on_line: LineSink | None = None
-) -> None:
-    pending = b""
+async def _pump(reader: asyncssh.SSHReader, capture: Capture) -> None:
     while chunk := await reader.read(_READ_CHUNK):
-        sink.extend(chunk)
-        if len(sink) > limit:  # keep the tail: the end of a log says what went wrong
-            del sink[: len(sink) - limit]
-        if on_line is not None:
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                await emit_line(on_line, line.decode(errors="replace"))
-    if on_line is not None and pending:
-        await emit_line(on_line, pending.decode(errors="replace"))
+        await capture.feed(chunk)
+    await capture.end()
 
 
 class SSHExecutor(Executor):
@@ -267,12 +256,12 @@ class SSHExecutor(Executor):
     ) -> CommandResult:
         started = time.perf_counter()
         base, process = await self._spawn(entry, argv, cwd, env)
-        out, err = bytearray(), bytearray()
+        out, err = Capture(limit, on_line=on_line), Capture(limit)
         try:
             with anyio.move_on_after(timeout_s) as scope:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_pump, process.stdout, out, limit, on_line)
-                    tg.start_soon(_pump, process.stderr, err, limit)
+                    tg.start_soon(_pump, process.stdout, out)
+                    tg.start_soon(_pump, process.stderr, err)
                     if stdin:
                         process.stdin.write(stdin)
                         await process.stdin.drain()
@@ -297,13 +286,13 @@ class SSHExecutor(Executor):
         if not scope.cancelled_caught and code is None:
             await self._kill(base, entry)
             raise self._dropped(None)
-        stderr = err.decode(errors="replace")
+        stderr = err.text()
         if failure := start_failure(self.host, code, stderr, argv[0], cwd):
             raise failure
         return CommandResult(
             argv=list(argv),
             exit_code=None if scope.cancelled_caught else code,
-            stdout=out.decode(errors="replace"),
+            stdout=out.text(),
             stderr=stderr,
             duration_s=time.perf_counter() - started,
             timed_out=scope.cancelled_caught,

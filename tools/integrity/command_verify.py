@@ -162,9 +162,7 @@ async def command_verify(
                 remote_dir = executor.path("final", run_id)
                 await executor.sync_tree(local, remote_dir)
                 base = remote_dir
-            launcher._stage_common(task)
-            async with launcher._sync_locks[id(executor)]:
-                await executor.sync_tree(launcher.stage, executor.path("stage"))
+            await launcher.staging.publish(task, [executor])
             room = f"{base}/room"
             cases_file = f"{base}/cases/cases.json" if payload is not None else ""
             values = {"python": python, "task_dir": room, "cases_file": cases_file}

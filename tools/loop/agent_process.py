@@ -4,18 +4,15 @@ it started on timeout or cancel (and whatever it leaves in its group when it exi
 from __future__ import annotations
 
 import os
-import signal
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
-import anyio
 from pydantic import BaseModel
 
 from ..errors import EnvironmentProblem
-from ..execution.executor import kill_group, release, terminate_group
+from ..execution import procgroup
 
 OUTPUT_CAP_BYTES = 4 << 20
 TAIL_BYTES = 64 << 10
@@ -23,16 +20,22 @@ DRAIN_S = 5.0  # output still in the pipes after the agent exited
 
 
 class _CappedFile:
-    """Writes the first `cap` bytes, then keeps only a tail; `close` appends the tail."""
+    """Writes the first `cap` bytes, then keeps only a tail; `close` appends the tail. The file
+    is made when the process started (`open`), not before."""
 
     def __init__(self, path: Path, cap: int) -> None:
-        self.fh = open(path, "wb")
+        self.path = path
+        self.fh: BinaryIO | None = None
         self.cap = cap
         self.written = 0
         self.tail = bytearray()
         self.dropped = 0
 
+    def open(self) -> None:
+        self.fh = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+
     def write(self, chunk: bytes) -> None:
+        assert self.fh is not None, "written before open"
         room = self.cap - self.written
         if room > 0:
             head = chunk[:room]
@@ -47,20 +50,13 @@ class _CappedFile:
                 del self.tail[: len(self.tail) - TAIL_BYTES]
 
     def close(self) -> None:
+        if self.fh is None:
+            return
         if self.tail:
             if self.dropped:
                 self.fh.write(f"\n[... {self.dropped} bytes dropped ...]\n".encode())
             self.fh.write(bytes(self.tail))
         self.fh.close()
-
-
-async def _pump(stream: Any, sink: _CappedFile, done: anyio.Event) -> None:
-    try:
-        if stream is not None:
-            async for chunk in stream:
-                sink.write(chunk)
-    finally:
-        done.set()
 
 
 class ProcessOutcome(BaseModel):
@@ -84,57 +80,44 @@ async def run_process(
 ) -> ProcessOutcome:
     """Run argv in a new process group with output capped into files. A timeout kills the group
     (TERM, then KILL) and returns timed_out=True; a cancel kills it and re-raises; when the leader
-    exits, whatever it left in its group is killed."""
-    started = time.perf_counter()
+    exits, whatever it left in its group is killed (tools/execution/procgroup.py)."""
+    out = _CappedFile(stdout_file, cap_bytes)
+    err = _CappedFile(stderr_file, cap_bytes)
+    started: list[int] = []
+
+    def record_start(pid: int) -> None:
+        started.append(pid)
+        out.open()
+        err.open()
+        if on_start is not None:
+            on_start(pid)
+
     try:
-        process = await anyio.open_process(
+        done = await procgroup.run(
             argv,
-            cwd=str(cwd),
+            cwd=cwd,
             env={**os.environ, **env},
-            start_new_session=True,
-            stdin=-3,  # DEVNULL: an agent waiting for keyboard input would hang until timeout
+            timeout_s=timeout_s,
+            keep_bytes=0,  # the files keep it
+            stdout_to=out.write,
+            stderr_to=err.write,
+            drain_s=DRAIN_S,
+            on_start=record_start,
         )
     except OSError as exc:
         raise EnvironmentProblem(
             f"could not start {argv[0]!r}: {exc}",
             next_step="check the agent command (--agent-cmd) and that its program is installed",
         ) from exc
-    if on_start is not None:
-        on_start(process.pid)
-    out = _CappedFile(stdout_file, cap_bytes)
-    err = _CappedFile(stderr_file, cap_bytes)
-    timed_out = False
-    try:
-        with anyio.move_on_after(timeout_s) as scope:
-            async with anyio.create_task_group() as tg:
-                done = [anyio.Event(), anyio.Event()]
-                tg.start_soon(_pump, process.stdout, out, done[0])
-                tg.start_soon(_pump, process.stderr, err, done[1])
-                await process.wait()
-                # The leader is gone: whatever it left in its group goes too, which also closes
-                # the pipes a background child would otherwise hold open until the timeout.
-                kill_group(process.pid, signal.SIGKILL)
-                with anyio.move_on_after(DRAIN_S):
-                    for ev in done:
-                        await ev.wait()
-                tg.cancel_scope.cancel()
-        if scope.cancelled_caught:
-            timed_out = True
-            await terminate_group(process)
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await terminate_group(process)
-        raise
     finally:
         out.close()
         err.close()
-        await release(process)
-        if on_exit is not None:
-            on_exit(process.pid)
+        if on_exit is not None and started:
+            on_exit(started[0])
     return ProcessOutcome(
-        exit_code=None if timed_out else process.returncode,
-        timed_out=timed_out,
-        duration_s=time.perf_counter() - started,
+        exit_code=done.returncode,
+        timed_out=done.timed_out,
+        duration_s=done.duration_s,
         dropped_bytes=out.dropped + err.dropped,
     )
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..execution.executor import kill_group
+from ..execution.procgroup import kill_group
 from ..state import Workspace
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json

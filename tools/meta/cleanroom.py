@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .. import gpu
 from ..catalog import QUALIFY_CLIENT_MODULE, SERVERS_MODULE
 from ..errors import UsageError
-from ..execution.executor import inherited_env, release, terminate_group
+from ..execution.executor import inherited_env
+from ..execution.procgroup import ProcessGroup
 from ..gpu import wire
 from ..gpu.sandbox_policy import (
     Launch,
@@ -227,7 +227,7 @@ class ProtocolSession:
     def __init__(self, python: str, workdir: Path) -> None:
         self.python = python
         self.workdir = workdir
-        self.process: Process | None = None
+        self.group: ProcessGroup | None = None
         self.stdout: BufferedByteReceiveStream | None = None
         self.noise: list[str] = []
         self.exit_code: int | None = None
@@ -251,26 +251,24 @@ class ProtocolSession:
                 "startup_timeout_s": startup_timeout_s,
             },
         )
-        with open(self.driver_stderr, "ab") as errlog:
-            self.process = await anyio.open_process(
-                [self.python, "-m", QUALIFY_CLIENT_MODULE, str(launch)],
-                cwd=str(cwd),
-                env={**inherited_env(ENV_ALLOW), **env},
-                stderr=errlog,
-                start_new_session=True,
-            )
-        assert self.process.stdout is not None
-        self.stdout = BufferedByteReceiveStream(self.process.stdout)
+        self.group = await ProcessGroup.spawn(
+            [self.python, "-m", QUALIFY_CLIENT_MODULE, str(launch)],
+            cwd=cwd,
+            env={**inherited_env(ENV_ALLOW), **env},
+            stderr=self.driver_stderr,
+        )
+        assert self.group.process.stdout is not None
+        self.stdout = BufferedByteReceiveStream(self.group.process.stdout)
         # The driver imports the SDK (~1 s) before it starts the server.
         reply = await self._read(startup_timeout_s + 15.0)
         return reply or {"started": False, "error": "the MCP client driver did not answer"}
 
     async def request(self, op: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
         """Send one command; None when the driver did not answer in time (then it is killed)."""
-        if self.dead or self.process is None or self.process.stdin is None:
+        if self.dead or self.group is None or self.group.process.stdin is None:
             return None
         try:
-            await self.process.stdin.send((json.dumps(op) + "\n").encode())
+            await self.group.process.stdin.send((json.dumps(op) + "\n").encode())
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             self.dead = True
             return None
@@ -292,18 +290,18 @@ class ProtocolSession:
 
     async def kill(self) -> None:
         self.dead = True
-        if self.process is not None and self.process.returncode is None:
-            await terminate_group(self.process, grace_s=1.0)
-        if self.process is not None:
-            await release(self.process)
+        if self.group is not None and self.group.returncode is None:
+            await self.group.terminate(grace_s=1.0)
+        if self.group is not None:
+            await self.group.release()
 
     async def close(self) -> None:
         """Ask the driver to stop the server and report its noise; bounded, then kill."""
-        if self.process is None:
+        if self.group is None:
             return
         try:
-            if not self.dead and self.process.stdin is not None:
-                await self.process.stdin.send(b'{"op": "close"}\n')
+            if not self.dead and self.group.process.stdin is not None:
+                await self.group.process.stdin.send(b'{"op": "close"}\n')
                 for _ in range(4):  # skip late replies to timed-out commands
                     reply = await self._read(10.0)
                     if reply is None:
@@ -315,14 +313,9 @@ class ProtocolSession:
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
         finally:
-            with anyio.CancelScope(shield=True):
-                await terminate_group(self.process, grace_s=1.0)
-                # The group is gone; a straggler outside it (a runner) is not ours to wait on.
-                try:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                await release(self.process)
+            # The whole group (TERM, then KILL); a straggler outside it (a runner) is not ours to
+            # wait on.
+            await self.group.kill(grace_s=1.0)
 
     def stderr_tail(self, lines: int = 25) -> str:
         text = ""

@@ -377,7 +377,7 @@ def _noise_check(session: ProtocolSession) -> Check:
             next_step="stdout carries the protocol only: log with `logging` (stderr) or "
             "print(..., file=sys.stderr); remove print() calls",
         )
-    if session.process is None:
+    if session.group is None:
         return Check(name="stdout_protocol_only", passed=False, evidence="the server never ran")
     return Check(name="stdout_protocol_only", passed=True, evidence="only JSON-RPC lines on stdout")
 
