@@ -8,14 +8,19 @@ Side of the trust boundary: trusted (the harness it stages is hash-checked on ev
 from .executor import CommandResult, Executor, LocalExecutor
 from .health import HealthReport, health_check
 from .launcher import Launcher, RunnerCall, build_launcher
+from .procgroup import ProcessGroup
+from .staging import RUNNER_FILES, runner_digest
 
 __all__ = [
+    "RUNNER_FILES",
     "CommandResult",
     "Executor",
     "HealthReport",
     "Launcher",
     "LocalExecutor",
+    "ProcessGroup",
     "RunnerCall",
     "build_launcher",
     "health_check",
+    "runner_digest",
 ]

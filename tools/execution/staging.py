@@ -17,20 +17,28 @@ from __future__ import annotations
 import hashlib
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 
 from ..errors import EnvironmentProblem
 from ..gpu import STAGED, TASK
 from ..state.storage import named_disk_full
-from ..task.spec import TaskSpec
+from ..task import TaskSpec
 
-if TYPE_CHECKING:
-    from .executor import Executor
+
+class StageTarget(Protocol):
+    """What the stage needs of an executor (executor.Executor is one; staging sits below it)."""
+
+    def path(self, *parts: str) -> str: ...
+
+    async def sync_tree(
+        self, local_dir: Path, remote_dir: str, *, skip: Collection[str] = ()
+    ) -> list[str]: ...
+
 
 # The harness staged to the GPU host (stage/harness/): the runner, the sandbox every agent-code
 # process runs in, and the guarded verify's trusted parent (guard*.py), candidate process
@@ -121,13 +129,13 @@ class Stage:
                 shutil.rmtree(tmp, ignore_errors=True)  # a concurrent call staged it first
         return folder.relative_to(self.root).as_posix()
 
-    async def sync(self, executor: Executor) -> None:
+    async def sync(self, executor: StageTarget) -> None:
         """Mirror the stage to `executor`'s `stage/` (one sync at a time per executor)."""
         lock = self._locks.setdefault(id(executor), anyio.Lock())
         async with lock:
             await executor.sync_tree(self.root, executor.path("stage"), skip=HOST_WRITTEN)
 
-    async def publish(self, task: TaskSpec, executors: Iterable[Executor]) -> None:
+    async def publish(self, task: TaskSpec, executors: Iterable[StageTarget]) -> None:
         """Stage `task` (stage_task) and mirror the stage to every one of `executors`."""
         self.stage_task(task)
         for executor in executors:

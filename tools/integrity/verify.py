@@ -21,8 +21,7 @@ import anyio
 
 from ..evaluation.objective import Progress, kernel_request, record, report, require_kernel_task
 from ..evaluation.results import CaseResult, EnvInfo, EvalResult
-from ..execution.launcher import Launcher, RunnerCall
-from ..execution.staging import RUNNER_FILES, runner_digest
+from ..execution import RUNNER_FILES, Launcher, RunnerCall, runner_digest
 from ..gpu.scores import geomean, order_stats, score_of
 from ..settings import Settings
 from ..state.checkpoints import Checkpoints

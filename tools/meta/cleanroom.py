@@ -27,8 +27,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from .. import gpu
 from ..catalog import QUALIFY_CLIENT_MODULE, SERVERS_MODULE
 from ..errors import UsageError
+from ..execution import ProcessGroup
 from ..execution.executor import inherited_env
-from ..execution.procgroup import ProcessGroup
 from ..gpu import wire
 from ..gpu.sandbox_policy import (
     Launch,
