@@ -7,6 +7,7 @@ _step, a compact Llama step that passes with no flaw (its honest twin). CPU, the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import math
 from importlib import resources
@@ -165,8 +166,13 @@ def _run(step, trace=TRACE, config=CONFIG):
     return step_trace.run_trace(torch, REF, step, config, trace, device="cpu")
 
 
+@functools.cache
+def _eager():
+    return _run(EAGER.step)
+
+
 def test_the_eager_baseline_matches_the_reference_over_a_dynamic_trace():
-    result = _run(EAGER.step)
+    result = _eager()
     assert result["correct"], result["failures"]
     assert result["meaningful"] is False and result["steps"] == TRACE_STEPS == 24
 
@@ -191,7 +197,7 @@ def test_a_decode_step_cheat_fails_the_check(name: str):
 
 
 def test_the_latency_table_has_every_bucket_and_every_step():
-    result = _run(EAGER.step)
+    result = _eager()
     assert [row["bucket"] for row in result["buckets"]] == BUCKETS
     assert sum(row["steps"] for row in result["buckets"]) == result["total"]["steps"] == TRACE_STEPS
     for row in [*result["buckets"], result["total"]]:
