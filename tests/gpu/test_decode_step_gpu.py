@@ -1,0 +1,36 @@
+"""decode_step's trace objective on a real GPU (tests/gpu/conftest.py marks these gpu and skips
+them without one): the eager baseline over the tiny config's dynamic trace passes every pass's
+check, and the CUDA path reports device time and launch overhead for every bucket (the CPU path
+cannot: tests/tasks/test_decode_step.py). benchmarks/decode_step_gpu.py times real sizes."""
+
+from __future__ import annotations
+
+import importlib.util
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from harnesslab.tools.gpu import step_trace
+
+TASK = Path(str(resources.files("harnesslab.tasks"))) / "decode_step"
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_eager_step_on_a_gpu_is_correct_and_timed_per_bucket_with_device_time_apart():
+    ref = _load(TASK / "reference.py", "decode_step_reference_gpu")
+    eager = _load(TASK / "solutions" / "eager.py", "decode_step_eager_gpu")
+    config = ref.Config(dtype="bfloat16")
+    trace = step_trace.dynamic_trace(config, buckets=[8, 16, 32, 64], steps_per_segment=4,
+                                     segments_per_bucket=2, seed=3)  # fmt: skip
+    result = step_trace.run_trace(torch, ref, eager.step, config, trace, device="cuda")
+    assert result["correct"], result["failures"]
+    assert result["meaningful"] and [row["bucket"] for row in result["buckets"]] == [8, 16, 32, 64]
+    for row in [*result["buckets"], result["total"]]:
+        assert row["device_p50_us"] > 0 and row["launch_overhead_us"] is not None
