@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from ..errors import UsageError
+
 if TYPE_CHECKING:
     from .spec import TaskSpec
 
@@ -35,7 +37,15 @@ class TaskKind:
 
     def applies(self, tool: str) -> bool:
         """Whether the MCP tool `tool` works on this kind of task."""
-        return self.runs_kernel or tool in GENERIC_TOOLS
+        return tool in GENERIC_TOOLS
+
+    def require_runner(self, task: TaskSpec, what: str) -> None:
+        """Refuse `what` (a tool, a mode) unless the runner evaluates this kind's candidates
+        (imports them as a kernel: config, dev cases, hidden cases, the guarded verify)."""
+        raise UsageError(
+            f"{what} works on kernel tasks; {task.name!r} is a {task.kind} task.",
+            next_step="use run_objective, rank_history and restore_best_checkpoint",
+        )
 
     # init copies the task folder's own files (task_files) when template() names no folder.
     copies_task_files: ClassVar[bool] = False
@@ -59,11 +69,25 @@ class TaskKind:
         """What task.toml lacks for this kind (empty: a valid task)."""
         raise NotImplementedError
 
+    def require_objective(self, task: TaskSpec, what: str, instead: str) -> None:
+        """Refuse `what` unless this kind's candidates are scored by the task's own objective
+        command (a command task's dev and final objectives); `instead`: what to call."""
+        raise UsageError(
+            f"{what} runs a command task's objective; {task.name!r} is a {task.kind} task.",
+            next_step=f"use {instead}",
+        )
+
 
 class KernelKind(TaskKind):
     name = "kernel"
     runs_kernel = True
     full_case_set = "all"  # run_objective with every dev case
+
+    def applies(self, tool: str) -> bool:
+        return True
+
+    def require_runner(self, task: TaskSpec, what: str) -> None:
+        return None
 
     def template(self, task: TaskSpec) -> Path | None:
         return task.workspace_template
@@ -92,6 +116,9 @@ class CommandKind(TaskKind):
     full_case_set = "command"  # a command task's objective is one fixed case set
 
     copies_task_files = True
+
+    def require_objective(self, task: TaskSpec, what: str, instead: str) -> None:
+        return None
 
     def unit(self, task: TaskSpec, mode: str = "final") -> str:
         obj = task.objective_for("final" if mode == "final" else "dev")
