@@ -150,16 +150,9 @@ class Workspace:
 
 
 def _check_task_folder(task: TaskSpec, root: Path) -> None:
-    """A kernel task's folder holds the reference the verifier trusts: never the agent's."""
-    if is_shipped(task) or not kind_of(task).runs_kernel:
-        return
-    folder = task.root.resolve()
-    if folder == root or root in folder.parents:
-        raise UsageError(
-            f"the task folder {folder} is inside the workspace {root}: its reference.py and "
-            "task.toml would be the agent's to edit.",
-            next_step="keep the task folder outside the workspace and pass it with --task",
-        )
+    """A shipped task's folder is the toolkit's; any other is the kind's to place."""
+    if not is_shipped(task):
+        kind_of(task).check_folder(task, root)
 
 
 def bind_task(store: TrustedStore, task: TaskSpec, how: str) -> TaskSpec:
