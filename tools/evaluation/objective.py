@@ -42,9 +42,15 @@ async def run_objective(
     selected = select_cases(ws, cases)
     seed = secrets.randbelow(2**31) if seed is None else seed
     request = kernel_request(
-        ws, launcher, candidate, "evaluate", cases=selected, seed=seed, warmup=warmup,
+        ws,
+        launcher,
+        candidate,
+        "evaluate",
+        cases=selected,
+        seed=seed,
+        warmup=warmup,
         repeats=repeats,
-    )  # fmt: skip
+    )
     call = await launcher.call(
         request, task=ws.task, on_event=case_events_progress(len(selected), progress)
     )
