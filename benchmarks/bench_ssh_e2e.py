@@ -121,10 +121,9 @@ def serial_sweep(
     settings = Settings(state_dir=state)
     ws = open_workspace(ws_root, settings)
     launcher = Launcher(settings)
-    files = ws.editable_files()
-    digest = ws.candidate_hash(files)
+    candidate = ws.snapshot()
     launcher.staging.stage_task(ws.task)
-    staged = launcher.stage_candidate(files, digest)
+    staged = launcher.stage_candidate(candidate.files, candidate.digest)
     req = {
         "mode": "sweep",
         "candidate_dir": str(launcher.stage / staged),

@@ -518,7 +518,7 @@ def cost(state: Path) -> dict[str, Any]:
     shutil.copy(honest_kernels("rmsnorm_gate")["solution_fast"][0], ws.root / "kernel.py")
     settings = Settings(state_dir=state)
     cases = ws.task.final.draw(workspace_secret(settings, ws.root)["seed"])
-    files = ws.editable_files()
+    candidate = ws.snapshot()
 
     async def plain():
         launcher = Launcher(settings)
@@ -526,7 +526,7 @@ def cost(state: Path) -> dict[str, Any]:
             "mode": "evaluate",
             "entry": ws.task.entry,
             "config_file": ws.task.config_file,
-            "candidate_dir": f"@stage/{launcher.stage_candidate(files, ws.candidate_hash(files))}",
+            "candidate_dir": f"@stage/{launcher.stage_candidate(candidate.files, candidate.digest)}",
             "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},
             "cases": [c.model_dump() for c in cases],
             "seed": 1,

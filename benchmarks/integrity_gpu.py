@@ -40,7 +40,7 @@ from typing import Any
 
 import anyio
 
-from harnesslab.tools.evaluation.objective import to_eval_result
+from harnesslab.tools.evaluation.recording import to_eval_result
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.settings import Settings
@@ -118,12 +118,12 @@ class Bench:
         """The runner's plain evaluate mode on the workspace's hidden cases."""
         secret = workspace_secret(self.settings, ws.root)
         cases = ws.task.final.draw(secret["seed"])  # type: ignore[union-attr]
-        files = ws.editable_files()
-        digest = ws.candidate_hash(files)
+        candidate = ws.snapshot()
+        digest = candidate.digest
         launcher = Launcher(self.settings)
         request = {
             "mode": "evaluate",
-            "candidate_dir": f"@stage/{launcher.stage_candidate(files, digest)}",
+            "candidate_dir": f"@stage/{launcher.stage_candidate(candidate.files, digest)}",
             "entry": ws.task.entry,
             "config_file": ws.task.config_file,
             "tolerances": {k: v.model_dump() for k, v in ws.task.tolerances.items()},

@@ -40,7 +40,7 @@ from mcp.client.stdio import StdioServerParameters
 from harnesslab.tools.catalog import META_SERVER, TASK_SERVER
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.storage import atomic_write_json
-from harnesslab.tools.state.workspace import STATE, open_workspace
+from harnesslab.tools.state.workspace import STATE, Workspace, open_workspace
 from harnesslab.tools.task.kinds import kind_of
 
 from . import autopilot_command
@@ -206,11 +206,9 @@ def best_of(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(ok, key=lambda r: r["score_us"]) if ok else None
 
 
-async def attempt(s: Session, servers: dict[str, dict[str, Any]]) -> None:
-    ws = open_workspace(Path(s.args.workspace), s.args.settings)
-    if not kind_of(ws.task).runs_kernel:  # no sweep tool, maybe no config file: its own strategy
-        await autopilot_command.attempt(s, servers, ws)
-        return
+async def attempt(s: Session, servers: dict[str, dict[str, Any]], ws: Workspace) -> None:
+    """A kernel task's attempt: sweeps of the launch config (a command task has no sweep tool,
+    maybe no config file: autopilot_command.py)."""
     await s.connect(TASK_SERVER, servers[TASK_SERVER])
     ctx = await s.call(TASK_SERVER, "inspect_context")
     task = ctx.get("task") or {}
@@ -322,11 +320,7 @@ def server_spec(task_name: str, notes: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def build(s: Session, servers: dict[str, dict[str, Any]]) -> None:
-    ws = open_workspace(Path(s.args.workspace), s.args.settings)
-    if not kind_of(ws.task).runs_kernel:
-        await autopilot_command.build(s, servers, ws)
-        return
+async def build(s: Session, servers: dict[str, dict[str, Any]], ws: Workspace) -> None:
     if not s.notes.get("best"):
         s.result.update(status="not_built", summary="the attempt found no winning config")
         s.save()
@@ -347,16 +341,25 @@ async def build(s: Session, servers: dict[str, dict[str, Any]]) -> None:
     s.save()
 
 
+# Each phase's strategy per task kind (tools/task/kinds.py KINDS); "repair" builds again.
+PHASES_BY_KIND = {
+    "kernel": {"attempt": attempt, "build": build, "repair": build},
+    "command": {
+        "attempt": autopilot_command.attempt,
+        "build": autopilot_command.build,
+        "repair": autopilot_command.build,
+    },
+}
+
+
 async def main_async(args: argparse.Namespace) -> int:
     servers = json.loads(Path(args.mcp_config).read_text()).get("mcpServers", {})
     async with AsyncExitStack() as stack:
         s = Session(args, stack)
         s.save()
         try:
-            if args.phase == "attempt":
-                await attempt(s, servers)
-            else:
-                await build(s, servers)
+            ws = open_workspace(Path(s.args.workspace), s.args.settings)
+            await PHASES_BY_KIND[kind_of(ws.task).name][args.phase](s, servers, ws)
         except ToolFailed as exc:
             s.result.update(status="failed", summary=str(exc)[:1000])
             s.save()

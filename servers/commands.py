@@ -17,7 +17,7 @@ from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.owned_config import OwnedConfig
-from harnesslab.tools.state.workspace import init_workspace, open_workspace
+from harnesslab.tools.state.workspace import Workspace, init_workspace, open_workspace
 from harnesslab.tools.task.kinds import kind_of
 from harnesslab.tools.task.spec import list_tasks
 
@@ -143,8 +143,11 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 @command("eval", "Run the objective on the workspace's dev cases.", _eval_args)
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     ws = open_workspace(args.workspace, settings)
-    if not kind_of(ws.task).runs_kernel:  # the task's dev objective, with its own units
-        return eval_command(ws, args, settings)
+    return EVAL_BY_KIND[kind_of(ws.task).name](ws, args, settings)
+
+
+def eval_kernel(ws: Workspace, args: argparse.Namespace, settings: Settings) -> int:
+    """A kernel task's dev cases on the runner (a command task's: command_report.py)."""
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
 
     async def go(progress: CliProgress):
@@ -186,8 +189,11 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 )
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     ws = open_workspace(args.workspace, settings)
-    if not kind_of(ws.task).runs_kernel:  # the task's final objective, guarded
-        return verify_command(ws, args, settings)
+    return VERIFY_BY_KIND[kind_of(ws.task).name](ws, args, settings)
+
+
+def verify_kernel(ws: Workspace, args: argparse.Namespace, settings: Settings) -> int:
+    """A kernel task's guarded verify (a command task's final objective: command_report.py)."""
 
     async def go(progress: CliProgress):
         launcher = build_launcher(settings)
@@ -214,3 +220,8 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
         for r in reasons:
             print(f"  {r['code']}: {r['detail']}")
     return 0 if verdict.verdict == "passed" else 1
+
+
+# What `eval` and `verify` run, per task kind (tools/task/kinds.py KINDS).
+EVAL_BY_KIND = {"kernel": eval_kernel, "command": eval_command}
+VERIFY_BY_KIND = {"kernel": verify_kernel, "command": verify_command}

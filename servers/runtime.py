@@ -38,7 +38,7 @@ from harnesslab.tools.errors import (
     UsageError,
     agent_text,
 )
-from harnesslab.tools.evaluation.objective import Progress
+from harnesslab.tools.evaluation.progress import Progress
 from harnesslab.tools.execution.launcher import Launcher, build_launcher
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.storage import disk_full_of

@@ -76,38 +76,52 @@ def _objective_next(status: str, new_best: bool, kernel: bool) -> str:
 async def _run_objective(
     state: ServerState, args: ObjectiveIn, ctx: Context | None
 ) -> ObjectiveOut:
+    """The task kind's own dev objective (OBJECTIVE_BY_KIND)."""
+    return await OBJECTIVE_BY_KIND[kind_of(state.workspace.task).name](state, args, ctx)
+
+
+async def _command_objective(
+    state: ServerState, args: ObjectiveIn, ctx: Context | None
+) -> ObjectiveOut:
+    """A command task's dev objective (tools/evaluation/command.py), in its own units."""
     ws = state.workspace
-    if not kind_of(ws.task).runs_kernel:
-        run = await run_command_objective(
-            ws,
-            state.launcher,
-            progress=reporter(ctx),
-            warmup=args.warmup,
-            repeats=args.repeats,
-            cases=args.cases,
-        )
-        return ObjectiveOut(
-            status=run.status,
-            score=run.score,
-            score_unit=kind_of(ws.task).score_label(ws.task, "dev"),
-            meaningful=run.meaningful,
-            candidate=run.candidate,
-            record_id=run.record_id,
-            best_score=run.best_score,
-            delta_vs_best_pct=run.delta_vs_best_pct,
-            is_new_best=run.is_new_best,
-            reason=run.reason,
-            command={
-                "exit_code": run.exit_code,
-                "timed_out": run.timed_out,
-                "output": run.output,
-                "stderr_tail": run.stderr_tail,
-            },
-            device=run.host,
-            host=run.host,
-            wall_s=run.wall_s,
-            next_step=_objective_next(run.status, run.is_new_best, kernel=False),
-        )
+    run = await run_command_objective(
+        ws,
+        state.launcher,
+        progress=reporter(ctx),
+        warmup=args.warmup,
+        repeats=args.repeats,
+        cases=args.cases,
+    )
+    return ObjectiveOut(
+        status=run.status,
+        score=run.score,
+        score_unit=kind_of(ws.task).score_label(ws.task, "dev"),
+        meaningful=run.meaningful,
+        candidate=run.candidate,
+        record_id=run.record_id,
+        best_score=run.best_score,
+        delta_vs_best_pct=run.delta_vs_best_pct,
+        is_new_best=run.is_new_best,
+        reason=run.reason,
+        command={
+            "exit_code": run.exit_code,
+            "timed_out": run.timed_out,
+            "output": run.output,
+            "stderr_tail": run.stderr_tail,
+        },
+        device=run.host,
+        host=run.host,
+        wall_s=run.wall_s,
+        next_step=_objective_next(run.status, run.is_new_best, kernel=False),
+    )
+
+
+async def _kernel_objective(
+    state: ServerState, args: ObjectiveIn, ctx: Context | None
+) -> ObjectiveOut:
+    """A kernel task's dev cases on the runner (tools/evaluation/objective.py)."""
+    ws = state.workspace
     check_cases(state, args.cases)
     res = await run_objective(
         ws,
@@ -224,8 +238,12 @@ async def _probe(state: ServerState, args: ProbeIn, ctx: Context | None) -> Prob
 
 
 async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> VerifyOut:
-    if not kind_of(state.workspace.task).runs_kernel:
-        return await _verify_command(state, args, ctx)
+    """The task kind's own final verification (VERIFY_BY_KIND)."""
+    return await VERIFY_BY_KIND[kind_of(state.workspace.task).name](state, args, ctx)
+
+
+async def _verify_kernel(state: ServerState, args: VerifyIn, ctx: Context | None) -> VerifyOut:
+    """A kernel task's guarded verify on hidden cases (tools/integrity/verify.py)."""
     v = await guarded_verify(
         state.workspace, state.launcher, state.settings, rotate=args.rotate, progress=reporter(ctx)
     )
@@ -294,6 +312,12 @@ async def _verify_command(state: ServerState, args: VerifyIn, ctx: Context | Non
         },
         next_step=nxt,
     )
+
+
+# What run_objective and guarded_final_verify do, per task kind (tools/task/kinds.py KINDS; a new
+# kind adds its entries here: tests/servers/test_task_tools_kinds.py checks every kind has one).
+OBJECTIVE_BY_KIND = {"kernel": _kernel_objective, "command": _command_objective}
+VERIFY_BY_KIND = {"kernel": _verify_kernel, "command": _verify_command}
 
 
 async def _history(state: ServerState, args: HistoryIn, ctx: Context | None) -> HistoryPage:

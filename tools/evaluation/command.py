@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import UsageError
 from ..execution.launcher import Launcher
-from ..state.workspace import STATE, Workspace
+from ..state.workspace import STATE, Candidate, Workspace
 from ..task.kinds import CommandKind, kind_of
 from ..task.spec import Objective
 from .command_run import (
@@ -34,7 +34,8 @@ from .command_run import (
     says_failed,
     score_of,
 )
-from .objective import Progress, record_run, report
+from .progress import Progress, report
+from .recording import record_run
 
 COMMAND_CASE_SET = CommandKind.full_case_set  # a command task's objective is one fixed case set
 
@@ -109,11 +110,9 @@ async def run_command_objective(
     """The dev objective on the workspace as it is: feedback for the agent (its own files, its
     own text in the reason); the verdict is tools/integrity/command_verify.py's."""
     task = ws.task
-    if kind_of(task).runs_kernel:
-        raise UsageError(f"{task.name} is a kernel task.", next_step="use run_objective")
+    kind_of(task).require_objective(task, "run_command_objective", "run_objective")
     obj = task.objective_for("dev")
-    files = ws.editable_files()
-    digest = ws.candidate_hash(files)
+    candidate = ws.snapshot()
     slot = launcher.pick()
     executor = slot.executor
     timeout_s = timeout_s or obj.timeout_s or launcher.settings.eval_timeout_s
@@ -168,19 +167,19 @@ async def run_command_objective(
         meaningful=meaningful_of(parsed),
         output=capped_output(parsed),
         stderr_tail=res.stderr_tail(10)[-2000:],
-        candidate=digest,
+        candidate=candidate.digest,
         host=executor.host,
         wall_s=wall_s,
         sandbox=sandbox,
     )
     await report(progress, 1, 1, f"{run.status}: {run.score_key}={run.score}")
     if save:
-        record_command_run(ws, run, files)
+        record_command_run(ws, run, candidate)
     return run
 
 
-def record_command_run(ws: Workspace, run: CommandRun, files: dict[str, bytes]) -> CommandRun:
-    """A command run's record (objective.record_run), with the task's direction of better."""
+def record_command_run(ws: Workspace, run: CommandRun, candidate: Candidate) -> CommandRun:
+    """A command run's record (recording.record_run), with the task's direction of better."""
     entry = {
         "config": {},
         "score_key": run.score_key,
@@ -191,7 +190,7 @@ def record_command_run(ws: Workspace, run: CommandRun, files: dict[str, bytes]) 
     }
     done = record_run(
         ws,
-        files,
+        candidate,
         entry,
         mode=run.mode,
         case_set=COMMAND_CASE_SET,

@@ -16,6 +16,7 @@ from ..errors import UsageError
 from ..execution.launcher import Launcher
 from ..state.workspace import Workspace
 from ..task.kinds import kind_of
+from ..task.spec import TaskSpec
 from .history import primary_case_set
 from .probe import probe_names
 
@@ -123,32 +124,44 @@ def task_summary(ws: Workspace) -> dict[str, Any]:
         "editable": t.editable,
         "brief": "task.md" if (ws.root / "task.md").is_file() else None,
     }
-    if kind.runs_kernel:
-        out.update(
-            entry=t.entry,
-            config_file=t.config_file,
-            launch_space=t.space,
-            config_rules=t.config_rules,
-            tolerances={k: f"atol={v.atol:g} rtol={v.rtol:g}" for k, v in t.tolerances.items()},
-            dev_cases={c.name: _shape(c.shape, c.dtype) for c in t.dev_cases},
-            hidden_final_domain=describe_domain(t.final.describe()) if t.final else None,
-            probes=", ".join(probe_names(t)),
-            score="sum of per-case median device time in us; lower is better",
-        )
-    else:
-        dev, final = t.objective_for("dev"), t.objective_for("final")
-        out.update(
-            objective=dev.command,
-            final_objective=final.command,
-            score_key=dev.score_key,
-            score=f"run_objective: {kind.score_label(t, 'dev')}; guarded_final_verify (the "
-            f"task's own final objective, never your copy of its files): "
-            f"{kind.score_label(t, 'final')}",
-            config_file=t.config_file,
-            launch_space=t.space,
-            hidden_final_domain=describe_domain(t.final.describe()) if t.final else None,
-        )
+    out.update(TASK_FIELDS_BY_KIND[kind.name](t))
     return out
+
+
+def _kernel_fields(t: TaskSpec) -> dict[str, Any]:
+    """What an agent needs of a kernel task: its entry, launch space, tolerances and cases."""
+    return dict(
+        entry=t.entry,
+        config_file=t.config_file,
+        launch_space=t.space,
+        config_rules=t.config_rules,
+        tolerances={k: f"atol={v.atol:g} rtol={v.rtol:g}" for k, v in t.tolerances.items()},
+        dev_cases={c.name: _shape(c.shape, c.dtype) for c in t.dev_cases},
+        hidden_final_domain=describe_domain(t.final.describe()) if t.final else None,
+        probes=", ".join(probe_names(t)),
+        score="sum of per-case median device time in us; lower is better",
+    )
+
+
+def _command_fields(t: TaskSpec) -> dict[str, Any]:
+    """What an agent needs of a command task: its objectives and how their scores read."""
+    kind = kind_of(t)
+    dev, final = t.objective_for("dev"), t.objective_for("final")
+    return dict(
+        objective=dev.command,
+        final_objective=final.command,
+        score_key=dev.score_key,
+        score=f"run_objective: {kind.score_label(t, 'dev')}; guarded_final_verify (the "
+        f"task's own final objective, never your copy of its files): "
+        f"{kind.score_label(t, 'final')}",
+        config_file=t.config_file,
+        launch_space=t.space,
+        hidden_final_domain=describe_domain(t.final.describe()) if t.final else None,
+    )
+
+
+# inspect_context's task fields per task kind (tools/task/kinds.py KINDS).
+TASK_FIELDS_BY_KIND = {"kernel": _kernel_fields, "command": _command_fields}
 
 
 def _shape(shape: dict[str, int], dtype: str) -> str:
@@ -220,7 +233,7 @@ def suggest(
     best_dev: dict[str, Any] | None,
     best_final: dict[str, Any] | None,
 ) -> str:
-    kernel = kind_of(ws.task).runs_kernel
+    kind = kind_of(ws.task)
     if problems:
         return f"fix this first: {problems[0]}"
     if last_dev is None:
@@ -228,23 +241,32 @@ def suggest(
     if not evaluated:
         return "your files changed since the last evaluation: call run_objective"
     if last_dev.get("status") != "passed":
-        hint = " (numerical_probe tells which edge case breaks)" if kernel else ""
+        probe = kind.applies("numerical_probe")
+        hint = " (numerical_probe tells which edge case breaks)" if probe else ""
         return (
             f"the last evaluation failed: {str(last_dev.get('reason'))[:160]}; fix it{hint}, "
             "or restore_best_checkpoint"
         )
-    if not kernel and (
-        best_final is None or best_final.get("candidate") != (best_dev or {}).get("candidate")
-    ):
+    return NEXT_BY_KIND[kind.name](best_dev, best_final)
+
+
+def _next_command(best_dev: dict[str, Any] | None, best_final: dict[str, Any] | None) -> str:
+    if best_final is None or best_final.get("candidate") != (best_dev or {}).get("candidate"):
         return "improve the editable files and call run_objective; guarded_final_verify scores the best with the task's final objective"
-    if not kernel:
-        return "improve the editable files and call run_objective; rank_history shows the best"
+    return "improve the editable files and call run_objective; rank_history shows the best"
+
+
+def _next_kernel(best_dev: dict[str, Any] | None, best_final: dict[str, Any] | None) -> str:
     if best_final is None or (best_dev and best_final.get("candidate") != best_dev["candidate"]):
         return "call guarded_final_verify to score the best candidate on hidden cases"
     return (
         "tune launch parameters with sweep_kernel_config, read profile_kernel's bottleneck, "
         "then edit kernel.py"
     )
+
+
+# After a passing evaluation, what to do next, per task kind (tools/task/kinds.py KINDS).
+NEXT_BY_KIND = {"kernel": _next_kernel, "command": _next_command}
 
 
 __all__ = ["HistoryEntry", "Overview", "overview", "task_summary"]

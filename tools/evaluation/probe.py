@@ -24,8 +24,10 @@ from ..errors import UsageError
 from ..execution.launcher import Launcher
 from ..gpu.numerics import NAMES as SUITE_NAMES
 from ..state.workspace import Workspace
+from ..task.kinds import kind_of
 from ..task.spec import TaskSpec
-from .objective import Progress, case_events_progress, kernel_request, require_kernel_task
+from .progress import Progress, case_events_progress
+from .request import kernel_request
 
 
 class ProbeResult(BaseModel):
@@ -137,15 +139,13 @@ async def numerical_probe(
     dtypes: list[str] | None = None,
     progress: Progress | None = None,
 ) -> ProbeReport:
-    require_kernel_task(ws, "numerical_probe")
+    kind_of(ws.task).require_runner(ws.task, "numerical_probe")
     wanted, wanted_dtypes = check_probe_request(ws.task, probes, dtypes)
-    files = ws.editable_files()
-    digest = ws.candidate_hash(files)
+    candidate = ws.snapshot()
     request = kernel_request(
         ws,
         launcher,
-        files,
-        digest,
+        candidate,
         "probe",
         cases=ws.task.dev_cases,  # the generic edges run at a dev case's shape per dtype
         seed=secrets.randbelow(2**31),
@@ -176,7 +176,7 @@ async def numerical_probe(
         failed=len(failing),
         failing=failing,
         results=results,
-        candidate=digest,
+        candidate=candidate.digest,
         reason=reason,
     )
 

@@ -21,7 +21,8 @@ from ..execution.executor import Executor
 from ..execution.launcher import Launcher
 from ..gpu.ncu import NCU_METRICS, parse_ncu_csv
 from ..state.workspace import Workspace
-from .objective import Progress, require_kernel_task
+from ..task.kinds import kind_of
+from .progress import Progress
 
 _FIND_NCU = (
     "command -v ncu || for p in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; "
@@ -176,7 +177,7 @@ async def profile_kernel(
     repeats: int = 3,
     progress: Progress | None = None,
 ) -> ProfileReport:
-    require_kernel_task(ws, "profile_kernel")
+    kind_of(ws.task).require_runner(ws.task, "profile_kernel")
     selected = ws.task.dev_case(case)
     if launcher.probably_interpreted():
         raise EnvironmentProblem(
@@ -186,9 +187,8 @@ async def profile_kernel(
     slot = launcher.pick()
     executor = slot.executor
     ncu = await find_ncu(executor)
-    files = ws.editable_files()
-    digest = ws.candidate_hash(files)
-    staged = launcher.stage_candidate(files, digest, scope=ws.store.root.name)
+    candidate = ws.snapshot()
+    staged = launcher.stage_candidate(candidate.files, candidate.digest, scope=ws.store.root.name)
     folder = executor.path("profiles")
     log_path = f"{folder}/{uuid.uuid4().hex[:12]}.csv"
     prefix = ["sh", "-c", 'mkdir -p "$1" && shift && exec "$@"', "sh", folder, ncu]

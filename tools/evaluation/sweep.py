@@ -28,13 +28,9 @@ from ..execution.launcher import Launcher, RunnerCall
 from ..state import workspace_files as wf
 from ..state.checkpoints import Checkpoints
 from ..state.workspace import Workspace
-from .objective import (
-    Progress,
-    case_events_progress,
-    kernel_request,
-    require_kernel_task,
-    select_cases,
-)
+from ..task.kinds import kind_of
+from .progress import Progress, case_events_progress
+from .request import kernel_request, select_cases
 
 ConfigStatus = Literal["ok", "compile_error", "wrong_result", "timeout", "error"]
 
@@ -170,20 +166,18 @@ async def sweep(
     warmup: int | None = None,
     repeats: int | None = None,
 ) -> SweepResult:
-    require_kernel_task(ws, "sweep_kernel_config")
+    kind_of(ws.task).require_runner(ws.task, "sweep_kernel_config")
     if not 1 <= max_configs <= 256:
         raise UsageError(f"max_configs={max_configs} is out of range.", next_step="use 1..256")
-    files = ws.editable_files()
-    base = ws.read_config()
+    candidate = ws.snapshot()
+    base = ws.read_config(candidate)
     configs = expand_space(ws, space, max_configs, base)
     selected = select_cases(ws, cases)
-    digest = ws.candidate_hash(files)
     seed = secrets.randbelow(2**31)
     request = kernel_request(
         ws,
         launcher,
-        files,
-        digest,
+        candidate,
         "sweep",
         cases=selected,
         seed=seed,
@@ -302,7 +296,7 @@ async def sweep(
         {
             "mode": "sweep",
             "case_set": "all" if not cases else ",".join(sorted(cases)),
-            "candidate": digest,
+            "candidate": candidate.digest,
             "status": out.status,
             "score": best.score_us if best else None,
             "config": best.config if best else base,
@@ -313,7 +307,7 @@ async def sweep(
         }
     )
     if apply and best is not None and best.config != base:
-        out.applied_checkpoint = Checkpoints(ws).save(files)
+        out.applied_checkpoint = Checkpoints(ws).save(candidate.files)
         wf.write_text(ws.root, ws.task.config_file, json.dumps(best.config, indent=2) + "\n")
         out.applied = True
     return out

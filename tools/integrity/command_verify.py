@@ -32,7 +32,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..errors import UsageError
 from ..evaluation.command_run import (
     error_fields,
     expand,
@@ -43,13 +42,15 @@ from ..evaluation.command_run import (
     score_of,
     verdict_reason,
 )
-from ..evaluation.objective import Progress, record_run, report
+from ..evaluation.progress import Progress, report
+from ..evaluation.recording import record_run
 from ..execution.launcher import Launcher
 from ..settings import Settings
 from ..state import task_files
 from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
 from ..state.trusted_store import private_dir
-from ..state.workspace import Workspace
+from ..state.workspace import Candidate, Workspace
+from ..task.kinds import kind_of
 
 FIXED_CASE_SET = "final-fixed"  # a final objective without a [final] domain: its own cases
 CASES_ENV = "HARNESSLAB_FINAL_CASES"
@@ -114,8 +115,7 @@ async def command_verify(
 ) -> CommandVerdict:
     """Run the task's final objective on the candidate; see the module docstring."""
     task = ws.task
-    if task.kind != "command":
-        raise UsageError(f"{task.name} is a kernel task.", next_step="use guarded_verify")
+    kind_of(task).require_objective(task, "command_verify", "guarded_verify")
     obj = task.objective_for("final")
     key = obj.score_key or "score"
     ensure_outside_workspace(settings, ws.root)
@@ -138,9 +138,8 @@ async def command_verify(
                 "copied now, from the task folder as it is",
             }
         )
-    files = ws.editable_files()
-    digest = ws.candidate_hash(files)
-    room_files = {**task_files.room_files(task_files.kept_files(ws.store)), **files}
+    candidate = ws.snapshot()
+    room_files = {**task_files.room_files(task_files.kept_files(ws.store)), **candidate.files}
     slot = launcher.pick()
     executor = slot.executor
     python = launcher.python(slot)
@@ -231,11 +230,11 @@ async def command_verify(
         meaningful=meaningful_of(parsed),
         certifies="task_verifier" if verdict == "passed" else "nothing",
         sandbox=level,
-        candidate=digest,
+        candidate=candidate.digest,
         wall_s=wall_s,
         evidence={
             **evidence,
-            "candidate": digest,
+            "candidate": candidate.digest,
             "host": executor.host,
             "exit_code": res.exit_code,
             "timed_out": res.timed_out,
@@ -246,14 +245,14 @@ async def command_verify(
     )
     await report(progress, 1, 1, f"{verdict}: {key}={score}")
     if save:
-        _record(ws, out, files, parsed, payload, res.stderr_tail(20))
+        _record(ws, out, candidate, parsed, payload, res.stderr_tail(20))
     return out
 
 
 def _record(
     ws: Workspace,
     v: CommandVerdict,
-    files: dict[str, bytes],
+    candidate: Candidate,
     output: dict[str, Any] | None,
     payload: dict[str, Any] | None,
     stderr_tail: str,
@@ -271,7 +270,7 @@ def _record(
     }
     done = record_run(
         ws,
-        files,
+        candidate,
         entry,
         mode="final",
         case_set=v.case_set,

@@ -19,7 +19,9 @@ from typing import Any, Literal
 
 import anyio
 
-from ..evaluation.objective import Progress, kernel_request, record, report, require_kernel_task
+from ..evaluation.progress import Progress, report
+from ..evaluation.recording import record
+from ..evaluation.request import kernel_request
 from ..evaluation.results import CaseResult, EnvInfo, EvalResult
 from ..execution import RUNNER_FILES, Launcher, RunnerCall, runner_digest
 from ..gpu.scores import geomean, order_stats, score_of
@@ -27,6 +29,7 @@ from ..settings import Settings
 from ..state.checkpoints import Checkpoints
 from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
 from ..state.workspace import Workspace
+from ..task.kinds import kind_of
 from ..task.spec import Case
 from .reasons import CERTIFIES, CPU_UNVERIFIED, GPU_UNVERIFIED, REASONS, SANDBOX_REFUSED
 from .scan import scan_workspace
@@ -269,17 +272,17 @@ async def guarded_verify(
 ) -> Verdict:
     """Verify the workspace on its hidden cases. `enforce_scan=False` (tests) lets a candidate
     that the static scan rejects run anyway, to prove the runtime defenses catch it too."""
-    require_kernel_task(ws, "guarded_final_verify")
+    kind_of(ws.task).require_runner(ws.task, "guarded_final_verify")
     assert ws.task.final is not None
     ensure_outside_workspace(settings, ws.root)
     secret = workspace_secret(settings, ws.root, rotate=rotate)
     cases = ws.task.final.draw(secret["seed"])
     cs = case_set_id(secret["seed"])
-    files = ws.editable_files()
-    config = ws.read_config()
-    digest = ws.candidate_hash(files)
+    candidate = ws.snapshot()
+    config = ws.read_config(candidate)
+    digest = candidate.digest
     seed, nonce = secrets.randbelow(2**31), secrets.token_hex(12)
-    scan = scan_workspace(ws, files)
+    scan = scan_workspace(ws, candidate.files)
     evidence: dict[str, Any] = {
         "candidate": digest,
         "seed": seed,
@@ -312,8 +315,7 @@ async def guarded_verify(
         request = kernel_request(
             ws,
             launcher,
-            files,
-            digest,
+            candidate,
             "verify",
             cases=cases,
             seed=seed,
@@ -370,7 +372,7 @@ async def guarded_verify(
         record(
             ws,
             ledger_row,
-            files,
+            candidate,
             case_set=cs,
             hidden=hidden,
             store_only={"reasons": reasons, "checks": stats},

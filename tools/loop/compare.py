@@ -407,12 +407,12 @@ async def compare(
         )
         for arm in config.arms
     ]
-    obj = None if kind_of(task).runs_kernel else task.objective_for("final")
+    scoring = kind_of(task).scoring(task)
     report = CompareReport(
         task=task.name,
         case_set=_case_set(trials, settings),
-        score_key=obj.score_key or "score" if obj else "score_us",
-        unit=(obj.unit or "") if obj else "us",
+        score_key=scoring["score_key"],
+        unit=scoring["unit"],
         higher_is_better=higher,
         meaningful=said(t.meaningful for t in trials if t.valid),
         config=config.model_dump(mode="json"),

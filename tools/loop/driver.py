@@ -90,10 +90,49 @@ def task_scoring(ws: Workspace, config: RunConfig) -> dict[str, Any]:
             f"{kind.score_label(task)}.",
             next_step="drop --higher-is-better, or set higher_is_better = true in task.toml",
         )
-    if kind.runs_kernel:
-        return {"higher_is_better": False, "score_key": "score_us", "unit": "us"}
-    obj = task.objective_for("final")
-    return {"higher_is_better": higher, "score_key": obj.score_key, "unit": obj.unit or ""}
+    return kind.scoring(task)
+
+
+async def _score_command(
+    ws: Workspace, launcher: Launcher, settings: Settings, *, rotate: bool
+) -> Score:
+    """A command task's final objective, guarded (tools/integrity/command_verify.py)."""
+    cv = await command_verify(ws, launcher, settings, rotate=rotate)
+    return Score(
+        verdict=cv.verdict,
+        score_us=cv.score,
+        candidate=cv.candidate,
+        case_set=cv.case_set,
+        meaningful=bool(cv.meaningful),
+        certifies=cv.certifies,
+        reasons=[r["detail"] for r in cv.reasons][:8],
+    )
+
+
+async def _score_kernel(
+    ws: Workspace, launcher: Launcher, settings: Settings, *, rotate: bool
+) -> Score:
+    """A kernel task's guarded verify on hidden cases (tools/integrity/verify.py)."""
+    v = await guarded_verify(ws, launcher, settings, rotate=rotate)
+    # The run's summary and prompts are the agent's to read: the public view only.
+    shown = public_verdict(v)
+    inc = shown.get("incumbent") or {}
+    return Score(
+        verdict=v.verdict,
+        score_us=v.score_us if v.verdict == "passed" else None,
+        candidate=str(v.evidence.get("candidate") or "") or None,
+        case_set=v.case_set,
+        meaningful=v.meaningful,
+        certifies=v.certifies,
+        reasons=[r.get("detail", "") for r in shown["reasons"]][:8],
+        incumbent=inc.get("hash"),
+        speedup_vs_incumbent=inc.get("speedup"),
+        faster_than_incumbent=inc.get("faster"),
+    )
+
+
+# The loop's score per task kind (tools/task/kinds.py KINDS).
+SCORE_BY_KIND = {"kernel": _score_kernel, "command": _score_command}
 
 
 class Loop:
@@ -158,34 +197,8 @@ class Loop:
         )
         started = time.perf_counter()
         try:
-            if not self.kind.runs_kernel:  # its final objective, guarded
-                cv = await command_verify(self.ws, launcher, self.settings, rotate=rotate)
-                out = Score(
-                    verdict=cv.verdict,
-                    score_us=cv.score,
-                    candidate=cv.candidate,
-                    case_set=cv.case_set,
-                    meaningful=bool(cv.meaningful),
-                    certifies=cv.certifies,
-                    reasons=[r["detail"] for r in cv.reasons][:8],
-                )
-            else:
-                v = await guarded_verify(self.ws, launcher, self.settings, rotate=rotate)
-                # The run's summary and prompts are the agent's to read: the public view only.
-                shown = public_verdict(v)
-                inc = shown.get("incumbent") or {}
-                out = Score(
-                    verdict=v.verdict,
-                    score_us=v.score_us if v.verdict == "passed" else None,
-                    candidate=str(v.evidence.get("candidate") or "") or None,
-                    case_set=v.case_set,
-                    meaningful=v.meaningful,
-                    certifies=v.certifies,
-                    reasons=[r.get("detail", "") for r in shown["reasons"]][:8],
-                    incumbent=inc.get("hash"),
-                    speedup_vs_incumbent=inc.get("speedup"),
-                    faster_than_incumbent=inc.get("faster"),
-                )
+            score_of = SCORE_BY_KIND[self.kind.name]
+            out = await score_of(self.ws, launcher, self.settings, rotate=rotate)
         except HarnesslabError as exc:  # kernel.py deleted, bad config, executor down
             out = Score(verdict="error", error=str(exc)[:1000])
         except Exception as exc:  # boundary: whatever the workspace holds, scoring goes on
@@ -526,7 +539,7 @@ class Loop:
                 log.exception("final restore failed")
                 state.restored = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
         if cfg.final_verify:
-            rotate = self.kind.runs_kernel or self.ws.task.final is not None
+            rotate = self.kind.draws_hidden_cases(self.ws.task)
             state.final = await self.score(rotate=rotate, label="final")
             self.store.write("final.json", state.final.model_dump())
         state.finished = True

@@ -11,6 +11,7 @@ existed is imported once, as untrusted (tools/state/legacy_import.py).
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,19 @@ from .workspace_files import STATE
 
 HISTORY_VIEW = f"{STATE}/history.json"
 TASK_VIEW = f"{STATE}/task.json"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The editable files at one moment, as one value: what a run stages, checkpoints and
+    records under `digest` (their content hash), so every step of a run sees the same files."""
+
+    files: dict[str, bytes]
+    digest: str
+
+    @classmethod
+    def of(cls, files: dict[str, bytes]) -> Candidate:
+        return cls(files, hash_files(files))
 
 
 class Workspace:
@@ -99,15 +113,22 @@ class Workspace:
             rel: wf.read_bytes(self.root, rel, what="editable file") for rel in self.task.editable
         }
 
+    def snapshot(self) -> Candidate:
+        """The candidate as it is now: the editable files (editable_files) and their hash."""
+        return Candidate.of(self.editable_files())
+
     def candidate_hash(self, files: dict[str, bytes] | None = None) -> str:
         return hash_files(self.editable_files() if files is None else files)
 
-    def read_config(self) -> dict[str, Any]:
-        """kernel_config.json, parsed strictly and checked against the task's launch space."""
+    def read_config(self, candidate: Candidate | None = None) -> dict[str, Any]:
+        """kernel_config.json, parsed strictly and checked against the task's launch space:
+        `candidate`'s copy when it holds one (the config the run of those files uses), else
+        the workspace's."""
         if not self.task.config_file:
             return {}
         name = self.task.config_file
-        config = wf.read_json(self.root, name)
+        data = candidate.files.get(name) if candidate is not None else None
+        config = wf.read_json(self.root, name) if data is None else wf.json_of(data, source=name)
         if not isinstance(config, dict):
             raise UsageError(
                 f"{name}: expected a JSON object, got {type(config).__name__}.",
@@ -129,16 +150,9 @@ class Workspace:
 
 
 def _check_task_folder(task: TaskSpec, root: Path) -> None:
-    """A kernel task's folder holds the reference the verifier trusts: never the agent's."""
-    if is_shipped(task) or not kind_of(task).runs_kernel:
-        return
-    folder = task.root.resolve()
-    if folder == root or root in folder.parents:
-        raise UsageError(
-            f"the task folder {folder} is inside the workspace {root}: its reference.py and "
-            "task.toml would be the agent's to edit.",
-            next_step="keep the task folder outside the workspace and pass it with --task",
-        )
+    """A shipped task's folder is the toolkit's; any other is the kind's to place."""
+    if not is_shipped(task):
+        kind_of(task).check_folder(task, root)
 
 
 def bind_task(store: TrustedStore, task: TaskSpec, how: str) -> TaskSpec:
@@ -312,6 +326,7 @@ def _legacy_task(root: Path) -> TaskSpec:
 __all__ = [
     "HISTORY_VIEW",
     "STATE",
+    "Candidate",
     "Workspace",
     "bind_task",
     "hash_files",

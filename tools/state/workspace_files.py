@@ -293,7 +293,10 @@ def is_dir(root: Path, rel: str) -> bool:
 
 
 def read_text(root: Path, rel: str, *, max_bytes: int = MAX_FILE_BYTES, what: str = "") -> str:
-    data = read_bytes(root, rel, max_bytes=max_bytes, what=what)
+    return decode_text(rel, read_bytes(root, rel, max_bytes=max_bytes, what=what))
+
+
+def decode_text(rel: str, data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -355,7 +358,21 @@ def parse_json(text: str, *, source: str, max_depth: int = MAX_JSON_DEPTH) -> An
 def read_json(
     root: Path, rel: str, *, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH
 ) -> Any:
-    return parse_json(read_text(root, rel, max_bytes=max_bytes), source=rel, max_depth=max_depth)
+    data = read_bytes(root, rel, max_bytes=max_bytes)
+    return json_of(data, source=rel, max_bytes=max_bytes, max_depth=max_depth)
+
+
+def json_of(
+    data: bytes, *, source: str, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH
+) -> Any:
+    """`data` (a file's bytes already read: a candidate's snapshot) as strict JSON, within the
+    limits read_json applies; UsageError names `source`."""
+    if len(data) > max_bytes:
+        raise UsageError(
+            f"{source} is {len(data)} bytes; the limit is {max_bytes}.",
+            next_step=f"make {source} smaller",
+        )
+    return parse_json(decode_text(source, data), source=source, max_depth=max_depth)
 
 
 def read_jsonl(root: Path, rel: str, *, max_bytes: int = 64 << 20) -> list[dict[str, Any]]:
@@ -477,11 +494,13 @@ __all__ = [
     "STATE",
     "append_line",
     "check_relative",
+    "decode_text",
     "file_size",
     "inside",
     "is_dir",
     "is_file",
     "json_depth_ok",
+    "json_of",
     "list_dir",
     "locked",
     "parse_json",

@@ -1,16 +1,24 @@
 """Task kinds: what differs between a kernel task and a command task, in one object per kind.
 
-Callers ask a task's kind (`kind_of(task)`) instead of testing `task.kind == ...`: which tools
-apply, which case set a full run is, the score's unit and direction, what a new workspace gets
-from the template, whether the task's folder must stay outside the workspace, whether the final
-score is the guarded verify's on hidden cases. A new kind (a "bring your own kernel" task) is
-one subclass registered in KINDS, and tests/tasks/test_task_contract.py runs over every task.
+Callers ask a task's kind (`kind_of(task)`) what it does instead of testing it: which tools
+apply, which evaluation takes its candidate (`require_runner`, `require_objective`: each
+refuses with a next step), which case set a full run is, the score's unit, direction and key
+(`scoring`), what a new workspace gets from the template, whether its folder may sit inside a
+workspace (`check_folder`), whether its final verify draws hidden cases. Code of the layers
+above (the dev objective, the final verify, the loop's score) is picked from tables keyed by
+the kind's name there (docs/architecture.md "Adding a task kind"). A new kind (a "bring your
+own kernel" task) is one subclass registered in KINDS and an entry in each of those tables
+(tests/tools/task/test_kinds.py); tests/tasks/test_task_contract.py runs over every task.
+
+Side of the trust boundary: trusted (it decides which path, guarded or not, scores a task).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import UsageError
 
 if TYPE_CHECKING:
     from .spec import TaskSpec
@@ -35,7 +43,15 @@ class TaskKind:
 
     def applies(self, tool: str) -> bool:
         """Whether the MCP tool `tool` works on this kind of task."""
-        return self.runs_kernel or tool in GENERIC_TOOLS
+        return tool in GENERIC_TOOLS
+
+    def require_runner(self, task: TaskSpec, what: str) -> None:
+        """Refuse `what` (a tool, a mode) unless the runner evaluates this kind's candidates
+        (imports them as a kernel: config, dev cases, hidden cases, the guarded verify)."""
+        raise UsageError(
+            f"{what} works on kernel tasks; {task.name!r} is a {task.kind} task.",
+            next_step="use run_objective, rank_history and restore_best_checkpoint",
+        )
 
     # init copies the task folder's own files (task_files) when template() names no folder.
     copies_task_files: ClassVar[bool] = False
@@ -51,6 +67,22 @@ class TaskKind:
         """'best_us (us), lower is better': what a score of `mode` is, for people and agents."""
         return "us (sum of per-case median device time), lower is better"
 
+    def scoring(self, task: TaskSpec) -> dict[str, Any]:
+        """How a final score reads in the loop's and compare's reports: higher_is_better,
+        score_key (the result's field) and unit ("" when the task declares none)."""
+        return {"higher_is_better": False, "score_key": "score_us", "unit": "us"}
+
+    def draws_hidden_cases(self, task: TaskSpec) -> bool:
+        """Whether the final score is taken on cases drawn from the workspace's secret (so a
+        rotation draws new ones)."""
+        return task.final is not None
+
+    def check_folder(self, task: TaskSpec, workspace: Path) -> None:
+        """Refuse a task folder (not shipped) that the agent's workspace `workspace` holds, if
+        this kind's verifier trusts what is in it. A command task's files are kept in the
+        trusted store when it is bound (state/task_files.py): its folder may be anywhere."""
+        return None
+
     def template(self, task: TaskSpec) -> Path | None:
         """The folder a new workspace is copied from (None: only task.md)."""
         raise NotImplementedError
@@ -59,11 +91,36 @@ class TaskKind:
         """What task.toml lacks for this kind (empty: a valid task)."""
         raise NotImplementedError
 
+    def require_objective(self, task: TaskSpec, what: str, instead: str) -> None:
+        """Refuse `what` unless this kind's candidates are scored by the task's own objective
+        command (a command task's dev and final objectives); `instead`: what to call."""
+        raise UsageError(
+            f"{what} runs a command task's objective; {task.name!r} is a {task.kind} task.",
+            next_step=f"use {instead}",
+        )
+
 
 class KernelKind(TaskKind):
     name = "kernel"
     runs_kernel = True
     full_case_set = "all"  # run_objective with every dev case
+
+    def applies(self, tool: str) -> bool:
+        return True
+
+    def require_runner(self, task: TaskSpec, what: str) -> None:
+        return None
+
+    def check_folder(self, task: TaskSpec, workspace: Path) -> None:
+        """Its folder holds the reference (and task.toml) the verifier trusts: never the
+        agent's to edit."""
+        folder = task.root.resolve()
+        if folder == workspace or workspace in folder.parents:
+            raise UsageError(
+                f"the task folder {folder} is inside the workspace {workspace}: its "
+                "reference.py and task.toml would be the agent's to edit.",
+                next_step="keep the task folder outside the workspace and pass it with --task",
+            )
 
     def template(self, task: TaskSpec) -> Path | None:
         return task.workspace_template
@@ -93,12 +150,23 @@ class CommandKind(TaskKind):
 
     copies_task_files = True
 
+    def require_objective(self, task: TaskSpec, what: str, instead: str) -> None:
+        return None
+
     def unit(self, task: TaskSpec, mode: str = "final") -> str:
         obj = task.objective_for("final" if mode == "final" else "dev")
         return obj.unit or obj.score_key or task.score_key
 
     def higher_is_better(self, task: TaskSpec, mode: str = "final") -> bool:
         return bool(task.objective_for("final" if mode == "final" else "dev").higher_is_better)
+
+    def scoring(self, task: TaskSpec) -> dict[str, Any]:
+        obj = task.objective_for("final")
+        return {
+            "higher_is_better": bool(obj.higher_is_better),
+            "score_key": obj.score_key or "score",
+            "unit": obj.unit or "",
+        }
 
     def score_label(self, task: TaskSpec, mode: str = "final") -> str:
         obj = task.objective_for("final" if mode == "final" else "dev")

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harnesslab.tools.evaluation.objective import record_run
+from harnesslab.tools.evaluation.recording import record_run
 from harnesslab.tools.loop.state import Best, Iteration, RunConfig, RunState, RunStore, Score
 from harnesslab.tools.loop.turn import TurnOutcome
 from harnesslab.tools.meta.bundle import QualificationReport
@@ -17,7 +17,7 @@ from harnesslab.tools.meta.registry import record_generated, record_qualificatio
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.storage import hash_files
 from harnesslab.tools.state.telemetry import Telemetry
-from harnesslab.tools.state.workspace import Workspace, init_workspace
+from harnesslab.tools.state.workspace import Candidate, Workspace, init_workspace
 
 # A hidden case's shape and its per-case timing: the page must never show them.
 HIDDEN_ROWS, HIDDEN_DIM, HIDDEN_US = 12347, 6781, 4242.4242
@@ -47,7 +47,7 @@ def record(ws: Workspace, files: dict[str, bytes], mode: str, score: float, **ex
         ]
     done = record_run(
         ws,
-        files,
+        Candidate.of(files),
         {
             "meaningful": False,
             "sandbox": "full",

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from harnesslab.tests.conftest_shared import make_launcher, make_workspace
-from harnesslab.tools.evaluation.objective import kernel_request
+from harnesslab.tools.evaluation.request import kernel_request
 from harnesslab.tools.evaluation.sweep import sweep
 
 SMALL = "1024x1024_fp16"
@@ -20,10 +20,8 @@ def anyio_backend():
 
 
 def request_for(ws, launcher):
-    files = ws.editable_files()
-    digest = ws.candidate_hash(files)
     case = ws.task.dev_case(SMALL)
-    return kernel_request(ws, launcher, files, digest, "sweep", cases=[case], seed=1)
+    return kernel_request(ws, launcher, ws.snapshot(), "sweep", cases=[case], seed=1)
 
 
 def configs(ws, warps):

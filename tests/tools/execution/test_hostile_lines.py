@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from harnesslab.tests.conftest_shared import make_launcher, make_workspace
-from harnesslab.tools.evaluation.objective import kernel_request, run_objective
+from harnesslab.tools.evaluation.objective import run_objective
+from harnesslab.tools.evaluation.request import kernel_request
 
 SMALL = "1024x1024_fp16"
 # The runner's own stream (runner.py keeps it in _OUT), reached from the candidate's import.
@@ -48,10 +49,7 @@ async def test_a_runner_line_nested_past_the_recursion_limit_is_dropped(tmp_path
 async def test_a_compile_worker_line_nested_past_the_recursion_limit_is_dropped(tmp_path):
     ws = hostile_workspace(tmp_path, "result")
     launcher = make_launcher(tmp_path, interpret="always")
-    files = ws.editable_files()
-    request = kernel_request(
-        ws, launcher, files, ws.candidate_hash(files), "sweep", cases=[ws.task.dev_case(SMALL)]
-    )
+    request = kernel_request(ws, launcher, ws.snapshot(), "sweep", cases=[ws.task.dev_case(SMALL)])
     try:
         done = await launcher.compile_pool.compile(
             request, [ws.read_config()], task=ws.task, workers=1

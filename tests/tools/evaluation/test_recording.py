@@ -1,4 +1,4 @@
-"""The new-best decision and the scored result (evaluation/objective.py `record_run`,
+"""The new-best decision and the scored result (evaluation/recording.py `record_run`,
 `to_eval_result`): a slower, equal, failed or unscored run never moves the best pointer;
 scores compare within a case set, in the task's direction; a runner that died still yields every
 case, and a failed candidate has no score. In process, with a real workspace and trusted store;
@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.evaluation.objective import record_run, to_eval_result
+from harnesslab.tools.evaluation.recording import record_run, to_eval_result
 from harnesslab.tools.execution.launcher import RunnerCall
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.checkpoints import Checkpoints
 from harnesslab.tools.state.storage import read_jsonl
-from harnesslab.tools.state.workspace import Workspace, init_workspace
+from harnesslab.tools.state.workspace import Candidate, Workspace, init_workspace
 from harnesslab.tools.task.spec import Case
 
 
@@ -38,7 +38,7 @@ def files(n: int) -> dict[str, bytes]:
 def run(ws: Workspace, n: int, score: float | None, status: str = "passed", **kw: Any):
     kw.setdefault("mode", "dev")
     kw.setdefault("case_set", "all")
-    return record_run(ws, files(n), {"note": n}, status=status, score=score, **kw)
+    return record_run(ws, Candidate.of(files(n)), {"note": n}, status=status, score=score, **kw)
 
 
 def pointer(ws: Workspace, mode: str = "dev", case_set: str = "all") -> dict[str, Any] | None:
@@ -138,8 +138,8 @@ def test_when_higher_is_better_a_higher_score_is_the_new_best(tmp_path: Path) ->
     (task / "task.md").write_text("Higher is better.\n")
     (task / "solution.txt").write_text("1\n")
     ws = init_workspace(task, tmp_path / "ws", settings(tmp_path))
-    one = {"solution.txt": b"1\n"}
-    two = {"solution.txt": b"2\n"}
+    one = Candidate.of({"solution.txt": b"1\n"})
+    two = Candidate.of({"solution.txt": b"2\n"})
     record_run(ws, one, {}, mode="dev", case_set="all", status="passed", score=2.0)
     worse = record_run(ws, two, {}, mode="dev", case_set="all", status="passed", score=1.0)
     assert worse.is_new_best is False and worse.delta_vs_best_pct == -50.0
@@ -152,7 +152,8 @@ def test_when_higher_is_better_a_higher_score_is_the_new_best(tmp_path: Path) ->
 def test_the_ledger_record_carries_the_decided_fields_over_the_entrys(ws: Workspace) -> None:
     entry = {"note": "kept", "mode": "forged", "status": "passed", "score": 0.001,
              "case_set": "forged", "candidate": "forged"}  # fmt: skip
-    done = record_run(ws, files(1), entry, mode="dev", case_set="all", status="failed", score=None)
+    one = Candidate.of(files(1))
+    done = record_run(ws, one, entry, mode="dev", case_set="all", status="failed", score=None)
     (stored,) = ws.ledger().records()
     assert stored["id"] == done.record_id and stored["note"] == "kept"
     assert (stored["mode"], stored["case_set"], stored["status"], stored["score"]) == (
