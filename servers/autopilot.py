@@ -39,9 +39,9 @@ from mcp.client.stdio import StdioServerParameters
 
 from harnesslab.tools.catalog import META_SERVER, TASK_SERVER
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state import STATE, Workspace, open_workspace
 from harnesslab.tools.state.storage import atomic_write_json
-from harnesslab.tools.state.workspace import STATE, Workspace, open_workspace
-from harnesslab.tools.task.kinds import kind_of
+from harnesslab.tools.task import kind_of
 
 from . import autopilot_command
 

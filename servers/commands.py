@@ -10,16 +10,15 @@ from pathlib import Path
 
 from harnesslab.tools.authoring import failed_check
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.evaluation.objective import run_objective
-from harnesslab.tools.execution.launcher import build_launcher
+from harnesslab.tools.evaluation import run_objective
+from harnesslab.tools.execution import build_launcher
+from harnesslab.tools.integrity import guarded_verify
 from harnesslab.tools.integrity.verdict_view import public_result, public_verdict
-from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state import Workspace, init_workspace, open_workspace
 from harnesslab.tools.state.owned_config import OwnedConfig
-from harnesslab.tools.state.workspace import Workspace, init_workspace, open_workspace
-from harnesslab.tools.task.kinds import kind_of
-from harnesslab.tools.task.spec import list_tasks
+from harnesslab.tools.task import kind_of, list_tasks
 
 from .cli_progress import CliProgress
 from .cli_support import add_executor_args, command, run_async

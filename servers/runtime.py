@@ -38,12 +38,12 @@ from harnesslab.tools.errors import (
     UsageError,
     agent_text,
 )
-from harnesslab.tools.evaluation.progress import Progress
-from harnesslab.tools.execution.launcher import Launcher, build_launcher
+from harnesslab.tools.evaluation import Progress
+from harnesslab.tools.execution import Launcher, build_launcher
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.state import Workspace, open_workspace
 from harnesslab.tools.state.storage import disk_full_of
 from harnesslab.tools.state.telemetry import CallStatus, Telemetry
-from harnesslab.tools.state.workspace import Workspace, open_workspace
 from harnesslab.tools.task.kinds import GENERIC_TOOLS, kind_of
 
 log = logging.getLogger("harnesslab.servers")

@@ -10,8 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from harnesslab.tools.evaluation.request import MAX_REPEATS, MAX_WARMUP
-from harnesslab.tools.evaluation.results import CaseResult
+from harnesslab.tools.evaluation import MAX_REPEATS, MAX_WARMUP, CaseResult
 from harnesslab.tools.evaluation.sweep import ConfigResult
 
 # Names that reach files, commands or the runner: no '..', no '/', no shell metacharacters.

@@ -10,20 +10,18 @@ from collections import Counter
 from mcp.server.mcpserver import Context
 
 from harnesslab.tools.errors import UsageError
+from harnesslab.tools.evaluation import numerical_probe, run_objective
 from harnesslab.tools.evaluation.command import run_command_objective
 from harnesslab.tools.evaluation.history import HistoryPage, rank_history, restore_candidate
-from harnesslab.tools.evaluation.objective import run_objective
 from harnesslab.tools.evaluation.overview import Overview, overview
-from harnesslab.tools.evaluation.probe import numerical_probe
 from harnesslab.tools.evaluation.profiling import ProfileReport, profile_kernel
 from harnesslab.tools.evaluation.sweep import sweep
-from harnesslab.tools.execution.health import HealthReport, health_check
+from harnesslab.tools.execution import HealthReport, health_check
+from harnesslab.tools.integrity import guarded_verify, public_verdict
 from harnesslab.tools.integrity.command_verify import command_verify
-from harnesslab.tools.integrity.verdict_view import public_verdict
-from harnesslab.tools.integrity.verify import guarded_verify
+from harnesslab.tools.state import STATE
 from harnesslab.tools.state import workspace_files as wf
-from harnesslab.tools.state.workspace import STATE
-from harnesslab.tools.task.kinds import kind_of
+from harnesslab.tools.task import kind_of
 
 from .runtime import BuiltinTool, ServerState, reporter
 from .task_models import (

@@ -20,8 +20,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..execution.launcher import Launcher
-from ..state.workspace import STATE, Candidate, Workspace
+from ..execution import Launcher
+from ..state import STATE, Candidate, Workspace
 from ..task.kinds import CommandKind, kind_of
 from ..task.spec import Objective
 from .command_run import (

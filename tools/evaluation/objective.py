@@ -13,9 +13,9 @@ from __future__ import annotations
 import secrets
 import time
 
-from ..execution.launcher import Launcher
-from ..state.workspace import Workspace
-from ..task.kinds import kind_of
+from ..execution import Launcher
+from ..state import Workspace
+from ..task import kind_of
 from .progress import Progress, case_events_progress
 from .recording import breakdown, record, to_eval_result
 from .request import check_bounds, kernel_request, select_cases

@@ -13,10 +13,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..execution.launcher import Launcher
-from ..state.workspace import Workspace
-from ..task.kinds import kind_of
-from ..task.spec import TaskSpec
+from ..execution import Launcher
+from ..state import Workspace
+from ..task import TaskSpec, kind_of
 from .history import primary_case_set
 from .probe import probe_names
 

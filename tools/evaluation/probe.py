@@ -21,11 +21,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..execution.launcher import Launcher
+from ..execution import Launcher
 from ..gpu.numerics import NAMES as SUITE_NAMES
-from ..state.workspace import Workspace
-from ..task.kinds import kind_of
-from ..task.spec import TaskSpec
+from ..state import Workspace
+from ..task import TaskSpec, kind_of
 from .progress import Progress, case_events_progress
 from .request import kernel_request
 

@@ -17,11 +17,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..errors import EnvironmentProblem, UsageError
-from ..execution.executor import Executor
-from ..execution.launcher import Launcher
+from ..execution import Executor, Launcher
 from ..gpu.ncu import NCU_METRICS, parse_ncu_csv
-from ..state.workspace import Workspace
-from ..task.kinds import kind_of
+from ..state import Workspace
+from ..task import kind_of
 from .progress import Progress
 
 _FIND_NCU = (

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple
 
-from ..execution.launcher import RunnerCall
+from ..execution import RunnerCall
 from ..gpu.scores import score_of
-from ..state.checkpoints import Checkpoints
+from ..state import Candidate, Checkpoints, Workspace
 from ..state.storage import append_jsonl, require_space
-from ..state.workspace import Candidate, Workspace
-from ..task.spec import Case
+from ..task import Case
 from .results import CaseResult, EnvInfo, EvalResult
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from ..execution.launcher import Launcher
-from ..state.workspace import Candidate, Workspace
-from ..task.spec import Case
+from ..execution import Launcher
+from ..state import Candidate, Workspace
+from ..task import Case
 
 MAX_WARMUP, MAX_REPEATS = 100, 200
 

@@ -23,12 +23,11 @@ import anyio
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError, first_fault
+from ..execution import Launcher, RunnerCall
 from ..execution.disk import stage_full
-from ..execution.launcher import Launcher, RunnerCall
+from ..state import Checkpoints, Workspace
 from ..state import workspace_files as wf
-from ..state.checkpoints import Checkpoints
-from ..state.workspace import Workspace
-from ..task.kinds import kind_of
+from ..task import kind_of
 from .progress import Progress, case_events_progress
 from .request import kernel_request, select_cases
 

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..evaluation import Progress, record_run, report
 from ..evaluation.command_run import (
     error_fields,
     expand,
@@ -42,15 +43,12 @@ from ..evaluation.command_run import (
     score_of,
     verdict_reason,
 )
-from ..evaluation.progress import Progress, report
-from ..evaluation.recording import record_run
-from ..execution.launcher import Launcher
+from ..execution import Launcher
 from ..settings import Settings
-from ..state import task_files
+from ..state import Candidate, Workspace, task_files
 from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
 from ..state.trusted_store import private_dir
-from ..state.workspace import Candidate, Workspace
-from ..task.kinds import kind_of
+from ..task import kind_of
 
 FIXED_CASE_SET = "final-fixed"  # a final objective without a [final] domain: its own cases
 CASES_ENV = "HARNESSLAB_FINAL_CASES"

@@ -19,18 +19,14 @@ from typing import Any, Literal
 
 import anyio
 
-from ..evaluation.progress import Progress, report
-from ..evaluation.recording import record
-from ..evaluation.request import kernel_request
+from ..evaluation import Progress, kernel_request, record, report
 from ..evaluation.results import CaseResult, EnvInfo, EvalResult
 from ..execution import RUNNER_FILES, Launcher, RunnerCall, runner_digest
 from ..gpu.scores import geomean, order_stats, score_of
 from ..settings import Settings
-from ..state.checkpoints import Checkpoints
+from ..state import Checkpoints, Workspace
 from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
-from ..state.workspace import Workspace
-from ..task.kinds import kind_of
-from ..task.spec import Case
+from ..task import Case, kind_of
 from .reasons import CERTIFIES, CPU_UNVERIFIED, GPU_UNVERIFIED, REASONS, SANDBOX_REFUSED
 from .scan import scan_workspace
 from .verdict import Verdict

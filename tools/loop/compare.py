@@ -30,17 +30,16 @@ import anyio
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..execution.launcher import Launcher, build_launcher
+from ..execution import Launcher, build_launcher
 from ..meta import registry
 from ..meta.qualification import bundle_roots
 from ..settings import Settings
+from ..state import Workspace, init_workspace, open_workspace
 from ..state import workspace_files as wf
 from ..state.secrets_store import adopt_secret, workspace_secret
 from ..state.storage import append_jsonl, read_jsonl
 from ..state.trusted_store import TrustedStore, private_dir
-from ..state.workspace import Workspace, init_workspace, open_workspace
-from ..task.kinds import kind_of
-from ..task.spec import load_task
+from ..task import kind_of, load_task
 from .compare_report import ArmSummary, CompareReport, Trial, markdown, plot
 from .driver import start_run
 from .runners import RunnerName

@@ -24,16 +24,15 @@ from typing import Any, Literal
 import anyio
 
 from ..errors import HarnesslabError, UsageError
-from ..execution.launcher import Launcher, build_launcher
+from ..execution import Launcher, build_launcher
+from ..integrity import guarded_verify, public_verdict
 from ..integrity.command_verify import command_verify
-from ..integrity.verdict_view import public_verdict
-from ..integrity.verify import guarded_verify
 from ..meta.client_audit import audit_workspace, prune_command
 from ..settings import Settings
-from ..state.checkpoints import Checkpoints
+from ..state import Checkpoints
 from ..state.storage import atomic_write_json
 from ..state.workspace import Workspace, init_workspace, is_workspace, open_workspace
-from ..task.kinds import kind_of
+from ..task import kind_of
 from .prompts import attempt_prompt, brief_text, build_prompt, repair_prompt
 from .runners import AgentRunner, Turn, TurnOutcome, build_runner
 from .servers import (

@@ -9,9 +9,11 @@ from . import workspace_files
 from .checkpoints import Checkpoints
 from .ledger import Ledger
 from .trusted_store import TrustedStore
-from .workspace import Workspace, init_workspace, open_workspace
+from .workspace import STATE, Candidate, Workspace, init_workspace, open_workspace
 
 __all__ = [
+    "STATE",
+    "Candidate",
     "Checkpoints",
     "Ledger",
     "TrustedStore",

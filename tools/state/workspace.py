@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..settings import Settings
-from ..task.kinds import kind_of
+from ..task import kind_of
 from ..task.spec import TaskSpec, is_shipped, load_task, parse_task, tasks_root
 from . import task_files
 from . import workspace_files as wf
