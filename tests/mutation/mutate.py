@@ -56,6 +56,7 @@ class Module:
     tests: list[str]
     functions: list[str] | None = None
     threshold: float = 90.0
+    preload: list[str] = field(default_factory=list)  # imported once before its forks
     equivalent: dict[str, str] = field(default_factory=dict)  # mutant id -> why
     note: str = ""
 
@@ -97,6 +98,7 @@ def load_config(path: Path) -> tuple[list[Module], list[str]]:
                 tests=list(entry["tests"]),
                 functions=entry.get("functions"),
                 threshold=float(entry.get("threshold", data.get("threshold", 90))),
+                preload=list(entry.get("preload", [])),
                 equivalent=equivalent,
                 note=entry.get("note", ""),
             )
@@ -446,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not modules:
         return 0
-    preload(preloads)
+    preload(preloads + [name for m in modules for name in m.preload])
     deadline = time.monotonic() + (args.budget_s if args.budget_s else float("inf"))
     scratch = Path(tempfile.mkdtemp(prefix="harnesslab-mutation-"))
     outcomes = []

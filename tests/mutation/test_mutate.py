@@ -61,6 +61,18 @@ def test_a_function_list_keeps_only_those_functions() -> None:
     assert {m.id.split(":")[0] for m in mutants(MODULE, ["clamp"])} == {"clamp"}
 
 
+def test_a_modules_preload_adds_to_the_configs(tmp_path: Path) -> None:
+    from harnesslab.tests.mutation.mutate import load_config
+
+    config = tmp_path / "config.toml"
+    config.write_text(
+        'preload = ["a"]\n[[module]]\nname = "m"\npath = "p.py"\ntests = ["t.py"]\n'
+        'preload = ["torch"]\n[[module]]\nname = "n"\npath = "q.py"\ntests = ["t.py"]\n'
+    )
+    modules, preloads = load_config(config)
+    assert preloads == ["a"] and [m.preload for m in modules] == [["torch"], []]
+
+
 @pytest.mark.slow
 def test_a_run_kills_keeps_and_explains_mutants_and_leaves_the_tree_as_it_was(
     tmp_path: Path,

@@ -48,7 +48,10 @@ MODULES = {
     "torch.utils._python_dispatch": "private_api", "torch.overrides": "private_api",
     "triton.runtime.interpreter": "private_api", "triton.runtime.jit": "private_api",
     "triton.compiler": "private_api", "triton.backends": "private_api",
-    "triton.knobs": "private_api",
+    "triton.knobs": "private_api", "torch.utils.cpp_extension": "host_extension",
+    "numba": "host_extension", "pycuda": "host_extension", "cuda": "host_extension",
+    "cuda_bindings": "host_extension", "cudadrv": "harness_access", "nvrtc": "harness_access",
+    "cuda_source": "harness_access", "replay": "harness_access", "guard_gpu": "harness_access",
 }  # fmt: skip
 
 
@@ -85,6 +88,7 @@ PREFIXES = {
     "torch.from_numpy": "host_compute", "os.system": "subprocess", "os.popen": "subprocess",
     "os.fork": "concurrency", "os.exec": "subprocess", "os.spawn": "subprocess",
     "os.posix_spawn": "subprocess", "os.kill": "subprocess", "sys.": "introspection",
+    "torch.utils.cpp_extension": "host_extension", "torch.cuda.jiterator": "host_extension",
 }  # fmt: skip
 
 

@@ -37,3 +37,32 @@ def test_torch_nn_math_outside_init_is_still_rejected() -> None:
     assert _rejects(HEAD + init_functional.format(body="x"))
     plain = "def model_new(x):\n    return nn.Linear(4, 4)(x)\n"
     assert _rejects(HEAD + plain)
+
+
+def test_only_torch_nn_is_construction_in_init_anything_else_is_judged_as_anywhere() -> None:
+    for call in ("os.system('ls')", "torch.ops.aten.add(1, 2)", "torch.cuda.Stream()"):
+        init = CLASS.replace("super().__init__()", f"super().__init__()\n        {call}")
+        assert _rejects("import os\n" + HEAD + init.format(body="x")), call
+
+
+def test_construction_ends_with_the_class_body() -> None:
+    """__init__ as the class's last statement: the code after the class is no construction."""
+    last = "class ModelNew(nn.Module):\n    scale = 2\n\n    def __init__(self):\n        pass\n"
+    after = "\n\ndef model_new(x):\n    return nn.Linear(4, 4)(x)\n"
+    assert _rejects(HEAD + last + after) == {"forbidden_call:14"}
+
+
+def test_a_class_bodys_other_statements_are_not_construction() -> None:
+    body = "class ModelNew(nn.Module):\n    layer = nn.Linear(4, 4)\n\n    class __init__:\n"
+    body += "        layer = nn.Linear(4, 4)\n"
+    assert _rejects(HEAD + body) == {"forbidden_call:7", "forbidden_call:10"}
+
+
+def test_a_classs_other_bases_keywords_and_decorators_are_scanned() -> None:
+    assert _rejects(HEAD + "class K(torch.ops.aten.X):\n    pass\n") == {"private_api:6"}
+    assert _rejects(HEAD + "class K(nn.Module, metaclass=torch.ops.M):\n    pass\n") == {
+        "private_api:6"
+    }
+    assert _rejects(HEAD + "@torch.compile\nclass K(nn.Module):\n    pass\n") == {
+        "forbidden_call:6"
+    }
