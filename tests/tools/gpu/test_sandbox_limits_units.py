@@ -593,6 +593,7 @@ def test_sweep_removes_only_what_no_live_sandbox_owns(tmp_path: Path) -> None:
     os.utime(root / "sbx-file", (time.time() - 3600, time.time() - 3600))
     (root / "sbx-gone.lock").write_text("")  # a lock whose folder is gone
     (root / ".sbx-tmp.lock").write_text("")  # a temporary lock name left by a killed outer
+    os.utime(root / ".sbx-tmp.lock", (time.time() - 61, time.time() - 61))  # (over a minute old)
     (root / "sbx-held.lock").write_text("")  # a folder-less lock still held: a sandbox starting
     held = os.open(root / "sbx-held.lock", os.O_RDWR)
     fcntl.flock(held, fcntl.LOCK_EX)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harnesslab.tools.task import kernelbench as kb
+from harnesslab.tools.authoring import kernelbench as kb
 
 
 def test_a_task_name_is_kb_and_the_lowercased_stem() -> None:

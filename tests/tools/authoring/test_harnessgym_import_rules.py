@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harnesslab.tools.authoring import harnessgym_import as hg
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.task import harnessgym_import as hg
 from harnesslab.tools.task.spec import load_task
 
 FILES = {"benchmark.py": b"", "verifier.py": b"", "kernel.py": b"", "remote_run.py": b""}

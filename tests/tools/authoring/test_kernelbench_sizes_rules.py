@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from harnesslab.tools.task import kernelbench_sizes as ks
+from harnesslab.tools.authoring import kernelbench_sizes as ks
 
 
 def lit(src: str):
