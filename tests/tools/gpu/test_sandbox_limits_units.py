@@ -623,6 +623,17 @@ def test_a_lockless_folder_is_fresh_for_60_seconds(tmp_path, monkeypatch) -> Non
         assert folder.exists() is kept
 
 
+def test_a_temporary_lock_is_fresh_for_60_seconds(tmp_path, monkeypatch) -> None:
+    """Its creator may not have locked it yet (a sandbox starting beside this one)."""
+    tmp = tmp_path / ".sbx-x.lock"
+    tmp.write_text("")
+    os.utime(tmp, (1000, 1000))
+    for now, kept in ((1059.5, True), (1060.0, False)):
+        monkeypatch.setattr(sl.time, "time", lambda now=now: now)
+        sl.sweep(str(tmp_path))
+        assert tmp.exists() is kept, now
+
+
 def test_sweep_skips_a_folder_whose_lock_it_cannot_open(tmp_path, monkeypatch) -> None:
     (tmp_path / "sbx-a").mkdir()
     (tmp_path / "sbx-a.lock").write_text("")
