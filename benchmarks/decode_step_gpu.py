@@ -16,7 +16,6 @@ buffers are), so its CUDA graphs replay over them instead of copying them in.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -38,14 +37,6 @@ TRACES = {
     "tiny": ([8, 16, 32, 64], 4, 2, 20, 16),
     "small": ([256, 512, 1024, 2048], 32, 4, 1000, 128),
 }
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def compiled(eager_step):
@@ -71,10 +62,12 @@ def main() -> int:
     ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
     ap.add_argument("--dry-run", action="store_true", help="CPU, the tiny preset, eager only")
     args = ap.parse_args()
-    ref = _load(TASK_DIR / "reference.py", "decode_step_reference")
-    eager = _load(TASK_DIR / "solutions" / "eager.py", "decode_step_eager")
     sys.path.insert(0, str(ROOT / "tools" / "gpu"))
     import step_trace  # noqa: PLC0415 - staged-style: by plain name from tools/gpu
+    from runner import load_module  # noqa: PLC0415
+
+    ref = load_module(TASK_DIR / "reference.py", "decode_step_reference")
+    eager = load_module(TASK_DIR / "workspace" / "kernel.py", "decode_step_eager")
 
     preset = "tiny" if args.dry_run else args.preset
     device = "cpu" if args.dry_run else "cuda"

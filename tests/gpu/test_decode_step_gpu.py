@@ -5,27 +5,20 @@ cannot: tests/tasks/test_decode_step.py). benchmarks/decode_step_gpu.py times re
 
 from __future__ import annotations
 
-import importlib.util
 from importlib import resources
 from pathlib import Path
 
 import torch
 
 from harnesslab.tools.gpu import step_trace
+from harnesslab.tools.gpu.runner import load_module
 
 TASK = Path(str(resources.files("harnesslab.tasks"))) / "decode_step"
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_eager_step_on_a_gpu_is_correct_and_timed_per_bucket_with_device_time_apart():
-    ref = _load(TASK / "reference.py", "decode_step_reference_gpu")
-    eager = _load(TASK / "solutions" / "eager.py", "decode_step_eager_gpu")
+    ref = load_module(TASK / "reference.py", "decode_step_reference_gpu")
+    eager = load_module(TASK / "workspace" / "kernel.py", "decode_step_eager_gpu")
     config = ref.Config(dtype="bfloat16")
     trace = step_trace.dynamic_trace(config, buckets=[8, 16, 32, 64], steps_per_segment=4,
                                      segments_per_bucket=2, seed=3)  # fmt: skip

@@ -248,15 +248,6 @@ def test_a_sweep_between_a_scratch_locks_creation_and_its_flock_does_not_break_i
     scratch.remove()
 
 
-def test_a_temporary_lock_file_is_swept_only_once_it_is_a_minute_old(tmp_path: Path) -> None:
-    fresh, stale = tmp_path / ".sbx-aaaa.lock", tmp_path / ".sbx-bbbb.lock"
-    fresh.touch()
-    stale.touch()
-    os.utime(stale, (time.time() - 61, time.time() - 61))  # its creator died before locking it
-    sl.sweep(str(tmp_path))
-    assert fresh.exists() and not stale.exists()
-
-
 def test_a_killed_outer_leaves_nothing_the_next_sandbox_does_not_sweep(tmp_path: Path) -> None:
     root = tmp_path / "scratch"
     policy = sp.Policy(scratch_root=str(root))
