@@ -169,8 +169,8 @@ def gpu_case(
     vf: guard.Verify, case: dict[str, Any], idx: int, variants: list
 ) -> tuple[dict[str, Any], Any]:
     """Record and check one case; returns its record and its timer (None: nothing to time, the
-    candidate failed a check). The timing waits until every case has passed its checks
-    (guard.Verify.time_cases)."""
+    candidate failed a check). The timing waits until every case has passed: one exclusive hold
+    of the GPU times them all."""
     torch, ev = vf.torch, vf.ev
     rec = vf.case_record(case, variants)
     tol = ev.tolerances[case["dtype"]]
@@ -199,7 +199,7 @@ def gpu_case(
     timed = [k for k in live if all(c["passed"] for c in rec["calls"] if c["role"] == k.role)]
 
     def timer(roles: set[str]) -> dict[str, Any]:
-        """3. timing, later, once every case has passed (guard.Verify.time_cases)."""
+        """3. timing, later, in the verify's one timed window (guard.Verify.time_cases)."""
         kids = [k for k in timed if k.role in roles]
         return time_samples(vf, kids, case, idx, variants[0], recordings, tol)
 
@@ -307,10 +307,7 @@ def check_calls(vf: guard.Verify, kid: guard_kid.Kid, rec: dict[str, Any], varia
 
 
 def time_samples(vf: guard.Verify, kids: list, case: dict[str, Any], idx: int, v0, recordings, tol):
-    """K calls per graph on fresh inputs every sample, every output checked here. Only the
-    sample itself (the L2 flush and the graph replay) holds the GPU alone; the refill before it
-    and the check after it are steps of shared work, so verifies on one GPU take turns per
-    sample instead of queueing for each other's whole timing phase."""
+    """K calls per graph on fresh inputs every sample, every output checked here."""
     torch, ev, env = vf.torch, vf.ev, vf.env
     shape = ev.case_shape(case)
     dtype = v0.args[0].dtype
@@ -334,18 +331,15 @@ def time_samples(vf: guard.Verify, kids: list, case: dict[str, Any], idx: int, v
             arena = Arena(torch, vf.rng, [dict(sizes) for _ in range(calls)], in_bytes)
             rp = _load(vf, kid.role, r["kernels"])
             aid = f"t{idx}"
+            arena.share(rp, aid)
+            ask_ok(rp, {"op": "program", "id": aid, "steps": r["steps"],
+                        "calls": [arena.binding(aid, c) for c in range(calls)]})  # fmt: skip
             state[kid.role] = (arena, rp, aid, r)
-            with vf.lock.work():
-                arena.share(rp, aid)
-                ask_ok(rp, {"op": "program", "id": aid, "steps": r["steps"],
-                            "calls": [arena.binding(aid, c) for c in range(calls)]})  # fmt: skip
-                _refill(vf, arena, r, calls, shape, dtype, idx, 0)
-                ask_ok(rp, {"op": "capture", "id": aid})
-                torch.cuda.synchronize()
-            with vf.lock.exclusive():
-                overhead = statistics.median(
-                    ask_ok(rp, {"op": "time", "id": None}, spin=True)[1] for _ in range(5)
-                )
+            _refill(vf, arena, r, calls, shape, dtype, idx, 0)
+            ask_ok(rp, {"op": "capture", "id": aid})
+            overhead = statistics.median(
+                ask_ok(rp, {"op": "time", "id": None}, spin=True)[1] for _ in range(5)
+            )
             out[kid.role] = {
                 "method": "cuda_graph_replay",
                 "samples_us": [], "parent_wall_us": [], "wake_wall_us": [],
@@ -356,16 +350,12 @@ def time_samples(vf: guard.Verify, kids: list, case: dict[str, Any], idx: int, v
         for s in range(SAMPLES + 1):  # sample 0 of each role is a warm-up (still checked)
             for kid in kids[:: 1 if s % 2 == 0 else -1]:
                 arena, rp, aid, r = state[kid.role]
-                with vf.lock.work():  # untimed: other verifies' steps may run beside it
-                    expected, pristine = _refill(vf, arena, r, calls, shape, dtype, idx, s + 1)
-                    torch.cuda.synchronize()
-                with vf.lock.exclusive():  # the sample alone on the GPU
-                    env.flush_l2()  # L2 holds nothing of the refill
-                    torch.cuda.synchronize()
-                    _, wake_us = ask_ok(rp, {"op": "time", "id": None}, spin=True)
-                    timed, wall_us = ask_ok(rp, {"op": "time", "id": aid}, spin=True)
-                with vf.lock.work():
-                    bad, modified = _check(vf, arena, r, calls, expected, pristine, tol)
+                expected, pristine = _refill(vf, arena, r, calls, shape, dtype, idx, s + 1)
+                env.flush_l2()  # L2 holds nothing of the refill
+                torch.cuda.synchronize()
+                _, wake_us = ask_ok(rp, {"op": "time", "id": None}, spin=True)
+                timed, wall_us = ask_ok(rp, {"op": "time", "id": aid}, spin=True)
+                bad, modified = _check(vf, arena, r, calls, expected, pristine, tol)
                 rec = out[kid.role]
                 rec["bad_calls"] += bad
                 rec["inputs_modified"] += modified

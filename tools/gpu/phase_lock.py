@@ -8,10 +8,9 @@ run_objective call holds it exclusively for the whole call. A guarded verify is 
 processes, compiles, recordings, every check) and times only in short windows (the copy
 bandwidth, each case's timed samples), so the host does not hold the lock around it; the verify
 takes the same file itself, shared for each step of GPU work (the inputs, a case's recordings
-and checks, each timed sample's refill and check) and exclusively for each timed sample (and
-the copy bandwidth), after every case has passed its checks. Several verifies on one GPU then
-overlap their untimed work and take turns sample by sample, and nobody else's work runs on a
-GPU while one of them times.
+and checks) and exclusively for its one timed window, after every case has passed its
+checks. Several verifies on one GPU then overlap their untimed work and queue only for the
+timed windows, and nobody else's work runs on a GPU while one of them times.
 
 Writers go first: an exclusive taker first holds the gate file (`<lock>.gate`) exclusively, and
 a shared taker passes the gate (shared) before it takes the lock, so once a timed window is

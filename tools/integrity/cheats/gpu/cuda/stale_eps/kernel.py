@@ -1,9 +1,10 @@
 """GPU exploit, CUDA C++: a stale scalar. kernel.py keeps the eps of its first call and passes it
 to every later launch; a hidden case with its own eps (tiny rows with eps = 1e-10) comes out
-wrong. The recorder records the scalar the launch really got, so the replay is as wrong.
+wrong. The recorder records the scalar the launch really got, so the replay is as wrong. That
+case is a precision edge, so the rejection may carry its code (`precision`, as on an H200).
 
 static: pass
-gpu: wrong_output
+gpu: wrong_output|precision
 twin: honest_rows
 """
 

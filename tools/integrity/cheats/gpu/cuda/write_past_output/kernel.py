@@ -2,10 +2,12 @@
 out (where another buffer of the call, or of the verifier, might live). The replay gives each
 role its own arena in its own context with random gaps, and every output and input of the call
 is checked: the write lands in a gap (harmless: the output is right), or in a buffer of its own
-call, which then fails its own check.
+call, which then fails its own check, or past the mapped memory of the candidate's own
+recording process, whose device then faults: the process dies (`candidate_crashed`, as on an
+H200: torch.AcceleratorError).
 
 static: pass
-gpu: harmless|wrong_output|inputs_modified
+gpu: harmless|wrong_output|inputs_modified|candidate_crashed
 twin: honest_rows
 """
 
