@@ -38,7 +38,11 @@ def run(
     code: str, tmp_path: Path, **limits
 ) -> tuple[subprocess.CompletedProcess[str], dict, dict | None]:
     roots = sp.import_roots()
+    src = tmp_path / "src"  # a file, not -c: Triton's jit reads its kernels' source
+    src.mkdir()
+    (src / "work.py").write_text(code)
     policy = sp.Policy(
+        read=[str(src)],
         scratch_root=str(tmp_path / "scratch"),
         require=True,
         env_allow=["CUDA_VISIBLE_DEVICES"],
@@ -46,8 +50,9 @@ def run(
         **sp.python_policy(roots),
     )
     launch = sp.command(
-        sys.executable, sandbox.__file__, policy, sp.python_argv(sys.executable, ["-c", code])
-    )
+        sys.executable, sandbox.__file__, policy,
+        sp.python_argv(sys.executable, [str(src / "work.py")]),
+    )  # fmt: skip
     proc = subprocess.run(launch.argv, input=launch.stdin.decode(), capture_output=True, text=True,
                           timeout=600)  # fmt: skip
     start, end, _ = sp.take_reports(proc.stdout, launch.token)
