@@ -28,6 +28,7 @@ runner.py's docstring.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import mmap
@@ -37,8 +38,8 @@ import sys
 import tempfile
 import time
 import types
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
     from . import numerics, phase_lock, sandbox_limits
@@ -51,6 +52,7 @@ else:  # the runner that imports this put the staged folder on sys.path
     import sandbox_policy as sp
     from guard_kid import Kid, KidFailed, stage_root
 
+T = TypeVar("T")
 _perf = time.perf_counter
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRECISION_PROBES = ("large_magnitude", "tiny_magnitude")
@@ -266,11 +268,11 @@ class Verify:
                 for role, folder in roles:
                     self.kids.append(self.candidate_kid(role, folder, memfd))
                 for kid in list(self.kids):
-                    with self.incumbent_may_fail(result, kid):
+                    with self.incumbent_may_fail(result):
                         result["sandbox"][kid.role] = kid.started()
                         kid.send({**kid.cfg})
             for kid in list(self.kids):
-                with self.incumbent_may_fail(result, kid):
+                with self.incumbent_may_fail(result):
                     with self.phases("load"):  # imports and compiles: the host's CPUs
                         reply, _ = kid.ask({"op": "load"})
                     err = error_text(reply)
@@ -402,15 +404,14 @@ class Verify:
         timers: list[tuple[dict[str, Any], Any]] = []
         for idx, case in enumerate(self.req["cases"]):
             try:
-                res, timer = self.one_case(case, idx, memfd)
-            except KidFailed as exc:
-                if exc.role != "incumbent":
-                    partial = self.partial or {"calls": []}
-                    partial.update(error=str(exc), error_code=exc.code)
-                    result["cases"].append(partial)
-                    raise
-                self.drop_incumbent(result, exc)
-                res, timer = self.one_case(case, idx, memfd)
+                res, timer = self.without_failed_incumbent(
+                    result, functools.partial(self.one_case, case, idx, memfd)
+                )
+            except KidFailed as exc:  # the candidate's: its case so far goes to the verdict
+                partial = self.partial or {"calls": []}
+                partial.update(error=str(exc), error_code=exc.code)
+                result["cases"].append(partial)
+                raise
             self.rt.emit({"event": "case", "index": idx, "status": "measured"})
             result["cases"].append(res)
             if not all(c["passed"] for c in res["calls"] if c["role"] == "candidate"):
@@ -427,8 +428,11 @@ class Verify:
         with self.phases("check"), self.lock.work():  # the interpreter times by its checked calls
             return self.cpu_case(case, idx, variants, memfd), None
 
-    def drop_incumbent(self, result: dict[str, Any], exc: KidFailed) -> None:
-        """The incumbent failed: the comparison is lost, not the verdict."""
+    def lose_incumbent(self, result: dict[str, Any], exc: KidFailed) -> None:
+        """An incumbent's failure loses the comparison, not the verdict: it is dropped (and
+        closed). Any other role's failure is raised again, on to the verdict."""
+        if exc.role != "incumbent":
+            raise exc
         result["incumbent_error"] = f"{exc.code}: {exc}"
         for kid in self.kids:
             if kid.role == "incumbent":
@@ -436,15 +440,21 @@ class Verify:
         self.kids = [k for k in self.kids if k.role == "candidate"]
 
     @contextlib.contextmanager
-    def incumbent_may_fail(self, result: dict[str, Any], kid: Kid) -> Iterator[None]:
-        """Run a step of `kid`: an incumbent that fails it is dropped; a candidate's failure
-        goes on to the verdict."""
+    def incumbent_may_fail(self, result: dict[str, Any]) -> Iterator[None]:
+        """A step that an incumbent may fail (lose_incumbent); it is not run again."""
         try:
             yield
         except KidFailed as exc:
-            if kid.role != "incumbent":
-                raise
-            self.drop_incumbent(result, exc)
+            self.lose_incumbent(result, exc)
+
+    def without_failed_incumbent(self, result: dict[str, Any], attempt: Callable[[], T]) -> T:
+        """`attempt()`, run again without the incumbent when the incumbent failed it
+        (lose_incumbent); the candidate's failure, on either run, goes on to the caller."""
+        try:
+            return attempt()
+        except KidFailed as exc:
+            self.lose_incumbent(result, exc)
+            return attempt()
 
     def time_cases(self, result: dict[str, Any], timers: list[tuple[dict[str, Any], Any]]) -> None:
         """The verify's one timed window: the GPU held alone (phase_lock.py) for the copy
@@ -454,14 +464,8 @@ class Verify:
         their mean wait was longer (BENCHMARKS.md)."""
         with self.phases("time"), self.lock.exclusive():
             result["copy_gbps"] = self.env.copy_gbps()
-            for res, timer in timers:
-                try:
-                    res["timing"] = timer({k.role for k in self.kids})
-                except KidFailed as exc:
-                    if exc.role != "incumbent":
-                        raise
-                    self.drop_incumbent(result, exc)
-                    res["timing"] = timer({"candidate"})
+            for res, timer in timers:  # each times the roles still in self.kids
+                res["timing"] = self.without_failed_incumbent(result, timer)
 
     def case_record(self, case: dict[str, Any], variants: list[Variant]) -> dict[str, Any]:
         torch = self.torch

@@ -198,9 +198,10 @@ def gpu_case(
         return rec, None
     timed = [k for k in live if all(c["passed"] for c in rec["calls"] if c["role"] == k.role)]
 
-    def timer(roles: set[str]) -> dict[str, Any]:
-        """3. timing, later, in the verify's one timed window (guard.Verify.time_cases)."""
-        kids = [k for k in timed if k.role in roles]
+    def timer() -> dict[str, Any]:
+        """3. timing, later, in the verify's one timed window (guard.Verify.time_cases), of
+        the roles still in the verify (a failed incumbent is dropped from vf.kids)."""
+        kids = [k for k in timed if k in vf.kids]
         return time_samples(vf, kids, case, idx, variants[0], recordings, tol)
 
     return rec, timer

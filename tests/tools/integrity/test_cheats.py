@@ -273,8 +273,19 @@ def test_incumbent_is_compared_in_the_same_layout(tmp_path: Path) -> None:
     assert inc["speedup"] is not None and inc["meaningful"] is False
 
 
+# An incumbent's staged kernel.py, rewritten: it dies at import, or on its third call (inside
+# the first case's checks, which then run again without it: guard.without_failed_incumbent).
+DYING = {
+    "at_import": "import os\nos._exit(7)\n",
+    "mid_case": "\nimport os as _os\n\n_calls, _real = [0], rmsnorm_gate\n\n\n"
+    "def rmsnorm_gate(*a, **k):\n    _calls[0] += 1\n    if _calls[0] == 3:\n"
+    "        _os._exit(7)\n    return _real(*a, **k)\n",
+}
+
+
+@pytest.mark.parametrize("when", sorted(DYING))
 def test_an_incumbent_that_dies_loses_the_comparison_not_the_verdict(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:
     """An incumbent whose process dies before its first call (its staged copy exits at import)
     used to reject the candidate as `candidate_crashed`."""
@@ -287,7 +298,9 @@ def test_an_incumbent_that_dies_loses_the_comparison_not_the_verdict(
         staged = launcher.stage / request["baseline_dir"].removeprefix("@stage/")
         dying = staged.parent / "dying"
         shutil.copytree(staged, dying)
-        (dying / "kernel.py").write_text("import os\nos._exit(7)\n")
+        kernel = dying / "kernel.py"
+        own = kernel.read_text() if when == "mid_case" else ""
+        kernel.write_text(own + DYING[when])
         return await call(
             launcher,
             {**request, "baseline_dir": f"@stage/{dying.relative_to(launcher.stage)}"},
