@@ -318,7 +318,7 @@ def cheats_for(
         task = open_workspace(room, settings).task
     except Exception:  # a plain folder: no kernel entry, no cheats apply
         return []
-    if not kind_of(task).runs_kernel:
+    if not kind_of(task).tries_cheats(task):
         return []
     out = [
         Cheat(
