@@ -26,6 +26,7 @@ RANKS = {
     "settings": 0,
     "catalog": 0,
     "_lazy": 0,
+    "progress": 0,
     "gpu": 1,  # staged to the GPU host, imports nothing of harnesslab (test_staged)
     "task": 2,
     "state": 3,
