@@ -50,8 +50,6 @@ LAZY_FOR_COST = {
 # shrinks. Break one by moving the shared type below both modules.
 TYPE_ONLY_LOOPS = {
     ("task.kinds", "task.spec"),  # TaskKind's methods take the TaskSpec that names its kind
-    ("state.checkpoints", "state.workspace"),  # Checkpoints(ws); the workspace imports the
-    ("state.legacy_import", "state.workspace"),  # legacy state (and its checkpoints) on open
     # Executor.health runs health.probe_host(self); health_check takes the launcher, which
     # imports the warm worker and the compile pool that take its Slot and Worker back.
     ("execution.health", "execution.executor"),
