@@ -50,13 +50,9 @@ LAZY_FOR_COST = {
 # shrinks. Break one by moving the shared type below both modules.
 TYPE_ONLY_LOOPS = {
     ("task.kinds", "task.spec"),  # TaskKind's methods take the TaskSpec that names its kind
-    # Executor.health runs health.probe_host(self); health_check takes the launcher, which
-    # imports the warm worker and the compile pool that take its Slot and Worker back.
-    ("execution.health", "execution.executor"),
-    ("execution.health", "execution.launcher"),
-    ("execution.warm", "execution.executor"),
+    # The launcher builds its warm workers and compile pool, which take it (and its Slot and
+    # Worker) back.
     ("execution.warm", "execution.launcher"),
-    ("execution.compile_pool", "execution.executor"),
     ("execution.compile_pool", "execution.launcher"),
 }
 # Imports (tools/ outside gpu/, and servers/) of a package of tools/ from outside it that name
