@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.state.workspace import init_workspace
-from harnesslab.tools.task.kinds import kind_of
+from harnesslab.tools.state import init_workspace
+from harnesslab.tools.task import kind_of
 
 Check = Callable[[dict[str, Any]], str]  # "" when the structured result is as expected
 

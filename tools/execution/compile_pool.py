@@ -20,7 +20,7 @@ from ..errors import ExecutorError, first_fault, killed_from_outside, signal_nam
 from ..gpu import wire
 from ..gpu.sandbox_policy import exit_report, limit_hit
 from ..progress import Progress, report
-from ..task.spec import TaskSpec
+from ..task import TaskSpec
 from .warm import forget_workers
 
 if TYPE_CHECKING:

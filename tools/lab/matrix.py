@@ -27,8 +27,8 @@ from ..errors import EnvironmentProblem, ExecutorError, UsageError
 from ..execution.launcher import Launcher, Slot
 from ..gpu import LAB, wire
 from ..state.storage import atomic_write_text
-from ..task.kinds import kind_of
-from ..task.spec import TaskSpec, load_task, tasks_root
+from ..task import TaskSpec, kind_of, load_task
+from ..task.spec import tasks_root
 
 LAB_FILES = LAB
 SCHEMA = "harnesslab.lab/1"

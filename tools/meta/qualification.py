@@ -52,10 +52,10 @@ from ..gpu import wire
 from ..gpu.sandbox_policy import Limits, import_env, import_roots, python_argv
 from ..progress import Progress
 from ..settings import Settings
+from ..state import STATE, Workspace
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json, atomic_write_text
 from ..state.trusted_store import private_dir
-from ..state.workspace import STATE, Workspace
 from ..task.spec import tasks_root
 from . import qualify_checks as qc
 from . import qualify_session as qs

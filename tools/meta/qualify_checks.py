@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field
 from ..errors import UsageError
 from ..progress import Progress, report
 from ..settings import Settings
-from ..state.workspace import STATE, open_workspace
-from ..task.kinds import kind_of
+from ..state import STATE, open_workspace
+from ..task import kind_of
 from .genserver import SKILL_DESCRIPTION_MAX, Manifest, check_server_py
 
 ACCEPTED = frozenset({"passed", "pass", "accepted", "ok", "success"})
