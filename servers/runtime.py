@@ -38,8 +38,8 @@ from harnesslab.tools.errors import (
     UsageError,
     agent_text,
 )
-from harnesslab.tools.evaluation import Progress
 from harnesslab.tools.execution import Launcher, build_launcher
+from harnesslab.tools.progress import Progress
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state import Workspace, open_workspace
 from harnesslab.tools.state.storage import disk_full_of

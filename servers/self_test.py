@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.state.workspace import init_workspace
-from harnesslab.tools.task.kinds import kind_of
+from harnesslab.tools.state import init_workspace
+from harnesslab.tools.task import kind_of
 
 Check = Callable[[dict[str, Any]], str]  # "" when the structured result is as expected
 
@@ -29,9 +29,10 @@ def _ok_if(cond: bool, why: str) -> str:
 
 
 def steps(task: Any) -> list[tuple[str, dict[str, Any], Check, tuple[str, ...]]]:
-    """(tool, arguments, check of the structured result, error texts that count as working)."""
-    kernel = kind_of(task).runs_kernel
-    case = task.dev_cases[0].name if kernel else None
+    """(tool, arguments, check of the structured result, error texts that count as working).
+    A tool that does not apply to the task's kind works when it refuses (servers/runtime.py)."""
+    kind = kind_of(task)
+    case = task.dev_cases[0].name if task.dev_cases else None
     knob, values = next(iter(task.space.items())) if task.space else ("", [])
     out: list[tuple[str, dict[str, Any], Check, tuple[str, ...]]] = [
         ("inspect_context", {}, lambda r: _ok_if("next_step" in r, "no next_step"), ()),
@@ -41,45 +42,46 @@ def steps(task: Any) -> list[tuple[str, dict[str, Any], Check, tuple[str, ...]]]
             lambda r: _ok_if(r.get("status") == "passed", f"status {r.get('status')}"),
             (),
         ),
-    ]
-    if kernel:
-        out += [
-            (
-                "sweep_kernel_config",
-                {"space": {knob: values[:2]}, "cases": [case], "max_configs": 2},
-                lambda r: _ok_if(r.get("ok", 0) >= 1, "no config passed"),
-                (),
-            ),
-            (
-                "numerical_probe",
-                {"dtypes": [task.dtypes[0]]} if task.dtypes else {},
-                lambda r: _ok_if(r.get("status") == "passed", f"failing {r.get('failing')}"),
-                (),
-            ),
-            (
-                "guarded_final_verify",
-                {},
-                lambda r: _ok_if(r.get("verdict") == "passed", f"verdict {r.get('verdict')}"),
-                (),
-            ),
-        ]
-    out += [
+        (
+            "sweep_kernel_config",
+            {"space": {knob: values[:2]}, "cases": [case], "max_configs": 2},
+            lambda r: _ok_if(r.get("ok", 0) >= 1, "no config passed"),
+            (),
+        ),
+        (
+            "numerical_probe",
+            {"dtypes": [task.dtypes[0]]} if task.dtypes else {},
+            lambda r: _ok_if(r.get("status") == "passed", f"failing {r.get('failing')}"),
+            (),
+        ),
+        (
+            "guarded_final_verify",
+            {},
+            lambda r: _ok_if(r.get("verdict") == "passed", f"verdict {r.get('verdict')}"),
+            (),
+        ),
         ("rank_history", {"chart": True}, lambda r: _ok_if(r.get("total", 0) >= 1, "empty"), ()),
         ("restore_best_checkpoint", {}, lambda r: _ok_if("restored" in r, "nothing restored"), ()),
         (
             "profile_kernel",
             {"case": case} if case else {},
             lambda r: _ok_if(bool(r.get("bottleneck")), "no bottleneck line"),
-            ("no GPU: profile_kernel needs a CUDA GPU", "ncu not found on", "kernel tasks"),
+            ("no GPU: profile_kernel needs a CUDA GPU", "ncu not found on"),
         ),
         ("remote_health_check", {}, lambda r: _ok_if(bool(r.get("hosts")), "no hosts"), ()),
     ]
-    if not kernel:
-        for tool in ("sweep_kernel_config", "numerical_probe", "guarded_final_verify"):
-            out.append(
-                (tool, {}, lambda r: "should have answered with an error", ("kernel tasks",))
-            )
-    return out
+    return [
+        step if kind.applies(step[0]) else (step[0], {}, _refusal_expected, (REFUSED,))
+        for step in out
+    ]
+
+
+# servers/runtime.py's answer to a tool that does not apply to the task's kind.
+REFUSED = "works on kernel tasks"
+
+
+def _refusal_expected(result: dict[str, Any]) -> str:
+    return "should have answered with an error"
 
 
 async def run_self_test(settings: Settings, task_name: str | None, name: str) -> int:

@@ -69,6 +69,13 @@ def test_codex_lists_no_server_until_the_workspace_is_trusted_then_the_written_o
     assert server["startup_timeout_sec"] == 30 and server["tool_timeout_sec"] == 1800
 
 
+@pytest.mark.slow(
+    "repeats with the real CLIs (77 s of a worker) what stays fast in tests/tools/test_doctor.py "
+    "(the checks and fixes), tests/tools/loop/test_runners.py::"
+    "test_claude_preflight_accepts_the_flags_and_stops_at_the_missing_login (the login check "
+    "doctor runs) and tests/tools/meta/test_client_setup.py::"
+    "test_a_written_entry_is_ready_only_once_approved (a config is ok once approved)"
+)
 def test_doctor_names_what_each_client_misses_and_is_satisfied_after_config_approve(tmp_path):
     ws, env = new_workspace(tmp_path)
     env["HARNESSLAB_CLAUDE_COMMAND"] = str(cli_path("claude"))

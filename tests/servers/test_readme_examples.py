@@ -76,6 +76,13 @@ def own_kernel_example() -> tuple[list[str], list[str]]:
     return files, [c for c in commands if c and not c.startswith("#")]
 
 
+@pytest.mark.slow(
+    "repeats, through four CLI processes (110 s of a worker), what stays fast in "
+    "tests/tasks/test_byok.py::test_eval_sweep_probe_and_guarded_verify_pass_on_the_interpreter "
+    "(task new's scaffold to a passed verify), tests/servers/test_cli.py::"
+    "test_init_then_eval_json_then_verify_json_succeed_on_the_cpu (the CLI's eval and verify) "
+    "and test_every_harnesslab_command_in_the_readme_and_docs_parses (this example's commands)"
+)
 def test_the_readme_own_kernel_example_goes_from_a_function_to_a_passed_verdict(tmp_path):
     files, commands = own_kernel_example()
     (tmp_path / "myop.py").write_text(files[0])

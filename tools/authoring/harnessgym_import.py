@@ -153,13 +153,13 @@ def kernel_contract(files: dict[str, bytes], editable: list[str]) -> TaskSpec | 
     leading parameters as the shipped baseline's, or None."""
     for name in list_tasks():
         task = load_task(name)
-        if not kind_of(task).runs_kernel:
+        if (contract := kind_of(task).contract_baseline(task)) is None:
             continue
-        baseline = (task.workspace_template / task.entry_file).read_text()
-        want = _params(baseline, task.entry_function)
+        baseline, function = contract
+        want = _params(baseline.read_text(), function)
         for rel in editable:
             if rel.endswith(".py") and rel in files:
-                got = _params(files[rel].decode("utf-8", "replace"), task.entry_function)
+                got = _params(files[rel].decode("utf-8", "replace"), function)
                 if want and got and got[: len(want)] == want:
                     return task
     return None

@@ -12,7 +12,6 @@ from .history import rank_history, restore_candidate
 from .objective import run_objective
 from .probe import numerical_probe
 from .profiling import profile_kernel
-from .progress import Progress, report
 from .recording import record, record_run
 from .request import MAX_REPEATS, MAX_WARMUP, kernel_request
 from .results import CaseResult, EvalResult
@@ -22,14 +21,12 @@ __all__ = [
     "MAX_WARMUP",
     "CaseResult",
     "EvalResult",
-    "Progress",
     "kernel_request",
     "numerical_probe",
     "profile_kernel",
     "rank_history",
     "record",
     "record_run",
-    "report",
     "restore_candidate",
     "run_objective",
 ]

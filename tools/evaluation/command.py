@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import UsageError
 from ..execution import Launcher
+from ..progress import Progress, report
 from ..state import STATE, Candidate, Workspace
 from ..task.kinds import CommandKind, kind_of
 from ..task.spec import Objective
@@ -34,7 +35,6 @@ from .command_run import (
     says_failed,
     score_of,
 )
-from .progress import Progress, report
 from .recording import record_run
 
 COMMAND_CASE_SET = CommandKind.full_case_set  # a command task's objective is one fixed case set

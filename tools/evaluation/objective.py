@@ -14,9 +14,10 @@ import secrets
 import time
 
 from ..execution import Launcher
+from ..progress import Progress
 from ..state import Workspace
 from ..task import kind_of
-from .progress import Progress, case_events_progress
+from .progress import case_events_progress
 from .recording import breakdown, record, to_eval_result
 from .request import check_bounds, kernel_request, select_cases
 from .results import EvalResult

@@ -188,7 +188,7 @@ def overview(ws: Workspace, launcher: Launcher, *, recent: int = 5) -> Overview:
         candidate = ws.candidate_hash()
     except UsageError as exc:
         problems.append(str(exc))
-    if kind_of(ws.task).runs_kernel:
+    if kind_of(ws.task).reads_launch_config(ws.task):
         try:
             config = ws.read_config()
         except UsageError as exc:

@@ -23,9 +23,10 @@ from pydantic import BaseModel, Field
 from ..errors import UsageError
 from ..execution import Launcher
 from ..gpu.numerics import NAMES as SUITE_NAMES
+from ..progress import Progress
 from ..state import Workspace
 from ..task import TaskSpec, kind_of
-from .progress import Progress, case_events_progress
+from .progress import case_events_progress
 from .request import kernel_request
 
 

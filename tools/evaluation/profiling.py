@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field
 from ..errors import EnvironmentProblem, UsageError
 from ..execution import Executor, Launcher
 from ..gpu.ncu import NCU_METRICS, parse_ncu_csv
+from ..progress import Progress
 from ..state import Workspace
 from ..task import kind_of
-from .progress import Progress
 
 _FIND_NCU = (
     "command -v ncu || for p in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; "

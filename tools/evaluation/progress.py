@@ -1,6 +1,5 @@
-"""Progress of a tool's work as `progress(done, total, message)` steps: the one callable type
-the servers' MCP progress notifications and the CLI's bar are fed through, and the runner's
-streamed events turned into such steps.
+"""The runner's streamed events turned into `progress(done, total, message)` steps (the one
+`Progress` type and its call are tools/progress.py).
 
 Side of the trust boundary: trusted (host); an event's text is the runner's, shown to the
 agent as feedback only (the guarded verify forwards none of it: tools/integrity/verify.py).
@@ -8,18 +7,9 @@ agent as feedback only (the guarded verify forwards none of it: tools/integrity/
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-Progress = Callable[[float, float, str], Awaitable[None] | None]
-
-
-async def report(progress: Progress | None, done: float, total: float, message: str) -> None:
-    """One progress step to `progress` (a sync or async callable), if there is one."""
-    if progress is not None:
-        maybe = progress(done, total, message)
-        if maybe is not None:
-            await maybe
+from ..progress import Progress, report
 
 
 def case_events_progress(total: int, progress: Progress | None, unit: str = "case"):
@@ -48,4 +38,4 @@ def case_events_progress(total: int, progress: Progress | None, unit: str = "cas
     return on_event
 
 
-__all__ = ["Progress", "case_events_progress", "report"]
+__all__ = ["case_events_progress"]

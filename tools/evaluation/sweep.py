@@ -25,10 +25,11 @@ from pydantic import BaseModel, Field
 from ..errors import UsageError, first_fault
 from ..execution import Launcher, RunnerCall
 from ..execution.disk import stage_full
+from ..progress import Progress
 from ..state import Checkpoints, Workspace
 from ..state import workspace_files as wf
 from ..task import kind_of
-from .progress import Progress, case_events_progress
+from .progress import case_events_progress
 from .request import kernel_request, select_cases
 
 ConfigStatus = Literal["ok", "compile_error", "wrong_result", "timeout", "error"]

@@ -5,8 +5,9 @@ and the health of every host. README.md here says how to add a backend.
 Side of the trust boundary: trusted (the harness it stages is hash-checked on every call).
 """
 
+from .check_hosts import health_check
 from .executor import CommandResult, Executor, LocalExecutor
-from .health import HealthReport, health_check
+from .health import HealthReport
 from .launcher import Launcher, RunnerCall, build_launcher
 from .procgroup import ProcessGroup
 from .staging import RUNNER_FILES, runner_digest

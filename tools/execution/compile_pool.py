@@ -12,7 +12,6 @@ slot's warm worker, under the GPU lock (evaluation/sweep.py, phase 2).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -20,7 +19,8 @@ import anyio
 from ..errors import ExecutorError, first_fault, killed_from_outside, signal_name, signal_of
 from ..gpu import wire
 from ..gpu.sandbox_policy import exit_report, limit_hit
-from ..task.spec import TaskSpec
+from ..progress import Progress, report
+from ..task import TaskSpec
 from .warm import forget_workers
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class CompilePool:
         task: TaskSpec,
         workers: int | None = None,
         timeout_s: float | None = None,
-        progress: Callable[[float, float, str], Awaitable[None] | None] | None = None,
+        progress: Progress | None = None,
     ) -> list[dict[str, Any]] | None:
         """Compile (and check) every config on the pool; one runner sweep entry per config, in
         order. None when the backend cannot keep workers (the caller compiles another way).
@@ -166,16 +166,15 @@ class CompilePool:
                 entries[k] = entry
                 if self.unsupported:
                     return
-                if progress is not None and entry is not None:
+                if entry is not None:
                     done = sum(e is not None for e in entries)
-                    maybe = progress(
+                    await report(
+                        progress,
                         done,
                         len(configs),
                         f"compiled {done} of {len(configs)} configs (config {k + 1}: "
                         f"{entry['status']})",
                     )
-                    if maybe is not None:
-                        await maybe
 
         try:
             async with anyio.create_task_group() as tg:

@@ -19,31 +19,16 @@ from pathlib import Path
 from typing import NamedTuple
 
 import anyio
-from pydantic import BaseModel, Field
 
 from ..errors import ExecutorError
 from ..settings import Settings
 from . import procgroup
+from .command_result import CommandResult
 from .health import HostHealth, probe_host
 from .procgroup import DEVNULL, LineSink, ProcessGroup
 
 # Hears why a call waits before it runs ("waiting for GPU 0 (held by pid N)", "pending: Resources").
 OnWait = Callable[[str], Awaitable[None] | None]
-
-
-class CommandResult(BaseModel):
-    """What one command did. Output is kept whole up to `max_output_bytes`, then its tail."""
-
-    argv: list[str]
-    exit_code: int | None = Field(description="None when killed by timeout or cancel")
-    stdout: str
-    stderr: str
-    duration_s: float
-    timed_out: bool = False
-    host: str = "local"
-
-    def stderr_tail(self, lines: int = 20) -> str:
-        return "\n".join(self.stderr.strip().splitlines()[-lines:])
 
 
 class Executor(ABC):

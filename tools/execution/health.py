@@ -4,27 +4,36 @@ One model (`HostHealth`) and one probe (`probe_host`) for every executor backend
 the executor's own `run`: reachability and command round-trip latency, the harness's Python with
 torch/triton/CUDA (one small `python -c`), GPUs from nvidia-smi (name, driver, memory, clocks;
 a host without nvidia-smi is not an error), free disk under the executor's root in GB (1e9
-bytes). `health_check` adds the runner's own view through a `health` request (device, versions,
-measured copy bandwidth); a GPU slot whose lock is held by a running evaluation is reported busy
-instead of waited for. Every failure comes back classified (an ExecutorError kind and a next
-step), never raised.
+bytes). `health_check` (tools/execution/check_hosts.py) runs it on every host of a launcher.
+Every failure comes back classified (an ExecutorError kind and a next step), never raised.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 from pydantic import BaseModel, Field, computed_field
 
 from ..errors import ExecutorError
+from .command_result import CommandResult
 
-if TYPE_CHECKING:
-    from ..task import TaskSpec
-    from .executor import Executor
-    from .launcher import Launcher, Slot
+
+class ProbeTarget(Protocol):
+    """What the probe needs of an executor (executor.Executor is one; its `health` runs the
+    probe on itself, so this module sits below it)."""
+
+    name: str
+    host: str
+
+    async def connect(self) -> None: ...
+
+    async def run(self, argv: list[str], *, timeout_s: float) -> CommandResult: ...
+
+    def path(self, *parts: str) -> str: ...
+
 
 _SYS = r"""df -Pk -- "$1" | awk 'NR==2 {print $4}'; echo @@
 if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --format=csv,noheader,nounits \
@@ -139,7 +148,7 @@ def parse_smi(text: str) -> list[dict[str, Any]]:
     return gpus
 
 
-async def latency_ms(executor: Executor, samples: int = 3) -> float:
+async def latency_ms(executor: ProbeTarget, samples: int = 3) -> float:
     """Median round trip of `true` through the executor's full command path."""
     times = []
     for _ in range(samples):
@@ -150,7 +159,7 @@ async def latency_ms(executor: Executor, samples: int = 3) -> float:
 
 
 async def probe_host(
-    executor: Executor,
+    executor: ProbeTarget,
     *,
     python: str,
     min_free_disk_gb: float = 1.0,
@@ -173,7 +182,7 @@ async def probe_host(
     return report
 
 
-async def _probe_python(executor: Executor, report: HostHealth, python: str) -> None:
+async def _probe_python(executor: ProbeTarget, report: HostHealth, python: str) -> None:
     try:
         result = await executor.run([python, "-c", _PY_PROBE], timeout_s=120)
     except ExecutorError as exc:
@@ -203,7 +212,7 @@ async def _probe_python(executor: Executor, report: HostHealth, python: str) -> 
         )
 
 
-async def _probe_system(executor: Executor, report: HostHealth, min_free_gb: float) -> None:
+async def _probe_system(executor: ProbeTarget, report: HostHealth, min_free_gb: float) -> None:
     try:
         res = await executor.run(["sh", "-c", _SYS, "sh", executor.path()], timeout_s=60)
     except ExecutorError as exc:
@@ -224,91 +233,10 @@ async def _probe_system(executor: Executor, report: HostHealth, min_free_gb: flo
         report.driver_version = str(report.gpus[0]["driver_version"])
 
 
-async def health_check(
-    launcher: Launcher,
-    task: TaskSpec,
-    *,
-    runner: bool = True,
-    min_free_disk_gb: float = 1.0,
-) -> HealthReport:
-    """Check every executor. `runner=False` skips the runner request (torch import, seconds)."""
-    hosts = []
-    for executor in launcher.executors:
-        slots = [s for s in launcher.slots if s.executor is executor]
-        try:
-            report = await executor.health(
-                python=executor.python(launcher.settings),
-                min_free_disk_gb=min_free_disk_gb,
-                # On this machine the runner's health request below imports torch anyway.
-                python_probe=not executor.on_this_machine,
-            )
-            report.busy_slots = [s.label for s in slots if s.lock.locked()]
-            free = [s for s in slots if not s.lock.locked()]
-            pending = any(n.kind == "pending" for n in report.notes)  # a queued allocation
-            if report.reachable and runner and free and not pending:
-                await _runner_health(launcher, task, free[0], report)
-        except ExecutorError as exc:
-            report = HostHealth(host=executor.host, executor=executor.name, reachable=False)
-            report.add(exc.kind, exc.message, exc.next_step)
-        if report.busy_slots:
-            report.notes.append(
-                Problem(
-                    kind="busy",
-                    message=f"{', '.join(report.busy_slots)} busy with an evaluation now.",
-                    next_step="results of GPU tools queue behind it; this is not a fault",
-                )
-            )
-        hosts.append(report)
-    faults = [p for h in hosts for p in h.problems]
-    ok = all(h.reachable for h in hosts) and not faults
-    parts = []
-    for h in hosts:
-        gpu = h.gpus[0]["name"] if h.gpus else (h.device or "no GPU seen")
-        parts.append(f"{h.host}: {'reachable' if h.reachable else 'UNREACHABLE'}, {gpu}")
-    summary = "; ".join(parts)
-    if faults:
-        summary += f". {len(faults)} problem(s): {faults[0].message} Next: {faults[0].next_step}"
-    return HealthReport(ok=ok, hosts=hosts, summary=summary)
-
-
-async def _runner_health(
-    launcher: Launcher, task: TaskSpec, slot: Slot, report: HostHealth
-) -> None:
-    call = await launcher.call({"mode": "health"}, task=task, slot=slot, timeout_s=120)
-    res = call.result or {}
-    if res.get("status") != "passed":
-        report.add(
-            "remote_env",
-            f"the runner failed its health request: {call.failure()}",
-            "check torch and triton for the runner's python (HARNESSLAB_PYTHON / "
-            "HARNESSLAB_REMOTE_PYTHON)",
-        )
-        return
-    env = res.get("env") or {}
-    report.device = env.get("device")
-    report.interpret = env.get("interpret")
-    report.python_version = report.python_version or env.get("python")
-    report.torch_version = env.get("torch")
-    report.triton_version = env.get("triton")
-    report.cuda_version = env.get("cuda")
-    report.driver_version = report.driver_version or env.get("driver")
-    report.copy_gbps = res.get("copy_gbps")
-    if env.get("interpret"):
-        report.notes.append(
-            Problem(
-                kind="no_gpu",
-                message=f"no CUDA GPU on {report.host}: kernels run on the Triton CPU "
-                "interpreter and timings are not meaningful.",
-                next_step="fine for correctness work; set --gpu-host for real timings",
-            )
-        )
-
-
 __all__ = [
     "HealthReport",
     "HostHealth",
     "Problem",
-    "health_check",
     "latency_ms",
     "parse_smi",
     "probe_host",

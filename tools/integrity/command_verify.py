@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..evaluation import Progress, record_run, report
+from ..evaluation import record_run
 from ..evaluation.command_run import (
     error_fields,
     expand,
@@ -44,6 +44,7 @@ from ..evaluation.command_run import (
     verdict_reason,
 )
 from ..execution import Launcher
+from ..progress import Progress, report
 from ..settings import Settings
 from ..state import Candidate, Workspace, task_files
 from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret

@@ -19,10 +19,11 @@ from typing import Any, Literal
 
 import anyio
 
-from ..evaluation import Progress, kernel_request, record, report
+from ..evaluation import kernel_request, record
 from ..evaluation.results import CaseResult, EnvInfo, EvalResult
 from ..execution import RUNNER_FILES, Launcher, RunnerCall, runner_digest
 from ..gpu.scores import geomean, order_stats, score_of
+from ..progress import Progress, report
 from ..settings import Settings
 from ..state import Checkpoints, Workspace
 from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret

@@ -27,8 +27,8 @@ from ..errors import EnvironmentProblem, ExecutorError, UsageError
 from ..execution.launcher import Launcher, Slot
 from ..gpu import LAB, wire
 from ..state.storage import atomic_write_text
-from ..task.kinds import kind_of
-from ..task.spec import load_task, tasks_root
+from ..task import TaskSpec, kind_of, load_task
+from ..task.spec import tasks_root
 
 LAB_FILES = LAB
 SCHEMA = "harnesslab.lab/1"
@@ -53,18 +53,22 @@ class LabOptions(BaseModel):
 
 
 def kernel_task_names(names: list[str]) -> list[str]:
-    """Validated task names; every shipped kernel task when `names` is empty."""
+    """Validated task names; every shipped task the lab benchmarks when `names` is empty."""
     if not names:
         root = tasks_root()
         names = sorted(p.name for p in root.iterdir() if (p / "task.toml").is_file())
-        return [n for n in names if kind_of(load_task(n)).runs_kernel]
+        return [n for n in names if _in_lab(load_task(n))]
     for name in names:
-        if not kind_of(load_task(name)).runs_kernel:
+        if not _in_lab(task := load_task(name)):
             raise UsageError(
-                f"task {name!r} is a command task; the lab runs kernel tasks.",
-                next_step="pass kernel task names to --tasks",
+                f"task {name!r} is a {task.kind} task; the lab benchmarks kernel tasks.",
+                next_step="pass kernel task names to --tasks, or none for all of them",
             )
     return list(names)
+
+
+def _in_lab(task: TaskSpec) -> bool:
+    return kind_of(task).in_lab(task)
 
 
 def stage_lab(folder: Path, tasks: list[str]) -> Path:

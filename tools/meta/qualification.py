@@ -50,11 +50,12 @@ import anyio
 from ..errors import UsageError
 from ..gpu import wire
 from ..gpu.sandbox_policy import Limits, import_env, import_roots, python_argv
+from ..progress import Progress
 from ..settings import Settings
+from ..state import STATE, Workspace
 from ..state import workspace_files as wf
 from ..state.storage import atomic_write_json, atomic_write_text
 from ..state.trusted_store import private_dir
-from ..state.workspace import STATE, Workspace
 from ..task.spec import tasks_root
 from . import qualify_checks as qc
 from . import qualify_session as qs
@@ -94,7 +95,7 @@ async def qualify(
     dirty_roots: list[Path] | None = None,
     cheats_dir: Path | None = None,
     max_corpus_cheats: int = 3,
-    progress: qc.Progress | None = None,
+    progress: Progress | None = None,
     report_dir: Path | None = None,
     keep_clean_room: bool = False,
     generated: bool | None = None,
@@ -443,7 +444,7 @@ async def qualify_workspace_server(
     settings: Settings,
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    progress: qc.Progress | None = None,
+    progress: Progress | None = None,
     cheats_dir: Path | None = None,
     max_corpus_cheats: int = 3,
 ) -> QualificationReport:

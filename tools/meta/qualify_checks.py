@@ -10,7 +10,6 @@ import json
 import re
 import shlex
 import tempfile
-from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,12 @@ import anyio
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
+from ..progress import Progress, report
 from ..settings import Settings
-from ..state.workspace import STATE, open_workspace
-from ..task.kinds import kind_of
+from ..state import STATE, open_workspace
+from ..task import kind_of
 from .genserver import SKILL_DESCRIPTION_MAX, Manifest, check_server_py
 
-Progress = Callable[[float, float, str], Awaitable[None] | None]
 ACCEPTED = frozenset({"passed", "pass", "accepted", "ok", "success"})
 
 
@@ -47,11 +46,10 @@ class Board:
 
     async def _report(self, check: Check) -> None:
         self.done += 1
-        if self.progress is not None:
-            status = "ok" if check.passed else "FAILED"
-            maybe = self.progress(self.done, max(self.total, self.done), f"{check.name}: {status}")
-            if maybe is not None:
-                await maybe
+        status = "ok" if check.passed else "FAILED"
+        await report(
+            self.progress, self.done, max(self.total, self.done), f"{check.name}: {status}"
+        )
 
     async def add(self, check: Check) -> None:
         self.checks.append(check)
@@ -318,7 +316,7 @@ def cheats_for(
         task = open_workspace(room, settings).task
     except Exception:  # a plain folder: no kernel entry, no cheats apply
         return []
-    if not kind_of(task).runs_kernel:
+    if not kind_of(task).tries_cheats(task):
         return []
     out = [
         Cheat(
@@ -399,7 +397,6 @@ __all__ = [
     "Cheat",
     "Check",
     "Lane",
-    "Progress",
     "cheats_for",
     "child_env",
     "expected_checks",

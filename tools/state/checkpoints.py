@@ -15,20 +15,32 @@ import re
 import shutil
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import UsageError
+from ..task import TaskSpec
 from . import workspace_files as wf
 from .storage import atomic_write_bytes, atomic_write_json, hash_files, require_space
-
-if TYPE_CHECKING:
-    from .workspace import Workspace
 
 HASH_RE = re.compile(r"^[0-9a-f]{6,64}$")
 
 
+class CheckpointedWorkspace(Protocol):
+    """What checkpoints use of a workspace (tools/state/workspace.py's Workspace, which
+    imports what imports this module): the folder and task, where its checkpoints are kept,
+    its editable files now."""
+
+    root: Path
+    task: TaskSpec
+
+    @property
+    def checkpoints_dir(self) -> Path: ...
+
+    def editable_files(self) -> dict[str, bytes]: ...
+
+
 class Checkpoints:
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: CheckpointedWorkspace) -> None:
         self.ws = ws
         self.root = ws.checkpoints_dir
 

@@ -16,29 +16,35 @@ is read as untrusted input (tools/state/workspace_files.py) and nothing in it de
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..catalog import SERVER_NAME_RE
 from ..errors import UsageError
 from . import workspace_files as wf
-from .checkpoints import Checkpoints
+from .checkpoints import CheckpointedWorkspace, Checkpoints
 from .owned_config import OwnedConfig
 from .projection import unproject_server
 from .storage import append_jsonl, atomic_write_json
 from .trusted_store import TrustedStore
 from .workspace_files import STATE
 
-if TYPE_CHECKING:
-    from .workspace import Workspace
-
 MAX_LEGACY_LEDGER_BYTES = 64 << 20
+
+
+class LegacyWorkspace(CheckpointedWorkspace, Protocol):
+    """What the import uses of the workspace that opens it (tools/state/workspace.py): its
+    checkpoints, its trusted store, the history view it refreshes."""
+
+    store: TrustedStore
+
+    def write_history_view(self) -> None: ...
 
 
 def mark_imported(store: TrustedStore, info: dict[str, Any]) -> None:
     atomic_write_json(store.imported_path, {"time": time.time(), **info})
 
 
-def import_legacy(ws: Workspace) -> dict[str, Any]:
+def import_legacy(ws: LegacyWorkspace) -> dict[str, Any]:
     """Import `ws.state` once (see the module docstring); returns what imported.json says."""
     store = ws.store
     info: dict[str, Any] = {"ledger_records": 0, "checkpoints": 0, "skipped": [], "unprojected": []}

@@ -83,6 +83,30 @@ class TaskKind:
         trusted store when it is bound (state/task_files.py): its folder may be anywhere."""
         return None
 
+    # What the lab, qualification, the importers and inspect_context ask of a kind. The
+    # answers here are a candidate no runner imports as a kernel function (a command task's);
+    # a kind that offers more says so (KernelKind; tests/tools/task/test_kinds.py pins each).
+    def reads_launch_config(self, task: TaskSpec) -> bool:
+        """Whether a candidate carries a launch config (task.config_file) the runner reads:
+        inspect_context shows it and what is wrong with it."""
+        return False
+
+    def in_lab(self, task: TaskSpec) -> bool:
+        """Whether the lab (tools/lab/: every strategy and solution of the task timed on the
+        GPU host) benchmarks this task."""
+        return False
+
+    def contract_baseline(self, task: TaskSpec) -> tuple[Path, str] | None:
+        """The shipped baseline file and its entry function that an imported kernel is matched
+        against (same leading parameters: the HarnessGym importer takes this task's reference
+        and cases for it), or None: no imported kernel takes this task's contract."""
+        return None
+
+    def tries_cheats(self, task: TaskSpec) -> bool:
+        """Whether qualification writes its cheats (x.clone() and the integrity corpus's
+        kernels) over the entry file (task.entry_file) and expects the verify to reject each."""
+        return False
+
     def template(self, task: TaskSpec) -> Path | None:
         """The folder a new workspace is copied from (None: only task.md)."""
         raise NotImplementedError
@@ -121,6 +145,18 @@ class KernelKind(TaskKind):
                 "reference.py and task.toml would be the agent's to edit.",
                 next_step="keep the task folder outside the workspace and pass it with --task",
             )
+
+    def reads_launch_config(self, task: TaskSpec) -> bool:
+        return True
+
+    def in_lab(self, task: TaskSpec) -> bool:
+        return True
+
+    def contract_baseline(self, task: TaskSpec) -> tuple[Path, str] | None:
+        return task.workspace_template / task.entry_file, task.entry_function
+
+    def tries_cheats(self, task: TaskSpec) -> bool:
+        return True
 
     def template(self, task: TaskSpec) -> Path | None:
         return task.workspace_template

@@ -18,8 +18,8 @@ from harnesslab.tests.slurm_cluster import Cluster, slurm_settings
 from harnesslab.tools.errors import ExecutorError
 from harnesslab.tools.evaluation.objective import run_objective
 from harnesslab.tools.evaluation.sweep import sweep
+from harnesslab.tools.execution import health_check
 from harnesslab.tools.execution.backends import build_executors
-from harnesslab.tools.execution.health import health_check
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.execution.slurm import SlurmExecutor
 from harnesslab.tools.lab.matrix import LabOptions, run_lab

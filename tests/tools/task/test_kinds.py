@@ -1,6 +1,7 @@
 """Task kinds say what they do, so callers never test the kind: which evaluation a kind refuses
 (`require_runner`, `require_objective`), how its final score reads (`scoring`), whether its
-final verify draws hidden cases, and every per-kind dispatch table in the servers and the loop
+final verify draws hidden cases, what the lab, qualification, the HarnessGym importer and
+inspect_context do with its tasks (ANSWERS: one row per kind), and every per-kind dispatch table in the servers and the loop
 names every kind in KINDS (a new kind that forgets one fails here, not with a KeyError in a
 tool call)."""
 
@@ -107,3 +108,30 @@ def test_a_kernel_tasks_folder_may_not_be_in_the_workspace_a_command_tasks_may(t
     kind_of(kernel).check_folder(kernel, tmp_path)
     command = command_task(tmp_path)
     kind_of(command).check_folder(command, tmp_path.resolve())
+
+
+# A task of each kind, and what the kind answers for it to the lab (`in_lab`), qualification
+# (`tries_cheats`), the HarnessGym importer (`contract_baseline`: the file relative to the task
+# folder) and inspect_context (`reads_launch_config`). A new kind adds a row to both.
+TASK_OF_KIND = {"kernel": lambda tmp_path: load_task("rmsnorm_gate"), "command": command_task}
+ANSWERS = {
+    "kernel": {"reads_launch_config": True, "in_lab": True, "tries_cheats": True,
+               "contract_baseline": ("workspace/kernel.py", "rmsnorm_gate")},
+    "command": {"reads_launch_config": False, "in_lab": False, "tries_cheats": False,
+                "contract_baseline": None},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_each_kind_says_what_the_lab_qualification_importer_and_overview_do(name, tmp_path):
+    task = TASK_OF_KIND[name](tmp_path)
+    kind = kind_of(task)
+    assert kind.name == name
+    contract = kind.contract_baseline(task)
+    assert {
+        "reads_launch_config": kind.reads_launch_config(task),
+        "in_lab": kind.in_lab(task),
+        "tries_cheats": kind.tries_cheats(task),
+        "contract_baseline": contract
+        and (contract[0].relative_to(task.root).as_posix(), contract[1]),
+    } == ANSWERS[name]
