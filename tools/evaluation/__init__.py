@@ -1,4 +1,4 @@
-"""The agent's tools, library half: run the objective (kernel and command tasks), sweep launch
+"""The agent's tools, library half: run the objective (kernel, command and step tasks), sweep launch
 configs, probe numerics, profile with Nsight Compute, rank history and restore, orient.
 
 Side of the trust boundary: trusted host code; dev numbers come from the candidate's own
@@ -9,7 +9,7 @@ harnesslab.tools only (here the name is the module).
 """
 
 from .history import rank_history, restore_candidate
-from .objective import run_objective
+from .objective import run_objective, run_step_objective
 from .probe import numerical_probe
 from .profiling import profile_kernel
 from .progress import Progress, report
@@ -32,4 +32,5 @@ __all__ = [
     "report",
     "restore_candidate",
     "run_objective",
+    "run_step_objective",
 ]

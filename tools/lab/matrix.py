@@ -61,7 +61,7 @@ def kernel_task_names(names: list[str]) -> list[str]:
     for name in names:
         if not kind_of(load_task(name)).runs_kernel:
             raise UsageError(
-                f"task {name!r} is a command task; the lab runs kernel tasks.",
+                f"task {name!r} is a {load_task(name).kind} task; the lab runs kernel tasks.",
                 next_step="pass kernel task names to --tasks",
             )
     return list(names)

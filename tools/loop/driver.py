@@ -131,7 +131,8 @@ async def _score_kernel(
 
 
 # The loop's score per task kind (tools/task/kinds.py KINDS).
-SCORE_BY_KIND = {"kernel": _score_kernel, "command": _score_command}
+# A step task's guarded verify is not built: guarded_verify refuses it (StepKind.require_runner).
+SCORE_BY_KIND = {"kernel": _score_kernel, "command": _score_command, "step": _score_kernel}
 
 
 class Loop:
