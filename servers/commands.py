@@ -193,8 +193,9 @@ def eval_step(ws: Workspace, args: argparse.Namespace, settings: Settings) -> in
     columns = ["trace", "bucket", "checked", "failed", "p50_us", "p95_us", "p99_us",
                "device_p50_us", "launch_overhead_us", "tokens_per_s"]  # fmt: skip
     rows = [
-        [case.name, b.bucket, b.checked_steps, b.failed_steps, b.p50_us, b.p95_us, b.p99_us,
-         b.device_p50_us, b.launch_overhead_us, b.tokens_per_s]
+        [case.name, b.bucket, b.checked_steps, b.failed_steps,
+         *("-" if v is None else round(v, 1) for v in (b.p50_us, b.p95_us, b.p99_us,
+           b.device_p50_us, b.launch_overhead_us, b.tokens_per_s))]
         for case in result.cases for b in case.buckets or []
     ]  # fmt: skip
     print_rows("per-bucket step latency", columns, rows)
