@@ -109,31 +109,6 @@ def test_a_kernel_tasks_folder_may_not_be_in_the_workspace_a_command_tasks_may(t
     kind_of(command).check_folder(command, tmp_path.resolve())
 
 
-STEP_TOML = textwrap.dedent(
-    """
-    name = "dec"
-    summary = "s"
-    kind = "step"
-    entry = "kernel.py:step"
-    editable = ["kernel.py"]
-    dtypes = ["float16"]
-    [tolerances.float16]
-    atol = 0.02
-    rtol = 0.01
-    [step]
-    model = { hidden = 256, heads = 4, kv_heads = 2, layers = 2, max_seq = 128, batch = 2, vocab = 64 }
-    interpreter = { hidden = 64, heads = 4, kv_heads = 2, layers = 2, max_seq = 64, batch = 2, vocab = 64 }
-    [[step.traces]]
-    name = "fixed"
-    dtype = "float16"
-    kind = "fixed"
-    length = 100
-    steps = 8
-    interpreter = { length = 20, steps = 4 }
-    """
-)
-
-
 def test_the_decode_step_task_is_a_step_task_with_gpu_and_interpreter_sizes():
     task = load_task("decode_step")
     kind = kind_of(task)
@@ -165,31 +140,3 @@ def test_a_step_tasks_folder_may_not_be_in_the_workspace():
     task = load_task("decode_step")
     with pytest.raises(UsageError, match="is inside the workspace"):
         kind_of(task).check_folder(task, task.root.resolve().parent)
-
-
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        (("length = 100", "length = 125"), "length \\+ steps is past max_seq 128"),
-        (("length = 20,", "length = 61,"), "\\(interpreter\\): length \\+ steps is past max_seq"),
-        (("steps = 4 }", "steps = 4, vocab = 3 }"), "interpreter may set length"),
-        (
-            (
-                "heads = 4, kv_heads = 2, layers = 2, max_seq = 128",
-                "heads = 3, kv_heads = 3, layers = 2, max_seq = 128",
-            ),
-            "must split into 3 heads",
-        ),
-        (('dtype = "float16"\nkind', 'dtype = "bfloat16"\nkind'), "not one of the task's dtypes"),
-        (("[step]", None), "need a \\[step\\] table"),  # the table and all after it cut
-    ],
-)
-def test_a_step_table_that_no_trace_can_be_built_from_is_refused_where_it_is_parsed(
-    tmp_path, change, message
-):
-    parse_task(STEP_TOML, tmp_path)  # the table as written is valid
-    old, new = change
-    assert old in STEP_TOML
-    text = STEP_TOML[: STEP_TOML.index(old)] if new is None else STEP_TOML.replace(old, new)
-    with pytest.raises(UsageError, match=message):
-        parse_task(text, tmp_path)
