@@ -569,6 +569,7 @@ async def start_run(
     )
     await runner.ready()  # before a workspace or a run folder is created
     ws = prepare_workspace(config.task, config.workspace, settings)
+    kind_of(ws.task).require_final_score(ws.task, "harnesslab run")  # before any run folder
     config = config.model_copy(update={"workspace": ws.root, **task_scoring(ws, config)})
     store = RunStore(ws, run_id or new_run_id())
     if store.state_path.is_file():

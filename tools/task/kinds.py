@@ -92,6 +92,11 @@ class TaskKind:
         """What task.toml lacks for this kind (empty: a valid task)."""
         raise NotImplementedError
 
+    def require_final_score(self, task: TaskSpec, what: str) -> None:
+        """Refuse `what` (the loop, compare) unless this kind's candidates get a final score
+        (the guarded verify; a command task's final objective)."""
+        return None
+
     def require_steps(self, task: TaskSpec, what: str) -> None:
         """Refuse `what` unless this kind's candidate is a decode step the runner runs over
         traces (its step mode: tools/gpu/step_trace.py)."""
@@ -223,14 +228,22 @@ class StepKind(TaskKind):
     """A decode step `step(state, tokens) -> logits` over a resident KV cache (issue 32): the
     runner's step mode runs it over the dev traces of task.toml's `[step]` table (per-bucket
     latency, every step checked). The kernel tools (sweep, probe, profile) and the guarded verify
-    are not built for it yet: require_runner refuses them, saying what the score means."""
+    are not built for it yet: require_runner refuses them (and require_final_score the loop,
+    whose score is the guarded verify), saying what the score means."""
 
     name = "step"
     runs_kernel = False  # not a kernel the lab, qualification's cheats or a sweep can call
     full_case_set = "all"  # run_objective over every dev trace
 
     def require_runner(self, task: TaskSpec, what: str) -> None:
-        raise UsageError(
+        raise self._not_built(task, what)
+
+    def require_final_score(self, task: TaskSpec, what: str) -> None:
+        raise self._not_built(task, f"{what} (scored by the guarded verify)")
+
+    @staticmethod
+    def _not_built(task: TaskSpec, what: str) -> UsageError:
+        return UsageError(
             f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): the "
             f"guarded verify, sweeps, probes and profiles of a decode step are still to come. "
             f"Meanwhile {STEP_SCORE_MEANS}.",

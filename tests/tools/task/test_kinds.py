@@ -140,3 +140,11 @@ def test_a_step_tasks_folder_may_not_be_in_the_workspace():
     task = load_task("decode_step")
     with pytest.raises(UsageError, match="is inside the workspace"):
         kind_of(task).check_folder(task, task.root.resolve().parent)
+
+
+def test_only_the_step_kind_refuses_a_final_score(tmp_path):
+    for task in (load_task("rmsnorm_gate"), command_task(tmp_path)):
+        kind_of(task).require_final_score(task, "harnesslab run")
+    step = load_task("decode_step")
+    with pytest.raises(UsageError, match="harnesslab run \\(scored by the guarded verify\\)"):
+        kind_of(step).require_final_score(step, "harnesslab run")
