@@ -161,6 +161,7 @@ def test_task_list_names_each_task_with_its_kind_and_show_prints_what_task_toml_
     assert "next: harnesslab init --task decode_step" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # 3-8 s: a runner on the interpreter (test_step_objective.py is the fast one)
 def test_a_step_workspace_evals_one_trace_and_verify_refuses_saying_what_the_score_means(
     tmp_path, monkeypatch, capsys
 ):
