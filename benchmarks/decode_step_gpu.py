@@ -7,7 +7,8 @@ overhead, tokens/s. Prints one table last and writes OUT/decode_step.json.
     python benchmarks/decode_step_gpu.py --out DIR [--dtype bfloat16] [--preset small]
     python benchmarks/decode_step_gpu.py --out DIR --dry-run      (CPU: the tiny config, eager)
 
-Presets: `small` is Llama-3.2-1B-shaped (hidden 2048, 32 heads, 8 kv heads, 16 layers) with a
+Presets: `task` is decode_step's task.toml GPU model (what run_objective times); `small` is
+Llama-3.2-1B-shaped (hidden 2048, 32 heads, 8 kv heads, 16 layers) with a
 32000-token vocabulary, batch 8, max_seq 2048 (about 1.4 GB of fp16 weights, a 268 MB cache).
 torch.compile gets the state's tensors marked as static addresses (as gpt-fast's KV cache
 buffers are), so its CUDA graphs replay over them instead of copying them in.
@@ -19,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +34,13 @@ PRESETS = {
     "small": {"hidden": 2048, "heads": 32, "kv_heads": 8, "layers": 16, "max_seq": 2048,
               "batch": 8, "vocab": 32000},
 }  # fmt: skip
+# `task`: the sizes run_objective times on a GPU (task.toml's [step] model).
+PRESETS["task"] = tomllib.loads((TASK_DIR / "task.toml").read_text())["step"]["model"]
 # (buckets, steps per segment, segments per bucket, fixed prompt length, fixed steps) per preset
 TRACES = {
     "tiny": ([8, 16, 32, 64], 4, 2, 20, 16),
     "small": ([256, 512, 1024, 2048], 32, 4, 1000, 128),
+    "task": ([256, 512, 1024, 2048], 32, 4, 1000, 128),
 }
 
 

@@ -349,6 +349,12 @@ PHASES_BY_KIND = {
         "build": autopilot_command.build,
         "repair": autopilot_command.build,
     },
+    # A step task has no launch space yet: the command tasks' strategy runs the objective only.
+    "step": {
+        "attempt": autopilot_command.attempt,
+        "build": autopilot_command.build,
+        "repair": autopilot_command.build,
+    },
 }
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harnesslab.tools.authoring import failed_check
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.evaluation import run_objective
+from harnesslab.tools.evaluation import run_objective, run_step_objective
 from harnesslab.tools.execution import build_launcher
 from harnesslab.tools.integrity import guarded_verify
 from harnesslab.tools.integrity.verdict_view import public_result, public_verdict
@@ -23,7 +23,7 @@ from harnesslab.tools.task import kind_of, list_tasks
 from .cli_progress import CliProgress
 from .cli_support import add_executor_args, command, run_async
 from .command_report import eval_command, verify_command
-from .report import print_eval
+from .report import print_eval, print_rows
 
 
 def workspace_args(p: argparse.ArgumentParser) -> None:
@@ -172,6 +172,36 @@ def eval_kernel(ws: Workspace, args: argparse.Namespace, settings: Settings) -> 
     return 0 if result.status == "passed" else 1
 
 
+def eval_step(ws: Workspace, args: argparse.Namespace, settings: Settings) -> int:
+    """A step task's dev traces (--cases names traces): the per-trace rows, then each trace's
+    per-bucket table."""
+    traces = [c.strip() for c in args.cases.split(",")] if args.cases else None
+
+    async def go(progress: CliProgress):
+        launcher = build_launcher(settings)
+        try:
+            return await run_step_objective(ws, launcher, traces=traces, progress=progress)
+        finally:
+            await launcher.aclose()
+
+    with CliProgress("eval") as progress:
+        result = run_async(go, progress)
+    if args.json:
+        print(result.model_dump_json())
+        return 0 if result.status == "passed" else 1
+    print_eval(result, "eval (dev traces)")
+    columns = ["trace", "bucket", "checked", "failed", "p50_us", "p95_us", "p99_us",
+               "device_p50_us", "launch_overhead_us", "tokens_per_s"]  # fmt: skip
+    rows = [
+        [case.name, b.bucket, b.checked_steps, b.failed_steps,
+         *("-" if v is None else round(v, 1) for v in (b.p50_us, b.p95_us, b.p99_us,
+           b.device_p50_us, b.launch_overhead_us, b.tokens_per_s))]
+        for case in result.cases for b in case.buckets or []
+    ]  # fmt: skip
+    print_rows("per-bucket step latency", columns, rows)
+    return 0 if result.status == "passed" else 1
+
+
 def _verify_args(p: argparse.ArgumentParser) -> None:
     workspace_args(p)
     p.add_argument("--rotate", action="store_true", help="draw a new hidden case set (new secret)")
@@ -222,5 +252,6 @@ def verify_kernel(ws: Workspace, args: argparse.Namespace, settings: Settings) -
 
 
 # What `eval` and `verify` run, per task kind (tools/task/kinds.py KINDS).
-EVAL_BY_KIND = {"kernel": eval_kernel, "command": eval_command}
-VERIFY_BY_KIND = {"kernel": verify_kernel, "command": verify_command}
+# A step task's guarded verify is not built: guarded_verify refuses it (StepKind.require_runner).
+EVAL_BY_KIND = {"kernel": eval_kernel, "command": eval_command, "step": eval_step}
+VERIFY_BY_KIND = {"kernel": verify_kernel, "command": verify_command, "step": verify_kernel}

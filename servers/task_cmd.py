@@ -1,4 +1,5 @@
-"""`harnesslab task new` and `harnesslab task import-kernelbench`: a kernel task from the user's
+"""`harnesslab task list` and `task show` (the shipped tasks; one task's settings as parsed), and
+`harnesslab task new` and `harnesslab task import-kernelbench`: a kernel task from the user's
 own PyTorch reference (tools/authoring/task_new.py) or from KernelBench-format files
 (tools/authoring/kernelbench.py), each checked once by running its baseline against its reference.
 Every file gets a row (written and its baseline's outcome, or refused and why), printed as a
@@ -20,12 +21,18 @@ from harnesslab.tools.authoring import (
     write_task,
 )
 from harnesslab.tools.settings import Settings
+from harnesslab.tools.task import list_tasks, load_task
 
 from .cli_support import add_executor_args, command, run_async
 
 
 def _args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="task_command", metavar="ACTION", required=True)
+    listed = sub.add_parser("list", help="the shipped tasks: name, kind, summary")
+    listed.add_argument("--json", action="store_true", help="print the rows as JSON")
+    show = sub.add_parser("show", help="one task's settings (a shipped name or a task folder)")
+    show.add_argument("task", help="a task name or a task folder")
+    show.add_argument("--json", action="store_true", help="print the settings as JSON")
     new = sub.add_parser("new", help="a task folder from FILE.py:FUNCTION, a PyTorch reference")
     new.add_argument("name", help="task name (lowercase letters, digits, _ and -)")
     new.add_argument("--reference", required=True, help="FILE.py:FUNCTION, the PyTorch reference")
@@ -80,6 +87,32 @@ def _args(p: argparse.ArgumentParser) -> None:
     kb.add_argument("--no-check", action="store_true", help="skip the baseline runs")
     kb.add_argument("--json", action="store_true", help="print the rows as JSON")
     add_executor_args(kb)
+
+
+def _list(args: argparse.Namespace) -> int:
+    rows = [load_task(name) for name in list_tasks()]
+    if args.json:
+        print(json.dumps([{"name": t.name, "kind": t.kind, "summary": t.summary} for t in rows]))
+        return 0
+    width = max(len(t.name) for t in rows)
+    for t in rows:
+        print(f"{t.name:<{width}}  {t.kind:<7}  {t.summary}")
+    print("next: harnesslab task show NAME, or harnesslab init --task NAME -w WORKSPACE")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    """task.toml as parsed: the fields it sets (a kind's own tables included), nothing else."""
+    task = load_task(args.task)
+    fields = task.model_dump(mode="json", exclude_defaults=True, exclude={"root"})
+    if args.json:
+        print(json.dumps({**fields, "root": str(task.root)}))
+        return 0
+    for key, value in fields.items():
+        print(f"{key}: {value if isinstance(value, str) else json.dumps(value)}")
+    print(f"folder: {task.root}")
+    print(f"next: harnesslab init --task {args.task} -w WORKSPACE")
+    return 0
 
 
 def _new(args: argparse.Namespace, dtypes: list[str]) -> TaskRow:
@@ -160,12 +193,15 @@ def _summary(rows: list[TaskRow]) -> dict[str, int]:
 
 @command(
     "task",
-    "Make kernel tasks: `task new NAME --reference FILE.py:FN` from your own PyTorch function, "
+    "List and show tasks (`task list`, `task show NAME`); make kernel tasks: `task new NAME "
+    "--reference FILE.py:FN` from your own PyTorch function, "
     "`task import-kernelbench FILE.py|FOLDER` from KernelBench-format problems (one row per "
     "file: written and its baseline checked, or refused and why).",
     _args,
 )
 def cmd_task(args: argparse.Namespace, settings: Settings) -> int:
+    if args.task_command in ("list", "show"):
+        return _list(args) if args.task_command == "list" else _show(args)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if args.task_command == "new":
         rows = [_new(args, dtypes)]

@@ -10,7 +10,7 @@ from collections import Counter
 from mcp.server.mcpserver import Context
 
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.evaluation import numerical_probe, run_objective
+from harnesslab.tools.evaluation import numerical_probe, run_objective, run_step_objective
 from harnesslab.tools.evaluation.command import run_command_objective
 from harnesslab.tools.evaluation.history import HistoryPage, rank_history, restore_candidate
 from harnesslab.tools.evaluation.overview import Overview, overview
@@ -147,6 +147,39 @@ async def _kernel_objective(
         wall_s=res.wall_s,
         phases_s={k: round(v, 4) for k, v in res.phases_s.items()},
         next_step=_objective_next(res.status, res.is_new_best, kernel=True),
+    )
+
+
+async def _step_objective(
+    state: ServerState, args: ObjectiveIn, ctx: Context | None
+) -> ObjectiveOut:
+    """A step task's dev traces on the runner (evaluation/objective.py run_step_objective):
+    a row per trace, its per-bucket table in `buckets`."""
+    ws = state.workspace
+    res = await run_step_objective(ws, state.launcher, traces=args.cases, progress=reporter(ctx))
+    if res.status != "passed":
+        nxt = "read reason (which step, which pass), fix kernel.py, or restore_best_checkpoint"
+    else:  # the guarded verify of a step task refuses: tools/task/kinds.py StepKind
+        nxt = "keep optimizing kernel.py; rank_history ranks the dev runs (no guarded verify of " \
+              "step tasks yet: this score is dev feedback)"  # fmt: skip
+    return ObjectiveOut(
+        status=res.status,
+        score=res.score_us,
+        score_unit=kind_of(ws.task).score_label(ws.task, "dev"),
+        meaningful=res.meaningful,
+        candidate=res.candidate,
+        record_id=res.record_id,
+        best_score=res.best_score_us,
+        delta_vs_best_pct=res.delta_vs_best_pct,
+        is_new_best=res.is_new_best,
+        reason=res.reason,
+        cases=res.cases[:MAX_CASES_SHOWN],
+        device=res.env.device,
+        host=res.env.host or "",
+        gpu_index=res.env.gpu_index,
+        wall_s=res.wall_s,
+        phases_s={k: round(v, 4) for k, v in res.phases_s.items()},
+        next_step=nxt,
     )
 
 
@@ -314,8 +347,13 @@ async def _verify_command(state: ServerState, args: VerifyIn, ctx: Context | Non
 
 # What run_objective and guarded_final_verify do, per task kind (tools/task/kinds.py KINDS; a new
 # kind adds its entries here: tests/servers/test_task_tools_kinds.py checks every kind has one).
-OBJECTIVE_BY_KIND = {"kernel": _kernel_objective, "command": _command_objective}
-VERIFY_BY_KIND = {"kernel": _verify_kernel, "command": _verify_command}
+# A step task's guarded verify is not built: guarded_verify refuses it (StepKind.require_runner).
+OBJECTIVE_BY_KIND = {
+    "kernel": _kernel_objective,
+    "command": _command_objective,
+    "step": _step_objective,
+}
+VERIFY_BY_KIND = {"kernel": _verify_kernel, "command": _verify_command, "step": _verify_kernel}
 
 
 async def _history(state: ServerState, args: HistoryIn, ctx: Context | None) -> HistoryPage:
@@ -383,7 +421,9 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "so far. Costs one runner session: ~1 s per case on a GPU (a few s on the CPU "
             "interpreter, where timings are not meaningful). Progress per case. Command tasks run "
             "their dev objective command instead (warmup/repeats/cases only where the command "
-            "takes them; a failure's reason quotes its JSON error fields). Next: "
+            "takes them; a failure's reason quotes its JSON error fields). Step tasks run their "
+            "decode step over the dev traces (cases names traces): every step checked, a row "
+            "per trace with p50/p95/p99 and tokens/s per sequence-length bucket. Next: "
             "guarded_final_verify on a new best, "
             "numerical_probe on a failure."
         ),

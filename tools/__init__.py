@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         rank_history,
         restore_candidate,
         run_objective,
+        run_step_objective,
     )
     from .evaluation.command import run_command_objective
     from .evaluation.overview import overview
@@ -65,6 +66,7 @@ _NAMES = {
     "restore_candidate": "evaluation",
     "run_command_objective": "evaluation.command",
     "run_objective": "evaluation",
+    "run_step_objective": "evaluation",
     "sweep": "evaluation.sweep",
 }
 __getattr__, __dir__ = lazy_surface(__name__, _NAMES)
@@ -179,5 +181,6 @@ __all__ = [
     "restore_candidate",
     "run_command_objective",
     "run_objective",
+    "run_step_objective",
     "sweep",
 ]

@@ -1,17 +1,23 @@
 """decode_step's trace objective on a real GPU (tests/gpu/conftest.py marks these gpu and skips
 them without one): the eager baseline over the tiny config's dynamic trace passes every pass's
 check, and the CUDA path reports device time and launch overhead for every bucket (the CPU path
-cannot: tests/tasks/test_decode_step.py). benchmarks/decode_step_gpu.py times real sizes."""
+cannot: tests/tasks/test_decode_step.py); run_objective on a decode_step workspace passes at
+task.toml's GPU sizes. benchmarks/decode_step_gpu.py times real sizes."""
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
 
+import anyio
 import torch
 
+from harnesslab.tools.evaluation import run_step_objective
+from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.gpu import step_trace
 from harnesslab.tools.gpu.runner import load_module
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.workspace import init_workspace
 
 TASK = Path(str(resources.files("harnesslab.tasks"))) / "decode_step"
 
@@ -27,3 +33,28 @@ def test_the_eager_step_on_a_gpu_is_correct_and_timed_per_bucket_with_device_tim
     assert result["meaningful"] and [row["bucket"] for row in result["buckets"]] == [8, 16, 32, 64]
     for row in [*result["buckets"], result["total"]]:
         assert row["device_p50_us"] > 0 and row["launch_overhead_us"] is not None
+
+
+def test_run_objective_on_a_decode_step_workspace_passes_at_the_task_toml_sizes(tmp_path):
+    """The runner's step mode on a GPU, end to end (launcher, sandbox, CUDA): the eager
+    baseline at task.toml's GPU sizes passes every dev trace within its tolerances (measured at
+    the interpreter's sizes only, until this runs) and every bucket has its device time."""
+    settings = Settings(state_dir=tmp_path / "state")
+    ws = init_workspace("decode_step", tmp_path / "ws", settings)
+
+    async def go():
+        launcher = Launcher(settings)
+        try:
+            with anyio.fail_after(600):
+                return await run_step_objective(ws, launcher, seed=1)
+        finally:
+            await launcher.aclose()
+
+    res = anyio.run(go)
+    assert res.status == "passed", res.reason
+    assert res.meaningful
+    for case in res.cases:
+        print(case.name, [b.model_dump(exclude_none=True) for b in case.buckets or []])
+        for row in case.buckets or []:
+            assert row.failed_steps == 0 and row.steps == row.checked_steps > 0
+            assert row.device_p50_us and row.device_p50_us > 0

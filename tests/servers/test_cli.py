@@ -147,3 +147,30 @@ def test_token_env_without_url_is_an_error_that_says_what_to_add(tmp_path, capsy
 def test_approve_without_write_is_an_error(tmp_path, capsys):
     assert cli_main(["config", "codex", "-w", str(tmp_path), "--approve"]) == 2
     assert "--approve goes with --write" in capsys.readouterr().err
+
+
+def test_task_list_names_each_task_with_its_kind_and_show_prints_what_task_toml_sets(capsys):
+    assert cli_main(["task", "list", "--json"]) == 0
+    kinds = {row["name"]: row["kind"] for row in json.loads(capsys.readouterr().out)}
+    assert kinds["decode_step"] == "step" and kinds["rmsnorm_gate"] == "kernel"
+    assert cli_main(["task", "show", "decode_step", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["kind"] == "step" and shown["step"]["interpreter"]["layers"] == 2
+    assert "dev_cases" not in shown  # only what task.toml sets
+    assert cli_main(["task", "show", "decode_step"]) == 0
+    assert "next: harnesslab init --task decode_step" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # 3-8 s: a runner on the interpreter (test_step_objective.py is the fast one)
+def test_a_step_workspace_evals_one_trace_and_verify_refuses_saying_what_the_score_means(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("HARNESSLAB_STATE_DIR", str(tmp_path / "state"))
+    ws = str(tmp_path / "ws")
+    assert cli_main(["init", "-w", ws, "--task", "decode_step"]) == 0
+    assert cli_main(["eval", "-w", ws, "--cases", "fixed_fp16"]) == 0
+    out = capsys.readouterr().out
+    assert "per-bucket step latency" in out and "fixed_fp16" in out
+    assert cli_main(["verify", "-w", ws]) == 2
+    err = capsys.readouterr().err
+    assert "guarded_final_verify is not built for step tasks yet" in err and "dev feedback" in err

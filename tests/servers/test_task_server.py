@@ -25,6 +25,7 @@ from harnesslab.servers.task_server import build_task_server
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.state.ledger import Ledger
+from harnesslab.tools.state.workspace import init_workspace
 
 from .support import (
     SMALL,
@@ -306,6 +307,36 @@ async def test_a_command_task_serves_generic_tools_verifies_and_refuses_kernel_o
         assert not verified.is_error, text_of(verified)
         assert verified.structured_content["verdict"] == "passed"
         assert verified.structured_content["score"] == 20.0
+    await state.aclose()
+
+
+@pytest.mark.slow  # ~7 s: a runner on the interpreter; the library test is faster
+async def test_a_step_task_serves_its_trace_table_and_refuses_the_kernel_tools_and_the_verify(
+    tmp_path,
+):
+    ws = init_workspace("decode_step", tmp_path / "ws", settings(tmp_path))
+    state = state_for(ws.root, tmp_path)
+    async with Client(build_task_server(state)) as client:
+        res = await call(client, "run_objective", {"cases": ["fixed_fp16"]})
+        assert not res.is_error, text_of(res)
+        out = res.structured_content
+        assert out["status"] == "passed" and out["score_unit"].startswith("us (sum over the dev")
+        (case,) = out["cases"]
+        assert [b["bucket"] for b in case["buckets"]] == [64, "all"]
+        assert case["buckets"][-1]["p50_us"] == case["median_us"] == out["score"]
+        ctx = await call(client, "inspect_context")
+        task = ctx.structured_content["task"]
+        assert task["kind"] == "step" and set(task["dev_traces"]) == {
+            "fixed_fp16", "dynamic_fp16", "dynamic_bf16"
+        }  # fmt: skip
+        rank = await call(client, "rank_history")
+        assert rank.structured_content["best"]["candidate"] == out["candidate"]
+        for tool in ("sweep_kernel_config", "numerical_probe", "profile_kernel"):
+            refused = await call(client, tool)
+            assert refused.is_error and "kernel tasks" in text_of(refused), text_of(refused)
+        verify = await call(client, "guarded_final_verify")
+        assert verify.is_error and "not built for step tasks yet" in text_of(verify)
+        assert "dev feedback" in text_of(verify)
     await state.aclose()
 
 

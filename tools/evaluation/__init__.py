@@ -1,4 +1,4 @@
-"""The agent's tools, library half: run the objective (kernel and command tasks), sweep launch
+"""The agent's tools, library half: run the objective (kernel, command and step tasks), sweep launch
 configs, probe numerics, profile with Nsight Compute, rank history and restore, orient.
 
 Side of the trust boundary: trusted host code; dev numbers come from the candidate's own
@@ -9,7 +9,7 @@ harnesslab.tools only (here the name is the module).
 """
 
 from .history import rank_history, restore_candidate
-from .objective import run_objective
+from .objective import run_objective, run_step_objective
 from .probe import numerical_probe
 from .profiling import profile_kernel
 from .recording import record, record_run
@@ -29,4 +29,5 @@ __all__ = [
     "record_run",
     "restore_candidate",
     "run_objective",
+    "run_step_objective",
 ]

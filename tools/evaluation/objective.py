@@ -1,4 +1,5 @@
-"""run_objective's library half: evaluate the workspace as it is on the dev cases.
+"""run_objective's library half: evaluate the workspace as it is on the dev cases (a step task:
+on its dev traces, `run_step_objective`).
 
 snapshot the candidate (editable files, content hash: Workspace.snapshot) -> the runner request
 (request.py) -> runner on an executor slot -> EvalResult, ledger append + checkpoint
@@ -19,7 +20,7 @@ from ..state import Workspace
 from ..task import kind_of
 from .progress import case_events_progress
 from .recording import breakdown, record, to_eval_result
-from .request import check_bounds, kernel_request, select_cases
+from .request import check_bounds, kernel_request, select_cases, select_traces
 from .results import EvalResult
 
 
@@ -69,4 +70,39 @@ async def run_objective(
     return result
 
 
-__all__ = ["run_objective"]
+async def run_step_objective(
+    ws: Workspace,
+    launcher: Launcher,
+    *,
+    traces: list[str] | None = None,
+    seed: int | None = None,
+    progress: Progress | None = None,
+    save: bool = True,
+) -> EvalResult:
+    """run_objective on a step task: the candidate's step over the dev traces (all, or `traces`
+    by name) in the runner's step mode (gpu/step_trace.py); one row per trace with its
+    per-bucket table, recorded like every dev run (rank_history and restore_best_checkpoint
+    read it). The score: the sum over the traces of the p50 step latency."""
+    kind_of(ws.task).require_steps(ws.task, "run_objective's step traces")
+    t_begin = time.perf_counter()
+    candidate = ws.snapshot()
+    selected = select_traces(ws, traces)
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    step = ws.task.step.request(traces) if ws.task.step is not None else {}
+    request = kernel_request(ws, launcher, candidate, "step", seed=seed, step=step)
+    call = await launcher.call(
+        request, task=ws.task, on_event=case_events_progress(len(selected), progress)
+    )
+    t_call = time.perf_counter()
+    if (fault := call.fault()) is not None:  # the host's, not the candidate's: no record
+        raise fault
+    result = to_eval_result(call, selected, candidate=candidate.digest, config={}, mode="dev",
+                            seed=seed)  # fmt: skip
+    if save:
+        record(ws, result, candidate, case_set="all" if not traces else ",".join(sorted(traces)))
+    result.phases_s = breakdown(call, snapshot_s=t_call - t_begin - sum(call.phases_s.values()),
+                                result_s=time.perf_counter() - t_call)  # fmt: skip
+    return result
+
+
+__all__ = ["run_objective", "run_step_objective"]

@@ -159,8 +159,21 @@ def _command_fields(t: TaskSpec) -> dict[str, Any]:
     )
 
 
+def _step_fields(t: TaskSpec) -> dict[str, Any]:
+    """What an agent needs of a step task: its entry, tolerances, sizes and dev traces."""
+    step = t.step
+    return dict(
+        entry=t.entry,
+        tolerances={k: f"atol={v.atol:g} rtol={v.rtol:g}" for k, v in t.tolerances.items()},
+        model=step.model.model_dump() if step else None,
+        interpreter_model=step.interpreter.model_dump() if step else None,
+        dev_traces={x.name: f"{x.kind} {x.dtype}" for x in step.traces} if step else {},
+        score=kind_of(t).score_label(t, "dev"),
+    )
+
+
 # inspect_context's task fields per task kind (tools/task/kinds.py KINDS).
-TASK_FIELDS_BY_KIND = {"kernel": _kernel_fields, "command": _command_fields}
+TASK_FIELDS_BY_KIND = {"kernel": _kernel_fields, "command": _command_fields, "step": _step_fields}
 
 
 def _shape(shape: dict[str, int], dtype: str) -> str:
@@ -265,7 +278,11 @@ def _next_kernel(best_dev: dict[str, Any] | None, best_final: dict[str, Any] | N
 
 
 # After a passing evaluation, what to do next, per task kind (tools/task/kinds.py KINDS).
-NEXT_BY_KIND = {"kernel": _next_kernel, "command": _next_command}
+def _next_step(best_dev: dict[str, Any] | None, best_final: dict[str, Any] | None) -> str:
+    return "edit kernel.py (fuse, capture CUDA graphs per bucket) and call run_objective"
+
+
+NEXT_BY_KIND = {"kernel": _next_kernel, "command": _next_command, "step": _next_step}
 
 
 __all__ = ["HistoryEntry", "Overview", "overview", "task_summary"]

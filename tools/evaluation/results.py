@@ -8,6 +8,27 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 
+class StepBucket(BaseModel):
+    """One row of a step task's per-bucket table: the steps of one trace whose longest context
+    fits `bucket` ("all": the whole trace). Latencies are per decode step, from the timed pass;
+    correctness from the checked pass (stale KV slots poisoned)."""
+
+    bucket: int | str
+    checked_steps: int = Field(description="steps of the checked pass in this bucket")
+    failed_steps: int = Field(description="of those, steps whose logits were wrong or raised")
+    steps: int = Field(description="timed steps (0: the checked pass failed, nothing timed)")
+    p50_us: float | None = None
+    p95_us: float | None = None
+    p99_us: float | None = None
+    host_p50_us: float | None = Field(default=None, description="the host's time in step()")
+    device_p50_us: float | None = Field(
+        default=None, description="the stream primed so launches queue up: device time alone"
+    )
+    device_p95_us: float | None = None
+    launch_overhead_us: float | None = Field(default=None, description="p50 minus device p50")
+    tokens_per_s: float | None = None
+
+
 class CaseResult(BaseModel):
     name: str
     dtype: str
@@ -42,6 +63,11 @@ class CaseResult(BaseModel):
     )
     median_ci_rel: float | None = Field(
         default=None, description="95% confidence half-width of the median, relative to it"
+    )
+    buckets: list[StepBucket] | None = Field(
+        default=None,
+        description="a step task's trace: its per-bucket table, the whole trace last; "
+        "median_us is the trace's p50 step latency",
     )
 
 
@@ -96,4 +122,4 @@ class EvalResult(BaseModel):
         return [c.model_dump(exclude_none=True) for c in self.cases]
 
 
-__all__ = ["CaseResult", "EnvInfo", "EvalResult"]
+__all__ = ["CaseResult", "EnvInfo", "EvalResult", "StepBucket"]

@@ -11,8 +11,9 @@ Side of the trust boundary: sandbox.py (with sandbox_policy.py, the typed policy
 way to start it, sandbox_confine.py, sandbox_limits.py and sandbox_mounts.py) is trusted up to
 the exec of its target; runner.py (dev modes; with timing.py, scores.py, correctness.py, failures.py) runs
 inside sandbox.py with the candidate; guard.py, guard_kid.py, guard_gpu.py, guard_schema.py and replay.py are the
-guarded verify's trusted side; guard_child.py is the candidate's process; step_trace.py (STEP, not staged yet) is the
-decode-step objective, trusted but calling the candidate's step in its process; modelnew.py (a
+guarded verify's trusted side; guard_child.py is the candidate's process; step_trace.py is a
+step task's dev objective (the runner's step mode), run inside sandbox.py with the candidate's
+step like the runner, so what it reports is dev feedback, never a verdict; modelnew.py (a
 KernelBench `ModelNew` class as the entry) and harnesslab_cuda.py (with nvrtc.py and
 cuda_source.py, imported by a CUDA kernel.py) run where the candidate runs.
 """
@@ -43,6 +44,7 @@ STAGED = (
     "replay.py",
     "numerics.py",
     "modelnew.py",
+    "step_trace.py",  # a step task's dev traces (the runner's step mode)
     # CUDA C++ candidates: the launcher kernel.py imports, NVRTC, the source reader.
     "harnesslab_cuda.py",
     "nvrtc.py",
@@ -53,8 +55,5 @@ LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "failures.py", "
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.
 TASK = ("declared.py",)
-# The decode-step objective (issue 32): staged with the step task kind once it is wired; until
-# then tests and benchmarks import it on the host. Held to the staged files' import rule.
-STEP = ("step_trace.py",)
 
-__all__ = ["FOLDER", "LAB", "STAGED", "STEP", "TASK"]
+__all__ = ["FOLDER", "LAB", "STAGED", "TASK"]

@@ -4,7 +4,8 @@ reference (correctness per case, then timing).
 Self-contained on purpose: it needs only the standard library, torch and triton, because the
 toolkit copies it with its staged siblings to the GPU host (hash-checked) for every run. It
 never imports harnesslab. Side of the trust boundary: in dev modes it runs inside sandbox.py
-with the candidate; in the guarded verify (mode "verify") it hands over to guard.py. Usage:
+with the candidate; in the guarded verify (mode "verify") it hands over to guard.py. A step
+task's dev traces (mode "step") run through step_trace.py, in the same sandboxed process. Usage:
 
     python runner.py REQUEST.json      one request, JSON events on stdout
     python runner.py --worker          warm worker: one JSON request per stdin line
@@ -60,13 +61,14 @@ if __name__ == "__main__":  # the staged runner (not a module the lab loads by p
     # the hash-checked source): the harness imports its siblings from source, -B writes none.
     shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
 if TYPE_CHECKING or __package__:  # the sibling import rule (above)
-    from . import correctness, failures, scores, timing
+    from . import correctness, failures, scores, step_trace, timing
 else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import correctness
     import failures
     import scores
+    import step_trace
     import timing
 
 # The names the lab, the benchmarks and guard.py (handed this module) use from here.
@@ -316,6 +318,29 @@ class Evaluator:
             "phases_s": dict(self.phases),
         }
 
+    def step_traces(self) -> dict[str, Any]:
+        """A step task's dev traces (step_trace.objective): the candidate's step(state, tokens)
+        run over the task's [step] traces, every step checked against the reference."""
+        started = time.perf_counter()
+        try:
+            with self.phases("load"):
+                fn, cand_dir = self.load_candidate(self.req["candidate_dir"])
+        except Exception as exc:
+            reason = f"import failed: {failures.one_line(exc, str(self.req['candidate_dir']))}"
+            rows = [{"name": t["name"], "dtype": t["dtype"], "passed": False, "status": "error",
+                     "reason": reason} for t in self.req["step"]["traces"]]  # fmt: skip
+            for r in rows:
+                emit({"event": "case", **r})
+            result: dict[str, Any] = {"status": "failed", "score_us": None, "cases": rows,
+                                      "reason": reason}  # fmt: skip
+        else:
+            with self.phases("traces"):
+                result = step_trace.objective(
+                    self.torch, self.ref, fn, self.req, interpret=self.interpret,
+                    device=self.env.device, emit=emit, candidate_dir=cand_dir,
+                )  # fmt: skip
+        return {**result, "wall_s": time.perf_counter() - started, "phases_s": dict(self.phases)}
+
     def sweep(self) -> dict[str, Any]:
         """Evaluate every config in req['configs']; one bad config never fails the sweep.
         Ranking needs fewer samples than a score: unless the request says otherwise, each
@@ -469,6 +494,8 @@ def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
         ev = Evaluator(env, req)
         if mode == "evaluate":
             result = ev.evaluate(req["candidate_dir"], req.get("config"))
+        elif mode == "step":  # a step task's dev traces
+            result = ev.step_traces()
         elif mode == "sweep":
             result = ev.sweep()
         elif mode == "probe":

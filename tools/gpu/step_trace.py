@@ -1,13 +1,15 @@
 """Decode-step traces and their objective: per-step latency per sequence-length bucket, and every
 step's logits (and the KV cache after the trace) checked against the task's reference.
 
-Staged-style (standard library + torch, never harnesslab): with the step task kind (issue 32) it
-will be staged to the GPU host beside runner.py and run there by the runner's step mode, the
-task's reference.py loaded by path (tasks/decode_step/reference.py: Config, new_state, prefill,
-advance, reference_step, TOLERANCES). It is not in tools/gpu's STAGED list yet (STEP there);
-until then tests and benchmarks import it on the host. Side of the trust boundary: trusted code,
-but this driver calls the candidate's step in its own process: what it returns is dev-mode
-evidence. The guarded verify must run the step sandboxed and replay it on the trusted side.
+Staged (tools/gpu STAGED; standard library + torch, never harnesslab): the runner's step mode
+(`objective`) runs a step task's dev traces with it, the task's reference.py loaded by path
+(tasks/decode_step/reference.py: Config, new_state, prefill, advance, reference_step,
+TOLERANCES); tests and the benchmark import it on the host too. Side of the trust boundary:
+written as trusted code, but it runs in the runner's sandboxed process and calls the
+candidate's step there, in the same interpreter: a candidate can rebind anything here (the
+reference, the comparison, the clock), so what it reports is dev feedback, never evidence. No
+guarded verify of a step task exists yet (it must run the step in a process of its own and check
+or replay its work on the trusted side); the step kind refuses one (tools/task/kinds.py).
 
 A trace is JSON-able: {"name", "kind": "fixed" | "dynamic", "seed", "buckets": [bound, ...],
 "segments": [{"lengths": [int | None per sequence], "prompt_seeds": [...], "tokens": [[batch
@@ -40,11 +42,14 @@ from typing import TYPE_CHECKING, Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import correctness
+    from . import correctness, failures, scores
 else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import correctness
+    import failures
+    import scores
+failures_mod = failures  # _one_pass and _run name their failure lists `failures`
 
 POISON = 512.0  # stale values: exact in fp16/bf16; a stale slot's weight of 1e-3 moves out by 0.5
 MAX_FAILURES = 8  # failures reported per run (any one fails it)
@@ -204,26 +209,30 @@ def _one_pass(torch, ref, step, states, trace, variant: int, *, kind: str, tol, 
     cache_ptr = state.kv_cache.data_ptr()
     for s in states:
         _reset(s)
-    records: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []  # per step: its bucket, and its times once it returned
 
     def fail(what: str, reason: str) -> None:
-        failures.append({"pass": kind, "step": len(records), "what": what, "reason": reason})
+        at = records[-1] if records and what != "kv_cache" else {}
+        failures.append({"pass": kind, "step": at.get("step"), "bucket": at.get("bucket"),
+                         "what": what, "reason": reason})  # fmt: skip
 
-    for prompts, toks in _schedule(trace, variant, config.vocab):
+    for index, (prompts, toks) in enumerate(_schedule(trace, variant, config.vocab)):
         for b, length, seed in prompts:
             for s in states:
                 ref.prefill(s, b, length, seed)
         expected = list(truth.host_lengths)
-        bucket = bucket_of(max(expected) + 1, trace["buckets"])
+        records.append({"step": index, "bucket": bucket_of(max(expected) + 1, trace["buckets"])})
         if kind == "check":
             _poison_stale(torch, state, expected)
         tokens = torch.tensor(toks, dtype=torch.long, device=device)
         try:
             out, latency_us, host_us = clock.time(step, (state, tokens), sleep_cycles)
         except Exception as exc:  # the candidate's failure, reported as its step's verdict
-            fail("step", f"step raised {type(exc).__name__}: {exc}")
+            if failures_mod.caused_by(exc, failures_mod.CaseTimeout) is not None:
+                raise  # the trace's deadline: the whole trace timed out
+            fail("step", f"step raised {failures_mod.one_line(exc)}")
             return records
-        records.append({"bucket": bucket, "latency_us": latency_us, "host_us": host_us})
+        records[-1].update(latency_us=latency_us, host_us=host_us)
         # The reference's own tokens: the step may have rewritten the ones it was given.
         want = ref.reference_step(truth, torch.tensor(toks, dtype=torch.long, device=device))
         ok, reason, _ = correctness.compare(
@@ -256,24 +265,32 @@ def percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (at - lo)
 
 
-def _row(
-    name, latency: list[dict[str, Any]], device: list[dict[str, Any]], batch: int
-) -> dict[str, Any]:
-    lat = [r["latency_us"] for r in latency]
+def _row(name, checked: list[dict[str, Any]], bad: set[int], latency: list[dict[str, Any]],
+         device: list[dict[str, Any]], batch: int) -> dict[str, Any]:  # fmt: skip
+    """One row of the table: the checked pass's steps and how many failed, then the timed
+    passes' percentiles (None where no timed pass ran: a wrong step's timings mean nothing)."""
+    lat = [r["latency_us"] for r in latency if "latency_us" in r]
     row: dict[str, Any] = {
         "bucket": name,
+        "checked_steps": len(checked),
+        "failed_steps": len({r["step"] for r in checked} & bad),
         "steps": len(lat),
-        "p50_us": percentile(lat, 50),
-        "p95_us": percentile(lat, 95),
-        "p99_us": percentile(lat, 99),
-        "host_p50_us": percentile([r["host_us"] for r in latency], 50),
-        "tokens_per_s": batch * len(lat) / (sum(lat) * 1e-6) if sum(lat) > 0 else None,
+        "p50_us": None,
+        "p95_us": None,
+        "p99_us": None,
+        "host_p50_us": None,
+        "tokens_per_s": None,
         "device_p50_us": None,
         "device_p95_us": None,
         "launch_overhead_us": None,
     }
-    if device:
-        dev = [r["latency_us"] for r in device]
+    if lat:
+        row.update(p50_us=percentile(lat, 50), p95_us=percentile(lat, 95),
+                   p99_us=percentile(lat, 99),
+                   host_p50_us=percentile([r["host_us"] for r in latency if "host_us" in r], 50),
+                   tokens_per_s=batch * len(lat) / (sum(lat) * 1e-6) if sum(lat) > 0 else None)  # fmt: skip
+    dev = [r["latency_us"] for r in device if "latency_us" in r]
+    if dev and lat:
         row.update(device_p50_us=percentile(dev, 50), device_p95_us=percentile(dev, 95),
                    launch_overhead_us=max(0.0, row["p50_us"] - percentile(dev, 50)))  # fmt: skip
     return row
@@ -303,21 +320,21 @@ def _run(torch, ref, step, config, trace, device, weight_seed, tol) -> dict[str,
     for variant, kind in enumerate(kinds):
         sleep_cycles = 0
         if kind == "device":  # cover the host's enqueue of a whole step: ~2 GHz SM clock
-            host = max((r["host_us"] for r in passes["latency"]), default=0.0)
+            host = max((r.get("host_us", 0.0) for r in passes["latency"]), default=0.0)
             sleep_cycles = int(min(max(3 * host + 50, 100), 20000) * 2000)
         before = len(failures)
         passes[kind] = _one_pass(torch, ref, step, states, trace, variant, kind=kind, tol=tol,
                                  clock=clock, sleep_cycles=sleep_cycles, failures=failures)  # fmt: skip
         if len(failures) > before and kind == "check":
             break  # a wrong step's timings mean nothing
-    latency, dev = passes.get("latency", []), passes.get("device", [])
+    check, latency, dev = (passes.get(k, []) for k in ("check", "latency", "device"))
+    bad = {f["step"] for f in failures if f["pass"] == "check" and f["step"] is not None}
     buckets = []
     for bound in trace["buckets"]:
-        mine = [r for r in latency if r["bucket"] == bound]
+        mine = [r for r in check if r["bucket"] == bound]
         if mine:
-            buckets.append(
-                _row(bound, mine, [r for r in dev if r["bucket"] == bound], config.batch)
-            )
+            buckets.append(_row(bound, mine, bad, [r for r in latency if r["bucket"] == bound],
+                                [r for r in dev if r["bucket"] == bound], config.batch))  # fmt: skip
     return {
         "trace": trace["name"],
         "kind": trace["kind"],
@@ -328,8 +345,78 @@ def _run(torch, ref, step, config, trace, device, weight_seed, tol) -> dict[str,
         "correct": not failures,
         "failures": failures[:MAX_FAILURES],
         "buckets": buckets,
-        "total": _row("all", latency, dev, config.batch) if latency else None,
+        "total": _row("all", check, bad, latency, dev, config.batch),
     }
 
 
-__all__ = ["POISON", "bucket_of", "dynamic_trace", "fixed_trace", "percentile", "run_trace"]
+# ----------------------------------------------------------------------------------------------
+# the runner's step mode
+
+
+def build(config, params: dict[str, Any]) -> dict[str, Any]:
+    """The trace a task.toml `[[step.traces]]` entry names (tools/task/step.py), at `config`."""
+    if params["kind"] == "fixed":
+        return fixed_trace(config, length=params["length"], steps=params["steps"],
+                           seed=params["seed"], buckets=params.get("buckets") or None)  # fmt: skip
+    return dynamic_trace(config, buckets=params["buckets"], seed=params["seed"],
+                         steps_per_segment=params["steps_per_segment"],
+                         segments_per_bucket=params["segments_per_bucket"])  # fmt: skip
+
+
+def _reason(failure: dict[str, Any]) -> str:
+    where = "after the pass" if failure["step"] is None else f"step {failure['step']}"
+    return f"{failure['what']} at {where} of the {failure['pass']} pass: {failure['reason']}"
+
+
+def objective(torch, ref, step, req: dict[str, Any], *, interpret: bool, device: str,
+              emit, candidate_dir: str = "") -> dict[str, Any]:  # fmt: skip
+    """The runner's step mode: every dev trace of req["step"] (task/step.py's request: both
+    sizes, the traces with their interpreter overrides) run with `step`, one "case" event per
+    trace (its per-bucket table in `buckets`), then the summary: a trace passes when every step
+    of every pass was right, and the score is the sum of the traces' p50 step latency."""
+    spec, seed = req["step"], int(req.get("seed", 0))
+    sizes = spec["interpreter" if interpret else "model"]
+    rows = []
+    for i, t in enumerate(spec["traces"]):
+        params = {**t, **(t.get("interpreter") or {})} if interpret else t
+        row: dict[str, Any] = {"name": t["name"], "dtype": t["dtype"], "passed": False,
+                               "status": "failed", "reason": ""}  # fmt: skip
+        try:
+            with failures.deadline(float(req.get("case_timeout_s", 120))):
+                config = ref.Config(**sizes, dtype=t["dtype"])
+                out = run_trace(torch, ref, step, config, build(config, params), device=device,
+                                weight_seed=(seed * 1_000_003 + i) % (1 << 31),
+                                tolerance=req["tolerances"][t["dtype"]])  # fmt: skip
+        except Exception as exc:
+            late = failures.caused_by(exc, failures.CaseTimeout) is not None
+            row.update(status="timeout" if late else "error",
+                       reason=failures.one_line(exc, candidate_dir))  # fmt: skip
+        else:
+            total = out["total"]
+            row.update(passed=out["correct"], status="passed" if out["correct"] else "failed",
+                       reason=_reason(out["failures"][0]) if out["failures"] else "",
+                       median_us=total["p50_us"], host_us=total["host_p50_us"],
+                       launch_overhead_us=total["launch_overhead_us"],
+                       buckets=[*out["buckets"], total])  # fmt: skip
+        emit({"event": "case", **row})
+        rows.append(row)
+    passed = bool(rows) and all(r["passed"] for r in rows)
+    failed = [r for r in rows if not r["passed"]]
+    return {
+        "status": "passed" if passed else "failed",
+        "score_us": scores.score_of([r.get("median_us") for r in rows], passed),
+        "cases": rows,
+        "reason": f"{failed[0]['name']}: {failed[0]['reason']}" if failed else "",
+    }
+
+
+__all__ = [
+    "POISON",
+    "bucket_of",
+    "build",
+    "dynamic_trace",
+    "fixed_trace",
+    "objective",
+    "percentile",
+    "run_trace",
+]

@@ -131,7 +131,8 @@ async def _score_kernel(
 
 
 # The loop's score per task kind (tools/task/kinds.py KINDS).
-SCORE_BY_KIND = {"kernel": _score_kernel, "command": _score_command}
+# A step task's guarded verify is not built: guarded_verify refuses it (StepKind.require_runner).
+SCORE_BY_KIND = {"kernel": _score_kernel, "command": _score_command, "step": _score_kernel}
 
 
 class Loop:
@@ -568,6 +569,7 @@ async def start_run(
     )
     await runner.ready()  # before a workspace or a run folder is created
     ws = prepare_workspace(config.task, config.workspace, settings)
+    kind_of(ws.task).require_final_score(ws.task, "harnesslab run")  # before any run folder
     config = config.model_copy(update={"workspace": ws.root, **task_scoring(ws, config)})
     store = RunStore(ws, run_id or new_run_id())
     if store.state_path.is_file():

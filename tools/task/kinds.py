@@ -1,8 +1,9 @@
-"""Task kinds: what differs between a kernel task and a command task, in one object per kind.
+"""Task kinds: what differs between a kernel task, a command task and a step task (a decode step
+over a KV cache), in one object per kind.
 
 Callers ask a task's kind (`kind_of(task)`) what it does instead of testing it: which tools
-apply, which evaluation takes its candidate (`require_runner`, `require_objective`: each
-refuses with a next step), which case set a full run is, the score's unit, direction and key
+apply, which evaluation takes its candidate (`require_runner`, `require_objective`,
+`require_steps`: each refuses with a next step), which case set a full run is, the score's unit, direction and key
 (`scoring`), what a new workspace gets from the template, whether its folder may sit inside a
 workspace (`check_folder`), whether its final verify draws hidden cases. Code of the layers
 above (the dev objective, the final verify, the loop's score) is picked from tables keyed by
@@ -115,12 +116,37 @@ class TaskKind:
         """What task.toml lacks for this kind (empty: a valid task)."""
         raise NotImplementedError
 
+    def require_final_score(self, task: TaskSpec, what: str) -> None:
+        """Refuse `what` (the loop, compare) unless this kind's candidates get a final score
+        (the guarded verify; a command task's final objective)."""
+        return None
+
+    def require_steps(self, task: TaskSpec, what: str) -> None:
+        """Refuse `what` unless this kind's candidate is a decode step the runner runs over
+        traces (its step mode: tools/gpu/step_trace.py)."""
+        raise UsageError(
+            f"{what} runs a step task's traces; {task.name!r} is a {task.kind} task.",
+            next_step="use run_objective",
+        )
+
     def require_objective(self, task: TaskSpec, what: str, instead: str) -> None:
         """Refuse `what` unless this kind's candidates are scored by the task's own objective
         command (a command task's dev and final objectives); `instead`: what to call."""
         raise UsageError(
             f"{what} runs a command task's objective; {task.name!r} is a {task.kind} task.",
             next_step=f"use {instead}",
+        )
+
+
+def _reference_outside(task: TaskSpec, workspace: Path) -> None:
+    """A folder holding the reference (and task.toml) a score trusts is never the agent's to
+    edit: refuse one inside the workspace."""
+    folder = task.root.resolve()
+    if folder == workspace or workspace in folder.parents:
+        raise UsageError(
+            f"the task folder {folder} is inside the workspace {workspace}: its "
+            "reference.py and task.toml would be the agent's to edit.",
+            next_step="keep the task folder outside the workspace and pass it with --task",
         )
 
 
@@ -136,15 +162,7 @@ class KernelKind(TaskKind):
         return None
 
     def check_folder(self, task: TaskSpec, workspace: Path) -> None:
-        """Its folder holds the reference (and task.toml) the verifier trusts: never the
-        agent's to edit."""
-        folder = task.root.resolve()
-        if folder == workspace or workspace in folder.parents:
-            raise UsageError(
-                f"the task folder {folder} is inside the workspace {workspace}: its "
-                "reference.py and task.toml would be the agent's to edit.",
-                next_step="keep the task folder outside the workspace and pass it with --task",
-            )
+        _reference_outside(task, workspace)
 
     def reads_launch_config(self, task: TaskSpec) -> bool:
         return True
@@ -234,11 +252,82 @@ class CommandKind(TaskKind):
         return out
 
 
-KINDS: dict[str, TaskKind] = {k.name: k for k in (KernelKind(), CommandKind())}
+# What a step task's score is until its guarded verify exists (the refusals say it).
+STEP_SCORE_MEANS = (
+    "run_objective's score is dev feedback: the step timed over the dev traces in the "
+    "candidate's own sandboxed process, every step's logits and the KV cache checked against "
+    "the reference there; no guarded verdict certifies it"
+)
+
+
+class StepKind(TaskKind):
+    """A decode step `step(state, tokens) -> logits` over a resident KV cache (issue 32): the
+    runner's step mode runs it over the dev traces of task.toml's `[step]` table (per-bucket
+    latency, every step checked). The kernel tools (sweep, probe, profile) and the guarded verify
+    are not built for it yet: require_runner refuses them (and require_final_score the loop,
+    whose score is the guarded verify), saying what the score means."""
+
+    name = "step"
+    runs_kernel = False  # not a kernel the lab, qualification's cheats or a sweep can call
+    full_case_set = "all"  # run_objective over every dev trace
+
+    def require_runner(self, task: TaskSpec, what: str) -> None:
+        raise self._not_built(task, what)
+
+    def require_final_score(self, task: TaskSpec, what: str) -> None:
+        raise self._not_built(task, f"{what} (scored by the guarded verify)")
+
+    @staticmethod
+    def _not_built(task: TaskSpec, what: str) -> UsageError:
+        return UsageError(
+            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): the "
+            f"guarded verify, sweeps, probes and profiles of a decode step are still to come. "
+            f"Meanwhile {STEP_SCORE_MEANS}.",
+            next_step="use run_objective (per-bucket latency table), rank_history and "
+            "restore_best_checkpoint",
+        )
+
+    def require_steps(self, task: TaskSpec, what: str) -> None:
+        return None
+
+    def score_label(self, task: TaskSpec, mode: str = "final") -> str:
+        return "us (sum over the dev traces of the p50 step latency), lower is better"
+
+    def check_folder(self, task: TaskSpec, workspace: Path) -> None:
+        _reference_outside(task, workspace)
+
+    def template(self, task: TaskSpec) -> Path | None:
+        return task.workspace_template
+
+    def problems(self, task: TaskSpec) -> list[str]:
+        out = []
+        if ":" not in task.entry:
+            out.append("step tasks need entry = 'file.py:step'")
+        if task.step is None:
+            return [*out, "step tasks need a [step] table (model, interpreter, traces)"]
+        out += [f"no tolerance for dtype {d}" for d in task.dtypes if d not in task.tolerances]
+        out += [
+            f"step.traces {t.name!r}: dtype {t.dtype} is not one of the task's dtypes"
+            for t in task.step.traces
+            if t.dtype not in task.dtypes
+        ]
+        return out
+
+
+KINDS: dict[str, TaskKind] = {k.name: k for k in (KernelKind(), CommandKind(), StepKind())}
 
 
 def kind_of(task: TaskSpec) -> TaskKind:
     return KINDS[task.kind]
 
 
-__all__ = ["GENERIC_TOOLS", "KINDS", "CommandKind", "KernelKind", "TaskKind", "kind_of"]
+__all__ = [
+    "GENERIC_TOOLS",
+    "KINDS",
+    "STEP_SCORE_MEANS",
+    "CommandKind",
+    "KernelKind",
+    "StepKind",
+    "TaskKind",
+    "kind_of",
+]

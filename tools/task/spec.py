@@ -4,7 +4,8 @@ A kernel task folder holds task.toml, task.md, workspace/ (copied into a new wor
 reference.py (trusted reference + input generator, never copied) and solutions/. A kernel
 language other than Triton is a `[languages.<name>]` table (its editable files and launch space)
 with `workspace_<name>/` and `task_<name>.md` beside them: `spec.for_language("cuda")`.
-A command task is any folder with a task.md and an objective command printing JSON.
+A command task is any folder with a task.md and an objective command printing JSON. A step
+task (tasks/decode_step) has a reference.py and a `[step]` table (task/step.py) in place of cases.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..errors import UsageError
 from ..gpu.numerics import NAMES as NUMERICS_NAMES
 from .declaration import Declaration
 from .kinds import KINDS
+from .step import StepSpec
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -189,7 +191,7 @@ class TaskSpec(BaseModel):
 
     name: str
     summary: str
-    kind: Literal["kernel", "command"]
+    kind: Literal["kernel", "command", "step"]
     editable: list[str]
     root: Path
     # kernel tasks
@@ -218,6 +220,10 @@ class TaskSpec(BaseModel):
         default_factory=dict,
         description="other kernel languages: name -> editable files and launch space "
         "(workspace_<name>/ and task_<name>.md in the task folder)",
+    )
+    # step tasks
+    step: StepSpec | None = Field(
+        default=None, description="[step]: the decoder's sizes and the dev traces (task/step.py)"
     )
     # command tasks
     objective: str = Field(default="", description="one command for dev and final (older form)")

@@ -16,7 +16,7 @@ import pytest
 from harnesslab.tools import gpu, meta
 
 GPU = Path(gpu.__path__[0])
-FILES = sorted({*gpu.STAGED, *gpu.LAB, *gpu.TASK, *gpu.STEP})
+FILES = sorted({*gpu.STAGED, *gpu.LAB, *gpu.TASK})
 STANDALONE = [GPU / name for name in FILES] + [Path(meta.__path__[0]) / "custom_worker.py"]
 ALLOWED = set(sys.stdlib_module_names) | {"torch", "triton", "numpy"}
 SIBLINGS = {Path(name).stem for name in FILES}

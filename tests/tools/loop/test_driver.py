@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
+from harnesslab.tools.errors import UsageError
 from harnesslab.tools.loop.driver import resume_run, start_run
 from harnesslab.tools.loop.servers import turn_servers
 from harnesslab.tools.loop.state import RunConfig, RunStore
@@ -351,3 +352,14 @@ def test_a_turn_reports_what_the_workspace_planted_and_gets_the_toolkits_skills_
     assert "kernel-optimization" in skills and "kernel-helper" not in skills
     argv = ClaudeRunner().argv(turn)
     assert argv[argv.index("--plugin-dir") + 1] == str(turn.plugin_dir)
+
+
+def test_a_step_task_is_refused_before_any_run_folder_since_its_guarded_verify_is_not_built(
+    tmp_path, settings
+):
+    config = scripted(tmp_path, tasks_root() / "decode_step", {})
+    with pytest.raises(
+        UsageError, match="harnesslab run \\(scored by the guarded verify\\) is not"
+    ):
+        anyio.run(run, config, settings)
+    assert not [p for p in settings.state_dir.rglob("runs") if any(p.iterdir())]

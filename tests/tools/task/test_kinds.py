@@ -113,12 +113,18 @@ def test_a_kernel_tasks_folder_may_not_be_in_the_workspace_a_command_tasks_may(t
 # A task of each kind, and what the kind answers for it to the lab (`in_lab`), qualification
 # (`tries_cheats`), the HarnessGym importer (`contract_baseline`: the file relative to the task
 # folder) and inspect_context (`reads_launch_config`). A new kind adds a row to both.
-TASK_OF_KIND = {"kernel": lambda tmp_path: load_task("rmsnorm_gate"), "command": command_task}
+TASK_OF_KIND = {
+    "kernel": lambda tmp_path: load_task("rmsnorm_gate"),
+    "command": command_task,
+    "step": lambda tmp_path: load_task("decode_step"),
+}
 ANSWERS = {
     "kernel": {"reads_launch_config": True, "in_lab": True, "tries_cheats": True,
                "contract_baseline": ("workspace/kernel.py", "rmsnorm_gate")},
     "command": {"reads_launch_config": False, "in_lab": False, "tries_cheats": False,
                 "contract_baseline": None},
+    "step": {"reads_launch_config": False, "in_lab": False, "tries_cheats": False,
+             "contract_baseline": None},
 }  # fmt: skip
 
 
@@ -135,3 +141,44 @@ def test_each_kind_says_what_the_lab_qualification_importer_and_overview_do(name
         "contract_baseline": contract
         and (contract[0].relative_to(task.root).as_posix(), contract[1]),
     } == ANSWERS[name]
+
+
+def test_the_decode_step_task_is_a_step_task_with_gpu_and_interpreter_sizes():
+    task = load_task("decode_step")
+    kind = kind_of(task)
+    assert task.kind == "step" and kind.runs_kernel is False and task.step is not None
+    assert task.step.interpreter.layers == 2 and task.step.interpreter.hidden == 64
+    assert task.step.model.hidden > task.step.interpreter.hidden
+    assert kind.template(task) == task.root / "workspace"
+    kind.require_steps(task, "run_objective")
+    assert kind.score_label(task, "dev").startswith("us (sum over the dev traces of the p50")
+
+
+def test_a_step_task_refuses_the_kernel_tools_and_the_guarded_verify_saying_why():
+    task = load_task("decode_step")
+    kind = kind_of(task)
+    assert kind.applies("run_objective") and kind.applies("rank_history")
+    assert not kind.applies("sweep_kernel_config") and not kind.applies("profile_kernel")
+    for what in ("guarded_final_verify", "sweep_kernel_config", "numerical_probe"):
+        with pytest.raises(UsageError, match=f"{what} is not built for step tasks yet") as err:
+            kind.require_runner(task, what)
+        assert "dev feedback" in str(err.value) and "run_objective" in err.value.next_step
+    with pytest.raises(UsageError, match="is a step task"):
+        kind.require_objective(task, "command_verify", "guarded_verify")
+    kernel = load_task("rmsnorm_gate")
+    with pytest.raises(UsageError, match="runs a step task's traces; 'rmsnorm_gate' is a kernel"):
+        kind_of(kernel).require_steps(kernel, "run_step_objective")
+
+
+def test_a_step_tasks_folder_may_not_be_in_the_workspace():
+    task = load_task("decode_step")
+    with pytest.raises(UsageError, match="is inside the workspace"):
+        kind_of(task).check_folder(task, task.root.resolve().parent)
+
+
+def test_only_the_step_kind_refuses_a_final_score(tmp_path):
+    for task in (load_task("rmsnorm_gate"), command_task(tmp_path)):
+        kind_of(task).require_final_score(task, "harnesslab run")
+    step = load_task("decode_step")
+    with pytest.raises(UsageError, match="harnesslab run \\(scored by the guarded verify\\)"):
+        kind_of(step).require_final_score(step, "harnesslab run")
