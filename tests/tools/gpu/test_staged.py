@@ -80,3 +80,29 @@ def test_both_branches_of_the_sibling_import_rule_import_the_same_siblings(path:
     for block in rule_blocks(ast.parse(path.read_text())):
         package = sibling_names(block.body, level=1)
         assert package and package == sibling_names(block.orelse, level=0), path.name
+
+
+def module_level_siblings(path: Path) -> set[str]:
+    """The siblings a file imports when it is loaded (module-level statements and the `if`/`try`
+    blocks among them; imports inside functions run only on the paths that need them)."""
+    names: set[str] = set()
+    todo = list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If | ast.Try):
+            todo += [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+            todo += [s for h in getattr(node, "handlers", []) for s in h.body]
+        else:
+            names |= sibling_names([node], level=0) | sibling_names([node], level=1)
+    return {n.split(".")[0] for n in names} & SIBLINGS
+
+
+@pytest.mark.parametrize("name", ["STAGED", "LAB"])
+def test_each_staged_list_holds_every_sibling_its_files_import_when_loaded(name: str):
+    """The lab's tree broke when runner.py began to import step_trace and only STAGED had it."""
+    files = set(getattr(gpu, name))
+    missing = sorted(
+        f"{f} imports {s}" for f in files for s in module_level_siblings(GPU / f)
+        if f"{s}.py" not in files
+    )  # fmt: skip
+    assert not missing, f"add to gpu.{name}: {missing}"
