@@ -345,3 +345,21 @@ def test_several_are_said_once_each_sorted_and_unknown_entries_are_ignored() -> 
     # sorted by sentence: "a scalar ..." before "the wrapper ..."
     assert str(err) == f"{gs.UNREPLAYABLE['scalar']}; {gs.UNREPLAYABLE['copy']}"
     assert gs.validate(changed(("unsupported",), ["nope", 3, ["copy"], {"copy": 1}]), 2) == VALID
+
+
+def test_a_fill_width_of_3_is_refused_in_any_step() -> None:
+    rec = full()
+    rec["steps"].insert(1, {**rec["steps"][0], "width": 3})
+    assert str(refused(rec)) == "fill width 3"
+
+
+def test_a_launch_without_parameters_and_a_descriptor_without_box_or_strides_are_empty() -> None:
+    rec = full()
+    del rec["steps"][2]["params"]
+    tma = rec["steps"][1]["params"][7]
+    del tma["block"], tma["strides"]
+    valid = gs.validate(rec, 2)
+    assert valid["steps"][2]["params"] == []
+    assert (
+        valid["steps"][1]["params"][7]["block"] == [] == valid["steps"][1]["params"][7]["strides"]
+    )
