@@ -39,7 +39,7 @@ from .runner_policy import (
     runner_policy,
 )
 from .staging import HARNESS, RUNNER_FILES, Stage, runner_digest, runner_source
-from .warm import Served, call_worker
+from .warm import TRANSPORT_LOST, Served, call_worker
 
 EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 
@@ -482,6 +482,9 @@ class Launcher:
             await proc.send_line(launch.stdin_line)  # the policy, before any request
         except (OSError, ExecutorError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
             await proc.kill()
+            if isinstance(e, ExecutorError) and e.kind in TRANSPORT_LOST:
+                e.started = False  # its connection or allocation went: the caller starts anew
+                raise
             raise ExecutorError(
                 f"{slot.label}: the warm runner's sandbox did not take its policy ({e}).",
                 kind="remote_env",

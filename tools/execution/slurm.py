@@ -611,7 +611,12 @@ class SlurmInteractive(InteractiveProcess):
         return await self._proc.ended()
 
     async def send_line(self, line: str) -> None:
-        await self._proc.send_line(line)
+        try:
+            await self._proc.send_line(line)
+        except (ExecutorError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            if not self._killed:  # the step is gone: with its node or job?
+                await self._executor._check_lost(self._srun_tail(), ended=True)
+            raise
 
     async def receive_line(self, max_bytes: int = 64 << 20) -> str | None:
         line = await self._proc.receive_line(max_bytes)
