@@ -10,7 +10,12 @@ from collections import Counter
 from mcp.server.mcpserver import Context
 
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.evaluation import numerical_probe, run_objective, run_step_objective
+from harnesslab.tools.evaluation import (
+    EvalResult,
+    numerical_probe,
+    run_objective,
+    run_step_objective,
+)
 from harnesslab.tools.evaluation.command import run_command_objective
 from harnesslab.tools.evaluation.history import HistoryPage, rank_history, restore_candidate
 from harnesslab.tools.evaluation.overview import Overview, overview
@@ -129,10 +134,16 @@ async def _kernel_objective(
         repeats=args.repeats,
         progress=reporter(ctx),
     )
+    return _objective_out(res, "us (sum of per-case median device time), lower is better",
+                          _objective_next(res.status, res.is_new_best, kernel=True))  # fmt: skip
+
+
+def _objective_out(res: EvalResult, score_unit: str, next_step: str) -> ObjectiveOut:
+    """A dev run on the runner (a kernel's cases, a step task's traces) as the tool answers."""
     return ObjectiveOut(
         status=res.status,
         score=res.score_us,
-        score_unit="us (sum of per-case median device time), lower is better",
+        score_unit=score_unit,
         meaningful=res.meaningful,
         candidate=res.candidate,
         record_id=res.record_id,
@@ -146,7 +157,7 @@ async def _kernel_objective(
         gpu_index=res.env.gpu_index,
         wall_s=res.wall_s,
         phases_s={k: round(v, 4) for k, v in res.phases_s.items()},
-        next_step=_objective_next(res.status, res.is_new_best, kernel=True),
+        next_step=next_step,
     )
 
 
@@ -162,25 +173,7 @@ async def _step_objective(
     else:  # the guarded verify of a step task refuses: tools/task/kinds.py StepKind
         nxt = "keep optimizing kernel.py; rank_history ranks the dev runs (no guarded verify of " \
               "step tasks yet: this score is dev feedback)"  # fmt: skip
-    return ObjectiveOut(
-        status=res.status,
-        score=res.score_us,
-        score_unit=kind_of(ws.task).score_label(ws.task, "dev"),
-        meaningful=res.meaningful,
-        candidate=res.candidate,
-        record_id=res.record_id,
-        best_score=res.best_score_us,
-        delta_vs_best_pct=res.delta_vs_best_pct,
-        is_new_best=res.is_new_best,
-        reason=res.reason,
-        cases=res.cases[:MAX_CASES_SHOWN],
-        device=res.env.device,
-        host=res.env.host or "",
-        gpu_index=res.env.gpu_index,
-        wall_s=res.wall_s,
-        phases_s={k: round(v, 4) for k, v in res.phases_s.items()},
-        next_step=nxt,
-    )
+    return _objective_out(res, kind_of(ws.task).score_label(ws.task, "dev"), nxt)
 
 
 async def _sweep(state: ServerState, args: SweepIn, ctx: Context | None) -> SweepOut:

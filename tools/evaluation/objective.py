@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import secrets
 import time
+from typing import Any
 
 from ..execution import Launcher
 from ..progress import Progress
-from ..state import Workspace
-from ..task import kind_of
+from ..state import Candidate, Workspace
+from ..task import Case, kind_of
 from .progress import case_events_progress
 from .recording import breakdown, record, to_eval_result
 from .request import check_bounds, kernel_request, select_cases, select_traces
@@ -53,6 +54,25 @@ async def run_objective(
         warmup=warmup,
         repeats=repeats,
     )
+    return await _call(ws, launcher, request, candidate, selected, cases, config=config,
+                       seed=seed, save=save, progress=progress, t_begin=t_begin)  # fmt: skip
+
+
+async def _call(
+    ws: Workspace,
+    launcher: Launcher,
+    request: dict[str, Any],
+    candidate: Candidate,
+    selected: list[Case],
+    names: list[str] | None,
+    *,
+    config: dict[str, Any],
+    seed: int,
+    save: bool,
+    progress: Progress | None,
+    t_begin: float,
+) -> EvalResult:
+    """The runner call of a dev run and its record (case set: `names`, or all of them)."""
     call = await launcher.call(
         request, task=ws.task, on_event=case_events_progress(len(selected), progress)
     )
@@ -63,8 +83,7 @@ async def run_objective(
         call, selected, candidate=candidate.digest, config=config, mode="dev", seed=seed
     )
     if save:
-        case_set = "all" if not cases else ",".join(sorted(cases))
-        record(ws, result, candidate, case_set=case_set)
+        record(ws, result, candidate, case_set="all" if not names else ",".join(sorted(names)))
     result.phases_s = breakdown(call, snapshot_s=t_call - t_begin - sum(call.phases_s.values()),
                                 result_s=time.perf_counter() - t_call)  # fmt: skip
     return result
@@ -90,19 +109,8 @@ async def run_step_objective(
     seed = secrets.randbelow(2**31) if seed is None else seed
     step = ws.task.step.request(traces) if ws.task.step is not None else {}
     request = kernel_request(ws, launcher, candidate, "step", seed=seed, step=step)
-    call = await launcher.call(
-        request, task=ws.task, on_event=case_events_progress(len(selected), progress)
-    )
-    t_call = time.perf_counter()
-    if (fault := call.fault()) is not None:  # the host's, not the candidate's: no record
-        raise fault
-    result = to_eval_result(call, selected, candidate=candidate.digest, config={}, mode="dev",
-                            seed=seed)  # fmt: skip
-    if save:
-        record(ws, result, candidate, case_set="all" if not traces else ",".join(sorted(traces)))
-    result.phases_s = breakdown(call, snapshot_s=t_call - t_begin - sum(call.phases_s.values()),
-                                result_s=time.perf_counter() - t_call)  # fmt: skip
-    return result
+    return await _call(ws, launcher, request, candidate, selected, traces, config={}, seed=seed,
+                       save=save, progress=progress, t_begin=t_begin)  # fmt: skip
 
 
 __all__ = ["run_objective", "run_step_objective"]
