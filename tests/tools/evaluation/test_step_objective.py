@@ -102,3 +102,29 @@ async def test_the_guarded_verify_of_a_step_task_refuses_and_says_what_the_score
     assert "dev feedback" in str(err.value) and "no guarded verdict" in str(err.value)
     assert "run_objective" in err.value.next_step
     assert ws.ledger().records() == []  # nothing ran, nothing recorded
+
+
+ESCAPES = """
+def _escape():
+    try:
+        with open({outside!r}, "w") as fh:
+            fh.write("escaped")
+    except OSError:
+        pass
+
+
+_escape()
+"""
+
+
+@pytest.mark.anyio
+async def test_the_step_mode_runs_the_candidate_inside_the_sandbox(tmp_path):
+    """The step mode imports agent code: it starts inside the sandbox like every dev mode, so a
+    candidate that writes outside its folder at import leaves nothing behind."""
+    outside = tmp_path / "escaped.txt"
+    baseline = (load_task("decode_step").workspace_template / "kernel.py").read_text()
+    _, res = await _run(tmp_path, baseline + ESCAPES.format(outside=str(outside)),
+                        traces=["fixed_fp16"])  # fmt: skip
+    assert res.env.sandbox == "full", res.env
+    assert not outside.exists()
+    assert res.status == "passed", res.reason
