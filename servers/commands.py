@@ -13,6 +13,7 @@ from harnesslab.tools.errors import UsageError
 from harnesslab.tools.evaluation import run_objective, run_step_objective
 from harnesslab.tools.execution import build_launcher
 from harnesslab.tools.integrity import guarded_verify
+from harnesslab.tools.integrity.step_verify import guarded_step_verify
 from harnesslab.tools.integrity.verdict_view import public_result, public_verdict
 from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings
@@ -221,15 +222,16 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     return VERIFY_BY_KIND[kind_of(ws.task).name](ws, args, settings)
 
 
-def verify_kernel(ws: Workspace, args: argparse.Namespace, settings: Settings) -> int:
-    """A kernel task's guarded verify (a command task's final objective: command_report.py)."""
+def verify_kernel(
+    ws: Workspace, args: argparse.Namespace, settings: Settings, verify=guarded_verify
+) -> int:
+    """A kernel task's guarded verify (a command task's final objective: command_report.py; a
+    step task's, on hidden traces: `verify=guarded_step_verify`, the same Verdict)."""
 
     async def go(progress: CliProgress):
         launcher = build_launcher(settings)
         try:
-            return await guarded_verify(
-                ws, launcher, settings, rotate=args.rotate, progress=progress
-            )
+            return await verify(ws, launcher, settings, rotate=args.rotate, progress=progress)
         finally:
             await launcher.aclose()
 
@@ -251,7 +253,11 @@ def verify_kernel(ws: Workspace, args: argparse.Namespace, settings: Settings) -
     return 0 if verdict.verdict == "passed" else 1
 
 
+def verify_step(ws: Workspace, args: argparse.Namespace, settings: Settings) -> int:
+    """A step task's guarded verify on hidden traces (tools/integrity/step_verify.py)."""
+    return verify_kernel(ws, args, settings, verify=guarded_step_verify)
+
+
 # What `eval` and `verify` run, per task kind (tools/task/kinds.py KINDS).
-# A step task's guarded verify is not built: guarded_verify refuses it (StepKind.require_runner).
 EVAL_BY_KIND = {"kernel": eval_kernel, "command": eval_command, "step": eval_step}
-VERIFY_BY_KIND = {"kernel": verify_kernel, "command": verify_command, "step": verify_kernel}
+VERIFY_BY_KIND = {"kernel": verify_kernel, "command": verify_command, "step": verify_step}

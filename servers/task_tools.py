@@ -24,6 +24,7 @@ from harnesslab.tools.evaluation.sweep import sweep
 from harnesslab.tools.execution import HealthReport, health_check
 from harnesslab.tools.integrity import guarded_verify, public_verdict
 from harnesslab.tools.integrity.command_verify import command_verify
+from harnesslab.tools.integrity.step_verify import guarded_step_verify
 from harnesslab.tools.state import STATE
 from harnesslab.tools.state import workspace_files as wf
 from harnesslab.tools.task import kind_of
@@ -170,9 +171,9 @@ async def _step_objective(
     res = await run_step_objective(ws, state.launcher, traces=args.cases, progress=reporter(ctx))
     if res.status != "passed":
         nxt = "read reason (which step, which pass), fix kernel.py, or restore_best_checkpoint"
-    else:  # the guarded verify of a step task refuses: tools/task/kinds.py StepKind
-        nxt = "keep optimizing kernel.py; rank_history ranks the dev runs (no guarded verify of " \
-              "step tasks yet: this score is dev feedback)"  # fmt: skip
+    else:
+        nxt = "keep optimizing kernel.py; rank_history ranks the dev runs (this score is dev " \
+              "feedback); guarded_final_verify checks the outputs on hidden traces"  # fmt: skip
     return _objective_out(res, kind_of(ws.task).score_label(ws.task, "dev"), nxt)
 
 
@@ -266,9 +267,12 @@ async def _verify(state: ServerState, args: VerifyIn, ctx: Context | None) -> Ve
     return await VERIFY_BY_KIND[kind_of(state.workspace.task).name](state, args, ctx)
 
 
-async def _verify_kernel(state: ServerState, args: VerifyIn, ctx: Context | None) -> VerifyOut:
-    """A kernel task's guarded verify on hidden cases (tools/integrity/verify.py)."""
-    v = await guarded_verify(
+async def _verify_kernel(
+    state: ServerState, args: VerifyIn, ctx: Context | None, verify=guarded_verify
+) -> VerifyOut:
+    """A kernel task's guarded verify on hidden cases (tools/integrity/verify.py); a step
+    task's on hidden traces with `verify=guarded_step_verify` (the same Verdict, no score)."""
+    v = await verify(
         state.workspace, state.launcher, state.settings, rotate=args.rotate, progress=reporter(ctx)
     )
     # Only the public view leaves the server: no hidden shape, and nothing the candidate's run
@@ -280,7 +284,9 @@ async def _verify_kernel(state: ServerState, args: VerifyIn, ctx: Context | None
         )
         for i, c in enumerate(shown["result"]["cases"][:MAX_CASES_SHOWN])
     ]
-    if v.verdict == "passed":
+    if v.verdict == "passed" and v.score_us is None:
+        nxt = "verified (outputs only: see certifies and unverified); keep optimizing with run_objective"
+    elif v.verdict == "passed":
         nxt = "verified; keep optimizing, rank_history(mode='final') shows the final ranking"
     else:
         nxt = "rejected: read reasons; numerical_probe and run_objective reproduce most failures"
@@ -340,13 +346,20 @@ async def _verify_command(state: ServerState, args: VerifyIn, ctx: Context | Non
 
 # What run_objective and guarded_final_verify do, per task kind (tools/task/kinds.py KINDS; a new
 # kind adds its entries here: tests/servers/test_task_tools_kinds.py checks every kind has one).
-# A step task's guarded verify is not built: guarded_verify refuses it (StepKind.require_runner).
+# A step task's guarded verify checks its outputs on hidden traces (tools/integrity/step_verify.py).
 OBJECTIVE_BY_KIND = {
     "kernel": _kernel_objective,
     "command": _command_objective,
     "step": _step_objective,
 }
-VERIFY_BY_KIND = {"kernel": _verify_kernel, "command": _verify_command, "step": _verify_kernel}
+
+
+async def _verify_step(state: ServerState, args: VerifyIn, ctx: Context | None) -> VerifyOut:
+    """A step task's guarded verify on hidden traces (tools/integrity/step_verify.py)."""
+    return await _verify_kernel(state, args, ctx, verify=guarded_step_verify)
+
+
+VERIFY_BY_KIND = {"kernel": _verify_kernel, "command": _verify_command, "step": _verify_step}
 
 
 async def _history(state: ServerState, args: HistoryIn, ctx: Context | None) -> HistoryPage:

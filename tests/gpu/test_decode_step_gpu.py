@@ -58,3 +58,38 @@ def test_run_objective_on_a_decode_step_workspace_passes_at_the_task_toml_sizes(
         for row in case.buckets or []:
             assert row.failed_steps == 0 and row.steps == row.checked_steps > 0
             assert row.device_p50_us and row.device_p50_us > 0
+
+
+def _step_verify(tmp_path, kernel: Path | None):
+    from harnesslab.tools.integrity.step_verify import guarded_step_verify
+
+    settings = Settings(state_dir=tmp_path / "state")
+    ws = init_workspace("decode_step", tmp_path / "ws", settings)
+    if kernel is not None:
+        (ws.root / "kernel.py").write_text(kernel.read_text())
+
+    async def go():
+        launcher = Launcher(settings)
+        try:
+            with anyio.fail_after(600):
+                return await guarded_step_verify(ws, launcher, settings)
+        finally:
+            await launcher.aclose()
+
+    return anyio.run(go)
+
+
+def test_the_guarded_step_verify_passes_the_baseline_and_rejects_a_step_cheat_on_a_gpu(tmp_path):
+    """The step verify's GPU path (gpu/step_child.py copies the cache to and from its device
+    around each step) at task.toml's GPU sizes: the eager baseline passes every hidden trace
+    (the tolerances are measured at the interpreter's sizes only, until this runs), and the
+    corpus's logits cache is rejected."""
+    passed = _step_verify(tmp_path / "a", None)
+    assert passed.verdict == "passed", passed.reasons
+    assert passed.certifies == "step_outputs" and passed.sandbox in ("full", "partial")
+    print(
+        "baseline:", [c.max_abs_err for c in passed.result.cases], passed.evidence["runner_wall_s"]
+    )
+    corpus = Path(str(resources.files("harnesslab.tools.integrity"))) / "cheats" / "step"
+    cheat = _step_verify(tmp_path / "b", corpus / "logits_cache.py")
+    assert cheat.verdict == "rejected" and cheat.reasons[0]["code"] == "wrong_output"

@@ -219,7 +219,7 @@ def test_every_step_of_a_dynamic_segment_falls_in_its_bucket_and_tokens_repeat()
 def test_the_check_pass_poisons_every_slot_past_the_length():
     state = REF.new_state(CONFIG)
     REF.prefill(state, 1, 5, seed=3)
-    step_trace._poison_stale(torch, state, state.host_lengths)
+    step_trace.poison_stale(torch, state, state.host_lengths)
     values = state.kv_cache[:, 1, 1].float()
     assert bool((values[:, :, 5:] == step_trace.POISON).all()) and not bool(
         (values[:, :, :5] == step_trace.POISON).any()

@@ -44,9 +44,10 @@ from .warm import TRANSPORT_LOST, Served, call_worker
 EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 
 
-# Modes that import agent code run inside the sandbox; "verify" is the trusted parent, which
-# sandboxes its own children.
-SANDBOXED_MODES = ("evaluate", "sweep", "probe", "profile_target")
+# Modes that import agent code run inside the sandbox ("step": a step task's dev traces, the
+# candidate's step called in the runner's process); "verify" and "step_verify" are the trusted
+# parents, which sandbox their own children.
+SANDBOXED_MODES = ("evaluate", "step", "sweep", "probe", "profile_target")
 
 
 def sandbox_level(report: dict[str, Any]) -> str:

@@ -45,6 +45,8 @@ STAGED = (
     "numerics.py",
     "modelnew.py",
     "step_trace.py",  # a step task's dev traces (the runner's step mode)
+    "step_guard.py",  # a step task's guarded verify: the trusted parent ...
+    "step_child.py",  # ... and the candidate's sandboxed process
     # CUDA C++ candidates: the launcher kernel.py imports, NVRTC, the source reader.
     "harnesslab_cuda.py",
     "nvrtc.py",

@@ -486,7 +486,7 @@ def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
             result["copy_gbps"] = env.copy_gbps()
     else:
         cache = req.get("triton_cache")
-        if mode != "verify" and isinstance(cache, str) and cache:
+        if mode not in ("verify", "step_verify") and isinstance(cache, str) and cache:
             # The candidate's dev cache (the launcher grants it): compile workers fill it, the
             # timing worker reads it. Triton reads the variable at each compile.
             os.makedirs(cache, exist_ok=True)
@@ -506,6 +506,10 @@ def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
             import guard
 
             result = guard.verify(env, req, sys.modules[__name__])
+        elif mode == "step_verify":  # a step task's guarded verify (step_guard.py)
+            import step_guard
+
+            result = step_guard.verify(env, req, sys.modules[__name__])
         else:
             raise ValueError(f"unknown mode {mode!r}")
         if mode in ("evaluate", "sweep"):

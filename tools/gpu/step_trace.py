@@ -7,9 +7,9 @@ Staged (tools/gpu STAGED; standard library + torch, never harnesslab): the runne
 TOLERANCES); tests and the benchmark import it on the host too. Side of the trust boundary:
 written as trusted code, but it runs in the runner's sandboxed process and calls the
 candidate's step there, in the same interpreter: a candidate can rebind anything here (the
-reference, the comparison, the clock), so what it reports is dev feedback, never evidence. No
-guarded verify of a step task exists yet (it must run the step in a process of its own and check
-or replay its work on the trusted side); the step kind refuses one (tools/task/kinds.py).
+reference, the comparison, the clock), so what it reports is dev feedback, never evidence. The
+guarded verify of a step task (step_guard.py) uses the traces and the state helpers here from
+the trusted parent, with the candidate's step in a sandboxed process of its own.
 
 A trace is JSON-able: {"name", "kind": "fixed" | "dynamic", "seed", "buckets": [bound, ...],
 "segments": [{"lengths": [int | None per sequence], "prompt_seeds": [...], "tokens": [[batch
@@ -133,7 +133,7 @@ def dynamic_trace(config, *, buckets: list[int], steps_per_segment: int, segment
             "buckets": list(buckets), "segments": segments}  # fmt: skip
 
 
-def _schedule(trace: dict[str, Any], variant: int, vocab: int):
+def schedule(trace: dict[str, Any], variant: int, vocab: int):
     """(prompts, tokens) per step of one pass: prompts [(sequence, length, seed)] before the step.
     Variant v > 0 shifts every token and prompt seed (the same lengths, repeats and buckets)."""
     for segment in trace["segments"]:
@@ -149,13 +149,13 @@ def _schedule(trace: dict[str, Any], variant: int, vocab: int):
 # the driver
 
 
-def _reset(state) -> None:
+def reset_state(state) -> None:
     state.kv_cache.zero_()
     state.lengths.zero_()
     state.host_lengths = [0] * len(state.host_lengths)
 
 
-def _poison_stale(torch, state, lengths: list[int]) -> None:
+def poison_stale(torch, state, lengths: list[int]) -> None:
     cache = state.kv_cache
     seq = torch.arange(cache.shape[4], device=cache.device)[None, :]
     stale = seq >= torch.tensor(lengths, device=cache.device)[:, None]
@@ -164,7 +164,7 @@ def _poison_stale(torch, state, lengths: list[int]) -> None:
     cache[:, 1].masked_fill_(mask, POISON)
 
 
-def _valid_slots(torch, cache, lengths: list[int]):
+def valid_slots(torch, cache, lengths: list[int]):
     """[slots, layers, 2, kv_heads, head_dim]: every sequence's context slots."""
     seq = torch.arange(cache.shape[4], device=cache.device)[None, :]
     valid = seq < torch.tensor(lengths, device=cache.device)[:, None]
@@ -208,7 +208,7 @@ def _one_pass(torch, ref, step, states, trace, variant: int, *, kind: str, tol, 
     config, device = truth.config, truth.kv_cache.device
     cache_ptr = state.kv_cache.data_ptr()
     for s in states:
-        _reset(s)
+        reset_state(s)
     records: list[dict[str, Any]] = []  # per step: its bucket, and its times once it returned
 
     def fail(what: str, reason: str) -> None:
@@ -216,14 +216,14 @@ def _one_pass(torch, ref, step, states, trace, variant: int, *, kind: str, tol, 
         failures.append({"pass": kind, "step": at.get("step"), "bucket": at.get("bucket"),
                          "what": what, "reason": reason})  # fmt: skip
 
-    for index, (prompts, toks) in enumerate(_schedule(trace, variant, config.vocab)):
+    for index, (prompts, toks) in enumerate(schedule(trace, variant, config.vocab)):
         for b, length, seed in prompts:
             for s in states:
                 ref.prefill(s, b, length, seed)
         expected = list(truth.host_lengths)
         records.append({"step": index, "bucket": bucket_of(max(expected) + 1, trace["buckets"])})
         if kind == "check":
-            _poison_stale(torch, state, expected)
+            poison_stale(torch, state, expected)
         tokens = torch.tensor(toks, dtype=torch.long, device=device)
         try:
             out, latency_us, host_us = clock.time(step, (state, tokens), sleep_cycles)
@@ -248,8 +248,8 @@ def _one_pass(torch, ref, step, states, trace, variant: int, *, kind: str, tol, 
     if state.kv_cache.data_ptr() != cache_ptr:
         fail("kv_cache", "the step replaced state.kv_cache (write into the harness's cache)")
         return records
-    want = _valid_slots(torch, truth.kv_cache, truth.host_lengths).float()
-    got = _valid_slots(torch, state.kv_cache, truth.host_lengths)
+    want = valid_slots(torch, truth.kv_cache, truth.host_lengths).float()
+    got = valid_slots(torch, state.kv_cache, truth.host_lengths)
     ok, reason, _ = correctness.compare(torch, got, want, tol, want.shape, config.torch_dtype, ())
     if not ok:
         fail("kv_cache", f"after the trace: {reason}")
@@ -418,5 +418,9 @@ __all__ = [
     "fixed_trace",
     "objective",
     "percentile",
+    "poison_stale",
+    "reset_state",
     "run_trace",
+    "schedule",
+    "valid_slots",
 ]

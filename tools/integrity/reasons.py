@@ -21,6 +21,10 @@ REASONS: dict[str, str] = {
     "wrong_output": "an output is outside tolerance, NaN/Inf, or not fully written",
     "wrong_output_timed": "a call inside a timed sample produced a wrong output",
     "wrong_shape": "output shape, dtype or device differs from the reference's",
+    "wrong_kv_cache": "step task: the KV cache's valid slots after a pass differ from the "
+    "reference's (an append missing or wrong, or context overwritten)",
+    "lengths_modified": "step task: the step changed the sequence lengths (the harness advances "
+    "them)",
     "precision": "wide-range inputs fail: math not in fp32 (e.g. fp16 accumulation)",
     "not_plain_tensor": "the output is not a plain torch.Tensor (a subclass, or not a tensor)",
     "output_aliases_input": "the output shares storage with an input",
@@ -80,6 +84,12 @@ CERTIFIES: dict[str, str] = {
     "compared by the trusted parent; who computed them (a Triton kernel or torch) is NOT "
     "certified, nor is any timing: the candidate's own process reports its launches there, and "
     "can forge that report",
+    "step_outputs": "step task: outputs correct on hidden traces: every step's logits and the "
+    "KV cache's valid slots after each pass, computed by the candidate's step in a sandboxed "
+    "process of its own over a state the trusted parent owns (prompts written and stale slots "
+    "poisoned by it), were compared by the parent with the reference it computed itself; who "
+    "computed them (which kernels, whether a graph replay did the work) is NOT certified (no "
+    "launch record or replay for steps yet), nor is any timing",
     "nothing": "the verdict did not pass",
 }
 
@@ -93,9 +103,13 @@ UNVERIFIED: dict[str, str] = {
     "host_compute, foreign_kernel, background_thread, monkey_patch, introspection, subprocess, "
     "dynamic_code, exfiltration, harness_access",
     "speed": "the timing (the interpreter's wall clock of Python says nothing of a GPU)",
+    "step_work": "which kernels computed a step's outputs (the candidate's own, a library's, "
+    "torch's) and that its graph replays do the work: a step's launches are not recorded or "
+    "replayed yet, and a step verify takes no timing",
 }
 CPU_UNVERIFIED = ["triton_did_the_work", "process_policy", "speed"]
 GPU_UNVERIFIED = ["process_policy"]
+STEP_UNVERIFIED = ["step_work"]
 
 __all__ = [
     "CERTIFIES",
@@ -103,5 +117,6 @@ __all__ = [
     "GPU_UNVERIFIED",
     "REASONS",
     "SANDBOX_REFUSED",
+    "STEP_UNVERIFIED",
     "UNVERIFIED",
 ]

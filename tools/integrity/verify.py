@@ -269,7 +269,7 @@ async def guarded_verify(
 ) -> Verdict:
     """Verify the workspace on its hidden cases. `enforce_scan=False` (tests) lets a candidate
     that the static scan rejects run anyway, to prove the runtime defenses catch it too."""
-    kind_of(ws.task).require_runner(ws.task, "guarded_final_verify")
+    kind_of(ws.task).require_runner(ws.task, "a kernel task's guarded verify")
     assert ws.task.final is not None
     ensure_outside_workspace(settings, ws.root)
     secret = workspace_secret(settings, ws.root, rotate=rotate)

@@ -252,20 +252,22 @@ class CommandKind(TaskKind):
         return out
 
 
-# What a step task's score is until its guarded verify exists (the refusals say it).
+# What a step task's scores mean (the refusals say it).
 STEP_SCORE_MEANS = (
     "run_objective's score is dev feedback: the step timed over the dev traces in the "
-    "candidate's own sandboxed process, every step's logits and the KV cache checked against "
-    "the reference there; no guarded verdict certifies it"
+    "candidate's own sandboxed process; guarded_final_verify checks every step's logits and the "
+    "KV cache on hidden traces from the trusted side (pass or fail: it certifies outputs, takes "
+    "no timing and gives no score)"
 )
 
 
 class StepKind(TaskKind):
     """A decode step `step(state, tokens) -> logits` over a resident KV cache (issue 32): the
     runner's step mode runs it over the dev traces of task.toml's `[step]` table (per-bucket
-    latency, every step checked). The kernel tools (sweep, probe, profile) and the guarded verify
-    are not built for it yet: require_runner refuses them (and require_final_score the loop,
-    whose score is the guarded verify), saying what the score means."""
+    latency, every step checked); the guarded verify is its own (tools/integrity/step_verify.py:
+    outputs on hidden traces, no score). The kernel tools (sweep, probe, profile) and the kernel
+    verify are not built for it: require_runner refuses them, and require_final_score the loop,
+    whose score is a final verify's, saying what the scores mean."""
 
     name = "step"
     runs_kernel = False  # not a kernel the lab, qualification's cheats or a sweep can call
@@ -280,11 +282,11 @@ class StepKind(TaskKind):
     @staticmethod
     def _not_built(task: TaskSpec, what: str) -> UsageError:
         return UsageError(
-            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): the "
-            f"guarded verify, sweeps, probes and profiles of a decode step are still to come. "
+            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): sweeps, "
+            f"probes and profiles of a decode step, and a timed final score, are still to come. "
             f"Meanwhile {STEP_SCORE_MEANS}.",
-            next_step="use run_objective (per-bucket latency table), rank_history and "
-            "restore_best_checkpoint",
+            next_step="use run_objective (per-bucket latency table), guarded_final_verify "
+            "(outputs on hidden traces), rank_history and restore_best_checkpoint",
         )
 
     def require_steps(self, task: TaskSpec, what: str) -> None:

@@ -23,6 +23,8 @@ Side of the trust boundary: trusted (task.toml is the operator's, never the agen
 
 from __future__ import annotations
 
+import hashlib
+import random
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -138,6 +140,27 @@ class StepSpec(BaseModel):
             if t.name == name:
                 return t
         raise KeyError(name)
+
+    def hidden(self, seed: bytes | str | int) -> list[dict[str, Any]]:
+        """The guarded verify's hidden traces, drawn from a secret seed (same seed, same
+        traces): one per dev trace, of its kind, dtype and buckets, named `final<i>_<dtype>`,
+        with a seed of its own (tokens, prompts, lengths) and, for a fixed trace, a prompt
+        length drawn at each size. The runner gets them on stdin; they are never written where
+        the agent can read them."""
+        rng = random.Random(hashlib.sha256(str(seed).encode()).hexdigest())
+        out = []
+        for i, trace in enumerate(self.traces):
+            drawn = trace.model_copy(deep=True)
+            drawn.name, drawn.seed = f"final{i}_{trace.dtype}", rng.randrange(1 << 31)
+            if trace.kind == "fixed":
+                for model, interpret in ((self.model, False), (self.interpreter, True)):
+                    length = rng.randint(0, model.max_seq - trace.params(interpret)["steps"])
+                    if interpret:
+                        drawn.interpreter = {**drawn.interpreter, "length": length}
+                    else:
+                        drawn.length = length
+            out.append(drawn.model_dump())
+        return out
 
     def request(self, names: list[str] | None = None) -> dict[str, Any]:
         """What the runner's step mode reads: both sizes (it knows whether it interprets) and

@@ -3,7 +3,8 @@ workspace's eager baseline through the local executor, the sandboxed runner's st
 Triton interpreter's tiny sizes (2 layers, hidden 64): a passing score with a per-bucket table,
 recorded like any dev run (rank_history ranks it, restore_best_checkpoint brings it back), and
 candidates that cache logits across steps or read the KV cache past its length failing the
-per-step check. The guarded verify of a step task refuses, saying what the score means."""
+per-step check. The kernel tasks' guarded verify refuses a step task, saying what the scores
+mean (its own verify is tests/tools/integrity/test_step_cheats.py's)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ async def test_an_unknown_trace_name_is_refused_with_the_known_ones(tmp_path):
 
 
 @pytest.mark.anyio
-async def test_the_guarded_verify_of_a_step_task_refuses_and_says_what_the_score_means(tmp_path):
+async def test_the_kernel_verify_refuses_a_step_task_and_says_what_the_scores_mean(tmp_path):
     ws = make_workspace(tmp_path, "decode_step")
     launcher = make_launcher(tmp_path)
     try:
@@ -99,6 +100,32 @@ async def test_the_guarded_verify_of_a_step_task_refuses_and_says_what_the_score
             await guarded_verify(ws, launcher, make_settings(tmp_path))
     finally:
         await launcher.aclose()
-    assert "dev feedback" in str(err.value) and "no guarded verdict" in str(err.value)
-    assert "run_objective" in err.value.next_step
+    assert "dev feedback" in str(err.value) and "hidden traces" in str(err.value)
+    assert "guarded_final_verify" in err.value.next_step
     assert ws.ledger().records() == []  # nothing ran, nothing recorded
+
+
+ESCAPES = """
+def _escape():
+    try:
+        with open({outside!r}, "w") as fh:
+            fh.write("escaped")
+    except OSError:
+        pass
+
+
+_escape()
+"""
+
+
+@pytest.mark.anyio
+async def test_the_step_mode_runs_the_candidate_inside_the_sandbox(tmp_path):
+    """The step mode imports agent code: it starts inside the sandbox like every dev mode, so a
+    candidate that writes outside its folder at import leaves nothing behind."""
+    outside = tmp_path / "escaped.txt"
+    baseline = (load_task("decode_step").workspace_template / "kernel.py").read_text()
+    _, res = await _run(tmp_path, baseline + ESCAPES.format(outside=str(outside)),
+                        traces=["fixed_fp16"])  # fmt: skip
+    assert res.env.sandbox == "full", res.env
+    assert not outside.exists()
+    assert res.status == "passed", res.reason

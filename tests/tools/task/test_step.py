@@ -244,3 +244,22 @@ def test_a_traces_problem_names_the_trace_and_the_size_it_fails_at():
     assert fixed.problems(model, True) == [
         "step.traces 'f' (interpreter): a fixed trace needs length and steps"
     ]
+
+
+def test_hidden_traces_are_drawn_from_the_secret_not_the_dev_seeds_and_build_at_both_sizes():
+    step = load_task("decode_step").step
+    assert step is not None
+    drawn = step.hidden(1234)
+    assert drawn == step.hidden(1234) and drawn != step.hidden(1235)  # same secret, same traces
+    assert [t["name"] for t in drawn] == ["final0_float16", "final1_float16", "final2_bfloat16"]
+    assert {t["seed"] for t in drawn}.isdisjoint({t.seed for t in step.traces})
+    fixed = drawn[0]
+    assert fixed["kind"] == "fixed" and fixed["steps"] == step.traces[0].steps
+    lengths = {t["length"] for t in (step.hidden(s)[0] for s in range(20))}
+    assert len(lengths) > 1 and max(lengths) + fixed["steps"] <= step.model.max_seq
+    ref = load_module(load_task("decode_step").root / "reference.py", "_hl_ref_hidden_test")
+    for interpret, sizes in ((False, step.model), (True, step.interpreter)):
+        for t in drawn:
+            params = {**t, **t["interpreter"]} if interpret else t
+            config = ref.Config(**sizes.model_dump(), dtype=t["dtype"])
+            assert step_trace.build(config, params)["segments"]

@@ -1,0 +1,173 @@
+"""The candidate's process in the guarded verify of a step task: the only process that imports
+the agent's step.
+
+Runs sandboxed (started by step_guard.py through guard_kid.Kid, with nothing secret in its
+environment or arguments); standard library, torch and triton only. Nothing it says is evidence:
+the parent owns the state in a shared memory arena (a memfd it made and passed at start) and
+checks everything that matters there.
+- "trace": the State the candidate's step gets, built over the arena. On the CPU its tensors
+  ARE views of the arena: the parent writes prompts, poisons stale slots and reads the cache in
+  place. On a GPU the weights and rotary tables are copied to the device once per trace, and
+  the cache and lengths are copied from the arena before each step and back after it.
+- "step": this step's tokens from the arena, `step(state, tokens)` called, the logits copied
+  into the parent's slot when they are a plain tensor of the slot's shape and dtype. The parent
+  compares them (and the cache after each pass) with the reference it computed itself.
+Replies carry facts (copied or not, an exception's type name), never text the candidate wrote.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import mmap
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
+
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import wire
+    from .guard_child import exception_kind
+else:
+    import wire
+    from guard_child import exception_kind
+
+
+def _load(path: str, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class StepChild:
+    def __init__(self, cfg: dict[str, Any], out: int) -> None:
+        import torch
+
+        self.torch, self.cfg, self.out = torch, cfg, out
+        self.cuda = cfg.get("device") == "cuda"
+        if not self.cuda:  # tiny tensors: one thread (step_trace.run_trace says why)
+            torch.set_num_threads(1)
+        self.arena: mmap.mmap | None = None
+        self.fn: Any = None
+        self.ref: Any = None
+        self.state: Any = None
+        self.views: dict[str, Any] = {}
+        self.device_cache: Any = None  # the GPU path's own handle (the candidate may rebind)
+        self.device_lengths: Any = None
+
+    def reply(self, **fields: Any) -> None:
+        wire.send(self.out, fields)
+
+    def view(self, spec: dict[str, Any]) -> Any:
+        torch = self.torch
+        numel = 1
+        for s in spec["shape"]:
+            numel *= int(s)
+        assert self.arena is not None
+        t = torch.frombuffer(self.arena, dtype=getattr(torch, spec["dtype"]), count=numel,
+                             offset=int(spec["offset"]))  # fmt: skip
+        return t.view(*[int(s) for s in spec["shape"]])
+
+    # -- requests --------------------------------------------------------------------------------
+    def load(self, msg: dict[str, Any]) -> None:
+        error = ""
+        try:
+            self.ref = _load(self.cfg["reference"], "_hl_step_reference")
+            file_name, func = self.cfg["entry"].split(":", 1)
+            path = os.path.join(self.cfg["candidate_dir"], file_name)
+            self.fn = getattr(_load(path, "_hl_candidate"), func, None)
+            if not callable(self.fn):
+                error = "no_entry"
+        except BaseException as exc:  # the candidate's import failing is a result, not a crash
+            error = exception_kind(exc)
+        self.reply(ok=not error, error=error)
+
+    def map_arena(self, msg: dict[str, Any]) -> None:
+        self.arena = mmap.mmap(int(self.cfg["memfd"]), int(msg["size"]))
+        self.reply(ok=True)
+
+    def trace(self, msg: dict[str, Any]) -> None:
+        """A fresh State for one trace (its scratch, the candidate's graphs, start empty)."""
+        torch, ref = self.torch, self.ref
+        self.views = {name: self.view(spec) for name, spec in msg["layout"].items()}
+        dev = "cuda" if self.cuda else "cpu"
+
+        def mine(name: str) -> Any:
+            return self.views[name].to(dev, copy=True) if self.cuda else self.views[name]
+
+        config = ref.Config(**msg["config"])
+        weights = {k[len("w.") :]: mine(k) for k in self.views if k.startswith("w.")}
+        self.state = ref.State(
+            config=config, weights=weights, kv_cache=mine("kv_cache"), lengths=mine("lengths"),
+            host_lengths=[0] * config.batch, rope_cos=mine("rope_cos"), rope_sin=mine("rope_sin"),
+        )  # fmt: skip
+        self.device_cache, self.device_lengths = self.state.kv_cache, self.state.lengths
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.reply(ok=True)
+
+    def step(self, msg: dict[str, Any]) -> None:
+        torch, state, views = self.torch, self.state, self.views
+        if self.cuda:  # the parent's prompts and poison, then back after the step
+            self.device_cache.copy_(views["kv_cache"])
+            self.device_lengths.copy_(views["lengths"])
+        state.host_lengths = [int(n) for n in msg["host_lengths"]]
+        tokens = views["tokens"].to("cuda" if self.cuda else "cpu", copy=True)
+        error, copied = "", False
+        try:
+            out = self.fn(state, tokens)
+            slot = views["logits"]
+            if type(out) is torch.Tensor and out.shape == slot.shape and out.dtype == slot.dtype:
+                slot.copy_(out)
+                copied = True
+            if self.cuda:
+                torch.cuda.synchronize()
+        except BaseException as exc:
+            error = exception_kind(exc)
+        if self.cuda:
+            views["kv_cache"].copy_(self.device_cache)
+            views["lengths"].copy_(self.device_lengths)
+        self.reply(error=error, copied=copied)
+
+    def serve(self, fd_in: int) -> None:
+        handlers = {"load": self.load, "arena": self.map_arena, "trace": self.trace,
+                    "step": self.step}  # fmt: skip
+        while True:
+            try:
+                msg = wire.recv(fd_in)
+            except wire.WireError:
+                return
+            op = msg.get("op") if isinstance(msg, dict) else None
+            handler = handlers.get(op) if isinstance(op, str) else None
+            if handler is None:
+                return
+            handler(msg)
+
+
+def main() -> int:
+    out = os.dup(1)
+    os.dup2(2, 1)  # candidate prints go to stderr, never into the protocol
+    try:
+        cfg = wire.recv(0, timeout_s=60)
+    except wire.WireError:
+        return 2
+    try:
+        StepChild(cfg, out).serve(0)
+    except Exception as exc:  # the parent sees EOF or this and says why in its own words
+        try:
+            wire.send(out, {"fatal": exception_kind(exc)})
+        except OSError:
+            pass
+    finally:
+        sys.stdout.flush()
+        time.sleep(0)
+    os._exit(0)  # skip atexit handlers the candidate may have registered
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""The guarded verify of a step task, trusted parent side (the runner's "step_verify" mode): the
+process that decides and never runs agent Python.
+
+Runs in a fresh runner process (never one that imported candidate code), staged and hash-checked
+like runner.py; standard library, torch and triton only. For every hidden trace (drawn by the
+host from the workspace's secret: tools/task/step.py `StepSpec.hidden`; the traces arrive on
+stdin, mixed here with os.urandom for the weights) it
+1. builds the reference's State here (its own weights, cache and lengths, in this process's
+   memory: the candidate never sees them) and the candidate's State in a shared memory arena
+   (a sealed memfd this process made): the same weights, the cache, the lengths, this step's
+   tokens and a slot for the logits;
+2. runs the candidate's step in a sandboxed process of its own (step_child.py, through
+   guard_kid.Kid): before each step this process writes the prompts (continuous batching) and
+   POISONs every stale slot of the arena's cache, then asks for one step; the child copies the
+   logits into the slot (on a GPU it also copies the cache to and from its device);
+3. compares each step's logits with reference_step run here on the same tokens, checks the
+   lengths were left alone, and after each pass compares the cache's valid slots. Two passes per
+   trace (different tokens and prompts, the candidate's scratch kept between them), stopping at
+   the first failure. Every reason's text is written here; the child's replies are facts.
+What this certifies: the outputs (every step's logits, the cache after each pass) on hidden
+traces. Not who computed them (no launch record or replay for steps yet), nor any timing.
+The host (tools/integrity/step_verify.py) turns the raw records into the verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sys
+import time
+import types
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from . import guard, phase_lock, sandbox_limits, step_trace
+    from . import sandbox_policy as sp
+    from .guard_kid import Kid, KidFailed, stage_root
+else:  # the runner that imports this put the staged folder on sys.path
+    import guard
+    import phase_lock
+    import sandbox_limits
+    import sandbox_policy as sp
+    import step_trace
+    from guard_kid import Kid, KidFailed, stage_root
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PASSES = 2  # per hidden trace: each with its own tokens and prompts, the scratch kept between
+ALIGN = 256
+
+
+class Arena:
+    """The candidate's State in shared memory: named tensors at aligned offsets of one memfd,
+    sized for the largest trace; the child maps it once."""
+
+    def __init__(self, torch, size: int, scratch_root: str) -> None:
+        import mmap
+
+        self.torch, self.size = torch, size
+        self.fd = _sealed_memfd(size, scratch_root)
+        self.map = mmap.mmap(self.fd, size)
+
+    @staticmethod
+    def layout(config) -> tuple[dict[str, dict[str, Any]], int]:
+        """name -> {offset, shape, dtype} for one trace's config, and the bytes it needs."""
+        import torch
+
+        c = config
+        dt = str(c.torch_dtype).removeprefix("torch.")
+        hd, ffn, n = c.head_dim, c.ffn_dim, c.layers
+        shapes: dict[str, tuple[list[int], str]] = {  # reference.py's State, weights first
+            "w.embed": ([c.vocab, c.hidden], dt),
+            "w.attn_norm": ([n, c.hidden], dt),
+            "w.wqkv": ([n, c.qkv_dim, c.hidden], dt),
+            "w.wo": ([n, c.hidden, c.heads * hd], dt),
+            "w.mlp_norm": ([n, c.hidden], dt),
+            "w.w_gate_up": ([n, 2 * ffn, c.hidden], dt),
+            "w.w_down": ([n, c.hidden, ffn], dt),
+            "w.final_norm": ([c.hidden], dt),
+            "w.lm_head": ([c.vocab, c.hidden], dt),
+            "rope_cos": ([c.max_seq, hd // 2], "float32"),
+            "rope_sin": ([c.max_seq, hd // 2], "float32"),
+            "kv_cache": ([n, 2, c.batch, c.kv_heads, c.max_seq, hd], dt),
+            "lengths": ([c.batch], "int32"),
+            "tokens": ([c.batch], "int64"),
+            "logits": ([c.batch, c.vocab], dt),
+        }
+        out, off = {}, 0
+        for name, (shape, dtype) in shapes.items():
+            numel = 1
+            for s in shape:
+                numel *= s
+            out[name] = {"offset": off, "shape": shape, "dtype": dtype}
+            nbytes = numel * getattr(torch, dtype).itemsize
+            off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        return out, off
+
+    def views(self, layout: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        torch, out = self.torch, {}
+        for name, spec in layout.items():
+            numel = 1
+            for s in spec["shape"]:
+                numel *= int(s)
+            t = torch.frombuffer(self.map, dtype=getattr(torch, spec["dtype"]), count=numel,
+                                 offset=int(spec["offset"]))  # fmt: skip
+            out[name] = t.view(*spec["shape"])
+        return out
+
+    def close(self) -> None:
+        try:
+            self.map.close()
+        except BufferError:  # views still alive: the process ends soon, the fd goes below
+            pass
+        os.close(self.fd)
+
+
+class StepVerify:
+    def __init__(self, env, req: dict[str, Any], rt: types.ModuleType) -> None:
+        self.env, self.rt, self.torch = env, rt, env.torch
+        self.started = time.perf_counter()
+        digest = hashlib.sha256(f"{req.get('seed', 0)}:{os.urandom(16).hex()}".encode())
+        self.req = {**req, "seed": int(digest.hexdigest()[:15], 16)}
+        self.ref = rt.load_module(Path(req["reference"]), "_hl_step_verify_reference")
+        self.timeout_s = float(req.get("case_timeout_s", 120))
+        self.scratch_root = os.path.join(stage_root(), "scratch")
+        os.makedirs(self.scratch_root, mode=0o700, exist_ok=True)
+        held = req.get("gpu_lock") or {}
+        self.lock = phase_lock.PhaseLock(
+            held.get("file"), int(held.get("gpu", 0)),
+            lambda message: rt.emit({"event": "waiting", "message": message}),
+        )  # fmt: skip
+
+    def candidate_kid(self, memfd: int) -> Kid:
+        cand_dir = self.req["candidate_dir"]
+        env = {"TRITON_INTERPRET": "1"} if self.env.interpret else {}
+        cache, write = "", []
+        if not self.env.interpret:  # per-candidate Triton cache: only this candidate writes it
+            cache = os.path.join(stage_root(), "tcache", os.path.basename(cand_dir.rstrip("/")))
+            os.makedirs(cache, mode=0o700, exist_ok=True)
+            write = [cache]
+        policy = sp.Policy(
+            read=[HERE, cand_dir, os.path.dirname(self.req["reference"])], write=write,
+            scratch_root=self.scratch_root, require=bool(self.req.get("sandbox_required", True)),
+            env=env, env_allow=["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"], triton_cache=cache,
+            namespaces=True, limits=sp.Limits.from_dict(self.req.get("sandbox_limits") or {}),
+            **sp.python_policy(sp.import_roots()),
+        )  # fmt: skip
+        return Kid("candidate", "step_child.py", policy, self.timeout_s, (memfd,))
+
+    def run(self) -> dict[str, Any]:
+        torch, ref, req = self.torch, self.ref, self.req
+        if self.env.device == "cpu":  # tiny tensors: one thread (step_trace.run_trace says why)
+            torch.set_num_threads(1)
+        sizes = req["step"]["interpreter" if self.env.interpret else "model"]
+        plans = []
+        for t in req["step"]["traces"]:
+            params = {**t, **(t.get("interpreter") or {})} if self.env.interpret else t
+            config = ref.Config(**sizes, dtype=t["dtype"])
+            plans.append((t, config, step_trace.build(config, params)))
+        size = max(Arena.layout(c)[1] for _, c, _ in plans) + ALIGN
+        arena = Arena(torch, size, self.scratch_root)
+        result: dict[str, Any] = {"status": "measured", "input_seed": req["seed"],
+                                  "nonce": req.get("nonce"), "cases": [], "load": {},
+                                  "sandbox": {}, "certifies": "step_outputs"}  # fmt: skip
+        kid = None
+        try:
+            kid = self.candidate_kid(arena.fd)
+            result["sandbox"]["candidate"] = kid.started()
+            kid.send({"device": self.env.device, "candidate_dir": req["candidate_dir"],
+                      "entry": req["entry"], "reference": req["reference"],
+                      "memfd": arena.fd})  # fmt: skip
+            reply, _ = kid.ask({"op": "load"})
+            err = guard.error_text(reply)
+            result["load"]["candidate"] = {"ok": bool(reply.get("ok")) and not err}
+            if not result["load"]["candidate"]["ok"]:
+                result["error"] = f"import failed: {err or 'no reply'}"
+                result["error_code"] = "import_failed"
+                return result
+            kid.ask({"op": "arena", "size": arena.size})
+            rng = random.Random(req["seed"])
+            for index, (t, config, trace) in enumerate(plans):
+                rec = {"name": t["name"], "dtype": t["dtype"], "codes": [], "steps_checked": 0}
+                result["cases"].append(rec)
+                with self.lock.work():
+                    self.one_trace(kid, arena, config, trace, rng.randrange(1 << 31), rec)
+                self.rt.emit({"event": "case", "index": index, "status": "measured"})
+                if rec["codes"]:
+                    break  # rejected: the rest would cost time and change nothing
+        except KidFailed as exc:
+            if result["cases"]:
+                result["cases"][-1].update(error=str(exc), error_code=exc.code)
+            else:
+                result["error"], result["error_code"] = f"{exc.role}: {exc}", exc.code
+        finally:
+            if kid is not None:
+                kid.close()
+            sandbox_limits.sweep(self.scratch_root)  # whatever the child did, nothing stays
+            self.lock.close()
+            arena.close()
+            result["wall_s"] = time.perf_counter() - self.started
+        return result
+
+    def one_trace(self, kid: Kid, arena: Arena, config, trace: dict[str, Any], weight_seed: int,
+                  rec: dict[str, Any]) -> None:  # fmt: skip
+        """The passes of one hidden trace; reasons go into rec["codes"] (the first stops it)."""
+        torch, ref, device = self.torch, self.ref, self.env.device
+        tol = self.req["tolerances"][config.dtype]
+        truth = ref.new_state(config, seed=weight_seed, device=device)
+        layout, _ = Arena.layout(config)
+        views = arena.views(layout)
+        for name, w in truth.weights.items():
+            views[f"w.{name}"].copy_(w)
+        views["rope_cos"].copy_(truth.rope_cos)
+        views["rope_sin"].copy_(truth.rope_sin)
+        # The parent's handle on the candidate's State (the same arena the child's views see):
+        # reference.prefill and advance write prompts and lengths into it as into any State.
+        cand = ref.State(
+            config=config, weights={}, kv_cache=views["kv_cache"], lengths=views["lengths"],
+            host_lengths=[0] * config.batch, rope_cos=views["rope_cos"],
+            rope_sin=views["rope_sin"],
+        )  # fmt: skip
+        spec = (tuple(views["logits"].shape), config.torch_dtype)
+        kid.ask({"op": "trace", "layout": layout, "config": _config_dict(config)})
+
+        def fail(code: str, detail: str) -> None:
+            rec["codes"].append([code, f"{rec['name']}: {detail}"])
+
+        for variant in range(PASSES):
+            for s in (truth, cand):
+                step_trace.reset_state(s)
+            for index, (prompts, toks) in enumerate(
+                step_trace.schedule(trace, variant, config.vocab)
+            ):
+                where = f"pass {variant} step {index}"
+                for b, length, seed in prompts:
+                    for s in (truth, cand):
+                        ref.prefill(s, b, length, seed)
+                expected = list(truth.host_lengths)
+                step_trace.poison_stale(torch, cand, expected)
+                views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
+                views["logits"].fill_(float("nan"))
+                reply, _ = kid.ask({"op": "step", "host_lengths": expected})
+                err = guard.error_text(reply)
+                if err:
+                    return fail("candidate_error", f"{where}: the step raised {err}")
+                if not reply.get("copied"):
+                    return fail("wrong_shape", f"{where}: the logits are not a plain tensor "
+                                "of the reference's shape and dtype")  # fmt: skip
+                got = views["logits"].to(device, copy=True)
+                want = ref.reference_step(
+                    truth, torch.tensor(toks, dtype=torch.long, device=device)
+                )
+                ok, why, stats = guard.output_check(self.rt, torch, got, want, tol, spec)
+                rec["max_abs_err"] = max(
+                    rec.get("max_abs_err") or 0.0, stats.get("max_abs_err") or 0.0
+                )
+                if not ok:
+                    return fail("wrong_output", f"{where}: logits: {why}")
+                if views["lengths"].tolist() != expected:
+                    return fail("lengths_modified", f"{where}: the step changed the lengths")
+                rec["steps_checked"] += 1
+                for s in (truth, cand):
+                    ref.advance(s)
+            want = step_trace.valid_slots(torch, truth.kv_cache, truth.host_lengths).float()
+            got = step_trace.valid_slots(torch, views["kv_cache"], truth.host_lengths).to(device)
+            ok, why, _ = guard.output_check(
+                self.rt, torch, got, want, tol, (tuple(want.shape), config.torch_dtype)
+            )
+            if not ok:
+                return fail(
+                    "wrong_kv_cache", f"after pass {variant}: the cache's valid slots: {why}"
+                )
+        return None
+
+
+def _sealed_memfd(size: int, scratch_root: str) -> int:
+    """A memfd of `size` bytes sealed against resizing (a hostile child cannot truncate it under
+    this process), as guard.Verify.arena_fd makes; a temporary file where memfd is missing."""
+    try:
+        fd = os.memfd_create("hl-step-arena", os.MFD_ALLOW_SEALING)  # type: ignore[attr-defined]
+        os.ftruncate(fd, size)
+        import fcntl
+
+        fcntl.fcntl(fd, 1033, 0x0002 | 0x0004 | 0x0001)  # F_ADD_SEALS: SHRINK|GROW|SEAL
+    except (AttributeError, OSError):
+        import tempfile
+
+        with tempfile.TemporaryFile(dir=scratch_root) as tmp:
+            os.ftruncate(tmp.fileno(), size)
+            fd = os.dup(tmp.fileno())
+    return fd
+
+
+def _config_dict(config) -> dict[str, Any]:
+    return {k: getattr(config, k) for k in ("hidden", "heads", "kv_heads", "layers", "max_seq",
+                                            "batch", "vocab", "dtype", "ffn", "rope_theta", "eps")}  # fmt: skip
+
+
+def verify(env, req: dict[str, Any], rt: types.ModuleType) -> dict[str, Any]:
+    """The guarded verify of req['candidate_dir'] on req['step']['traces'] (hidden)."""
+    if any(name.startswith("_hl_candidate") for name in sys.modules):
+        raise RuntimeError(
+            "the guarded verify needs a fresh runner process (this one has run candidate code)"
+        )
+    guard._harden()  # non-dumpable: same-user processes cannot read the reference's state
+    return StepVerify(env, req, rt).run()
+
+
+__all__ = ["PASSES", "verify"]

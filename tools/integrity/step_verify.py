@@ -1,0 +1,185 @@
+"""The guarded verify of a step task, host side: hidden traces from the workspace's secret, the
+runner's "step_verify" mode in a fresh process (gpu/step_guard.py: the candidate's step in a
+sandboxed process of its own over a state the trusted parent owns, every step's logits and the
+KV cache compared there with the reference the parent computed), and the verdict judged HERE
+from the parent's raw records; nothing the candidate's process says is read as a verdict.
+
+What it certifies (reasons.CERTIFIES["step_outputs"]): outputs correct on hidden traces. Not
+which kernels computed them (a step's launches are not recorded or replayed yet) and no timing:
+a passed verdict carries no score, so the loop (whose score is the final verify's) still refuses
+step tasks (StepKind.require_final_score). No static scan either: a step may capture CUDA graphs
+and create the buffers it likes, which the kernel scan rejects, and the scan is never evidence.
+What an agent may read of the verdict is verdict_view.py's, as for a kernel task.
+
+Side of the trust boundary: trusted; the hidden traces never leave it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from ..evaluation import kernel_request, record
+from ..evaluation.results import CaseResult, EnvInfo, EvalResult
+from ..execution import RUNNER_FILES, Launcher, RunnerCall, runner_digest
+from ..progress import Progress
+from ..settings import Settings
+from ..state import Workspace
+from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
+from ..task import kind_of
+from .reasons import REASONS, SANDBOX_REFUSED, STEP_UNVERIFIED
+from .verdict import Verdict
+from .verdict_view import public_reasons, public_rows
+from .verify import _call_quietly
+
+# Codes the parent's records may carry; anything else is the harness's bug, never the verdict.
+STEP_CODES = frozenset(
+    {"candidate_error", "wrong_shape", "wrong_output", "lengths_modified", "wrong_kv_cache",
+     "import_failed", "candidate_crashed", "timeout", "resource_limit", "harness_tampered",
+     "sandbox_failed", "sandbox_unavailable"}
+)  # fmt: skip
+
+
+def judge_steps(
+    call: RunnerCall, traces: list[dict[str, Any]], nonce: str
+) -> tuple[str, list[dict[str, str]], list[CaseResult]]:
+    """(verdict, reasons, one row per hidden trace) from the step parent's raw records."""
+    raw = call.result
+
+    def unknown(code: str) -> str:
+        return code if code in STEP_CODES and code in REASONS else "runner_failed"
+
+    if raw is None or raw.get("status") == "error":
+        why = (
+            f"runner exited with {call.exit_code}{' (timeout)' if call.timed_out else ''}"
+            if raw is None
+            else str(raw.get("reason", "runner error"))
+        )
+        return "error", [{"code": "runner_failed", "detail": why}], []
+    if raw.get("error_code") == "sandbox_unavailable":
+        return "error", [{"code": "sandbox_unavailable", "detail": SANDBOX_REFUSED}], []
+    if raw.get("error_code") == "sandbox_failed":  # before any of the candidate's code ran
+        return "error", [{"code": "sandbox_failed", "detail": str(raw.get("error"))[:400]}], []
+    if raw.get("nonce") != nonce:
+        return "error", [{"code": "forged_result", "detail": "nonce mismatch"}], []
+    reasons: list[dict[str, str]] = []
+    if raw.get("error"):
+        reasons.append({"code": unknown(str(raw.get("error_code") or "candidate_crashed")),
+                        "detail": str(raw["error"])[:400]})  # fmt: skip
+    rows: list[CaseResult] = []
+    for _i, (trace, rec) in enumerate(zip(traces, raw.get("cases") or [], strict=False)):
+        mine: list[dict[str, str]] = []
+        if rec.get("error"):
+            code = unknown(str(rec.get("error_code") or "candidate_crashed"))
+            mine.append({"code": code, "detail": f"{trace['name']}: {rec['error']}"[:400]})
+        for code, detail in rec.get("codes") or []:
+            mine.append({"code": unknown(str(code)), "detail": str(detail)[:400]})
+        reasons += mine
+        rows.append(
+            CaseResult(
+                name=trace["name"],
+                dtype=trace["dtype"],
+                passed=not mine,
+                status="passed" if not mine else "failed",
+                reason=mine[0]["detail"] if mine else "",
+                max_abs_err=rec.get("max_abs_err"),
+            )
+        )
+        if mine:
+            break
+    if len(rows) < len(traces) and not reasons:
+        reasons.append({"code": "runner_failed", "detail": f"{len(rows)} of {len(traces)} traces"})
+    for trace in traces[len(rows) :]:  # not run after a rejection
+        rows.append(CaseResult(name=trace["name"], dtype=trace["dtype"], passed=False,
+                               reason="not run: an earlier trace was rejected"))  # fmt: skip
+    if any(r["code"] == "runner_failed" for r in reasons):
+        return "error", reasons, rows
+    return ("rejected" if reasons else "passed"), reasons, rows
+
+
+async def guarded_step_verify(
+    ws: Workspace,
+    launcher: Launcher,
+    settings: Settings,
+    *,
+    rotate: bool = False,
+    progress: Progress | None = None,
+    save: bool = True,
+) -> Verdict:
+    """Verify a step task's workspace on hidden traces drawn from its secret (`rotate`: a new
+    secret, new traces). The verdict passes or not; it has no score (nothing is timed)."""
+    task = ws.task
+    kind_of(task).require_steps(task, "the guarded step verify")
+    assert task.step is not None
+    ensure_outside_workspace(settings, ws.root)
+    secret = workspace_secret(settings, ws.root, rotate=rotate)
+    traces = task.step.hidden(secret["seed"])
+    cs = case_set_id(secret["seed"])
+    candidate = ws.snapshot()
+    seed, nonce = secrets.randbelow(2**31), secrets.token_hex(12)
+    step = {"model": task.step.model.model_dump(),
+            "interpreter": task.step.interpreter.model_dump(), "traces": traces}  # fmt: skip
+    request = kernel_request(ws, launcher, candidate, "step_verify", seed=seed, nonce=nonce,
+                             step=step)  # fmt: skip
+    call = await _call_quietly(launcher, request, ws, progress)
+    verdict, reasons, rows = judge_steps(call, traces, nonce)
+    raw = call.result or {}
+    ran = [r["code"] for r in reasons] != ["sandbox_unavailable"]
+    sandbox = ((raw.get("sandbox") or {}).get("candidate") or {}).get("level") or "none"
+    env = EnvInfo.model_validate({**(raw.get("env") or {}), "sandbox": sandbox})
+    passed = verdict == "passed" and bool(rows)
+    result = EvalResult(
+        status="passed" if passed else ("error" if verdict == "error" else "failed"),
+        score_us=None,  # nothing timed: the verdict is pass or fail
+        meaningful=False,
+        reason=reasons[0]["detail"] if reasons else "",
+        cases=rows,
+        candidate=candidate.digest,
+        config={},
+        mode="final",
+        env=env,
+        seed=seed,
+        wall_s=call.wall_s,
+    )
+    certifies = "step_outputs" if passed else "nothing"
+    if save:  # the ledger gets what an agent may see (verify.py's rule); the rest stays stored
+        shown = public_reasons(reasons, ran)
+        ledger_row = result.model_copy(
+            update={
+                "reason": shown[0]["detail"] if shown else "",
+                "cases": public_rows(rows, verdict),
+            }
+        )
+        hidden = [{**t, **row.model_dump(exclude_none=True, exclude={"name"})}
+                  for t, row in zip(traces, rows, strict=False)]  # fmt: skip
+        record(ws, ledger_row, candidate, case_set=cs, hidden=hidden,
+               store_only={"reasons": reasons}, extra={"certifies": certifies})  # fmt: skip
+        result.record_id = ledger_row.record_id
+    evidence: dict[str, Any] = {
+        "candidate": candidate.digest,
+        "seed": seed,
+        "case_set_generation": secret["generation"],
+        "traces": traces,
+        "harness_sha256": {n: runner_digest(n)[:16] for n in RUNNER_FILES},
+        "input_seed": raw.get("input_seed"),
+        "device": env.device,
+        "driver": env.driver,
+        "versions": {"torch": env.torch, "triton": env.triton, "cuda": env.cuda},
+        "runner_wall_s": raw.get("wall_s"),
+        "sandbox": raw.get("sandbox"),
+    }
+    return Verdict(
+        verdict=verdict,  # type: ignore[arg-type]
+        reasons=reasons,
+        case_set=cs,
+        meaningful=False,
+        result=result,
+        evidence=evidence,
+        certifies=certifies,  # type: ignore[arg-type]
+        unverified=list(STEP_UNVERIFIED) if passed else [],
+        ran_on_hidden_cases=ran,
+        sandbox=str(sandbox),
+    )
+
+
+__all__ = ["guarded_step_verify", "judge_steps"]
