@@ -16,9 +16,11 @@ Staged beside guard.py; standard library, torch, triton and cudadrv.py. Per hidd
    after it draws CHECKED of the K calls at random (the draw is made after the replay, from
    this process's generator) and checks their outputs and that their inputs did not change.
    A kernel that skips work on a fraction f of its calls escapes one case's checks with
-   probability (1 - f) ** (CHECKED * (SAMPLES + 1)), 4.1e-3 for f = 2%, and gains at most f of
-   the time. The untimed checks of step 2 compare every call. The candidate and the incumbent
-   alternate A B B A; each replayer maps only its own arena, in its own context.
+   probability (1 - f) ** (CHECKED * (MIN_SAMPLES + 1)) at most, 0.054 for f = 2%, six hidden
+   cases 2.6e-8, and gains at most f of the time. The untimed checks of step 2 compare every
+   call. The candidate and the incumbent alternate A B B A; each replayer maps only its own
+   arena, in its own context. Each role's samples stop once all have MIN_SAMPLES and a median
+   within STABLE (docs/architecture.md says why a candidate gains nothing by steering that).
 """
 
 from __future__ import annotations
