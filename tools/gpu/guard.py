@@ -44,13 +44,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
     from . import numerics, phase_lock, sandbox_limits
     from . import sandbox_policy as sp
-    from .guard_kid import Kid, KidFailed, stage_root
+    from .guard_kid import Kid, KidFailed, close_all, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
     import numerics
     import phase_lock
     import sandbox_limits
     import sandbox_policy as sp
-    from guard_kid import Kid, KidFailed, stage_root
+    from guard_kid import Kid, KidFailed, close_all, stage_root
 
 T = TypeVar("T")
 _perf = time.perf_counter
@@ -270,10 +270,17 @@ class Verify:
                     with self.incumbent_may_fail(result):
                         result["sandbox"][kid.role] = kid.started()
                         kid.send({**kid.cfg})
+            asked = {}
+            for kid in list(self.kids):  # every role imports at once: the host's CPUs
+                with self.incumbent_may_fail(result):
+                    kid.send({"op": "load"})
+                    asked[kid.role] = _perf()
+            if not env.interpret and self.kids and cases:  # the first case's inputs meanwhile
+                self.case_variants(cases[0], 0)
             for kid in list(self.kids):
                 with self.incumbent_may_fail(result):
-                    with self.phases("load"):  # imports and compiles: the host's CPUs
-                        reply, _ = kid.ask({"op": "load"})
+                    with self.phases("load"):  # what is left of the imports after that
+                        reply, _ = kid.reply(asked[kid.role])
                     err = error_text(reply)
                     result["load"][kid.role] = {
                         "ok": bool(reply.get("ok")) and not err,
@@ -290,10 +297,7 @@ class Verify:
         except KidFailed as exc:
             result["error"], result["error_code"] = f"{exc.role}: {exc}", exc.code
         finally:
-            for kid in self.kids:
-                kid.close()
-            for kid in self.replayers.values():
-                kid.close()
+            close_all([*self.kids, *self.replayers.values()])
             sandbox_limits.sweep(self.scratch_root)  # whatever a child did, nothing stays
             self.lock.close()
             if memfd is not None:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +119,11 @@ class Kid:
         """Send a request, wait for the reply: (reply, wall-clock microseconds here)."""
         t0 = _perf()
         self.send(msg)
+        return self.reply(t0, timeout_s=timeout_s, spin=spin)
+
+    def reply(self, t0: float, *, timeout_s: float | None = None,
+              spin: bool = False) -> tuple[dict[str, Any], float]:  # fmt: skip
+        """The reply to the request sent at `t0` (send, then other work, then this)."""
         try:
             reply = wire.recv(self.fd_out, timeout_s or self.timeout_s, spin=spin)
         except wire.WireError as exc:
@@ -174,10 +179,15 @@ class Kid:
             return None
 
     def close(self) -> None:
+        close_all([self])
+
+    def ask_exit(self) -> None:
         try:
             wire.send(self.fd_in, {"op": "exit"})
         except OSError:
             pass
+
+    def reap(self) -> None:
         try:
             self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
@@ -189,3 +199,12 @@ class Kid:
                     fh.close()
             except OSError:
                 pass
+
+
+def close_all(kids: Iterable[Kid]) -> None:
+    """Ask every process to exit, then reap each: their teardowns (CUDA's included) overlap."""
+    kids = list(kids)
+    for kid in kids:
+        kid.ask_exit()
+    for kid in kids:
+        kid.reap()
