@@ -259,6 +259,9 @@ async def repeat(b: Bench, out: dict[str, Any], n: int) -> None:
             n = i
             break
         walls.append(wall)
+        inc = "with" if v.incumbent else "without"
+        print(f"repeat {i}: {v.verdict} {wall:.1f} s, {inc} an incumbent; phases {b.phases}",
+              flush=True)  # fmt: skip
         if v.verdict != "passed":
             rejected.append({"run": i, "codes": codes(v), "reasons": v.reasons[:3]})
         elif v.score_us:
