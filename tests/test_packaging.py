@@ -57,5 +57,5 @@ def test_the_wheel_builds_without_setuptools_warnings_and_ships_the_task_files(t
     assert "harnesslab/tools/meta/custom_worker.py" in names
     assert "harnesslab/tools/execution/README.md" in names
     corpus = [n for n in names if n.startswith("harnesslab/tools/integrity/cheats/")]
-    assert {n.split("/")[4] for n in corpus} == {"cpu", "gpu", "honest"}
+    assert {n.split("/")[4] for n in corpus} == {"cpu", "gpu", "honest", "step"}
     assert not any("__pycache__" in n for n in names)
