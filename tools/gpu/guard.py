@@ -168,6 +168,78 @@ def arg_specs(torch, variant: Variant) -> list[dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------------------------
+# the candidates' processes
+
+
+def child_policy(req: dict[str, Any], scratch_root: str, read: list[str], *,
+                 env: dict[str, str] | None = None, write: list[str] | None = None,
+                 cache: str | None = None, namespaces: bool | list[str] = True) -> sp.Policy:  # fmt: skip
+    """A child's sandbox: this folder, `read` and this process's own import roots readable,
+    `write` writable, the request's limits."""
+    return sp.Policy(
+        read=[HERE, *read],
+        write=write or [],
+        scratch_root=scratch_root,
+        require=bool(req.get("sandbox_required", True)),
+        env=env or {},
+        env_allow=["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"],
+        triton_cache=cache or "",
+        namespaces=namespaces,
+        limits=sp.Limits.from_dict(req.get("sandbox_limits") or {}),
+        **sp.python_policy(sp.import_roots()),
+    )
+
+
+def spawn_child(req: dict[str, Any], role: str, cand_dir: str, interpret: bool,
+                memfd: int | None) -> Kid:  # fmt: skip
+    """A role's sandboxed process (guard_child.py), started; its cfg is sent by run()."""
+    scratch_root = os.path.join(stage_root(), "scratch")
+    os.makedirs(scratch_root, mode=0o700, exist_ok=True)
+    env = {"TRITON_INTERPRET": "1"} if interpret else {}
+    cache = None
+    write: list[str] = []
+    if not interpret:  # per-candidate Triton cache: only this candidate writes it
+        cache = os.path.join(stage_root(), "tcache", os.path.basename(cand_dir.rstrip("/")))
+        os.makedirs(cache, mode=0o700, exist_ok=True)
+        write = [cache]
+    policy = child_policy(req, scratch_root, [cand_dir, os.path.dirname(req["reference"])],
+                          env=env, write=write, cache=cache)  # fmt: skip
+    timeout_s = float(req.get("case_timeout_s", 120))
+    kid = Kid(role, "guard_child.py", policy, timeout_s, (memfd,) if memfd else ())
+    kid.cand_dir = cand_dir
+    return kid
+
+
+def roles(req: dict[str, Any]) -> list[tuple[str, str]]:
+    """(role, folder): the candidate, and the incumbent when the request has one."""
+    out = [("candidate", req["candidate_dir"])]
+    if req.get("baseline_dir"):
+        out.append(("incumbent", req["baseline_dir"]))
+    return out
+
+
+_EARLY: dict[str, Kid] = {}  # prespawn's processes, until Verify.candidate_kid takes them
+
+
+def gpu_present() -> bool:
+    """A guess without importing torch (the runner's Env decides): an NVIDIA driver's node."""
+    return os.path.exists("/dev/nvidiactl")
+
+
+def prespawn(req: dict[str, Any]) -> None:
+    """On a GPU host, start the roles' sandboxed processes before this runner imports torch:
+    their Python start and torch import (guard_child imports it before it reads its cfg) then
+    overlap this process's. Nothing of the candidate runs before run() sends "load"; a
+    process started for the wrong mode is closed unused (candidate_kid)."""
+    want = req.get("interpret", os.environ.get("HARNESSLAB_RUNNER_INTERPRET", "auto"))
+    if not (want in ("never", False, "") or (want == "auto" and gpu_present())):
+        return
+    _harden()  # before any child exists
+    for role, folder in roles(req):
+        _EARLY[role] = spawn_child(req, role, folder, False, None)
+
+
+# ----------------------------------------------------------------------------------------------
 # the mode
 
 
@@ -199,36 +271,18 @@ class Verify:
             lambda message: rt.emit({"event": "waiting", "message": message}),
         )  # fmt: skip
 
-    def policy(self, read: list[str], *, env: dict[str, str] | None = None,
-               write: list[str] | None = None, cache: str | None = None,
-               namespaces: bool | list[str] = True) -> sp.Policy:  # fmt: skip
-        """A child's sandbox: this folder, `read` and this process's own import roots
-        readable, `write` writable, the request's limits."""
-        return sp.Policy(
-            read=[HERE, *read],
-            write=write or [],
-            scratch_root=self.scratch_root,
-            require=bool(self.req.get("sandbox_required", True)),
-            env=env or {},
-            env_allow=["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"],
-            triton_cache=cache or "",
-            namespaces=namespaces,
-            limits=sp.Limits.from_dict(self.req.get("sandbox_limits") or {}),
-            **sp.python_policy(sp.import_roots()),
-        )
+    def policy(self, read: list[str], **kw: Any) -> sp.Policy:
+        return child_policy(self.req, self.scratch_root, read, **kw)
 
     def candidate_kid(self, role: str, cand_dir: str, memfd: int | None) -> Any:
-        env = {"TRITON_INTERPRET": "1"} if self.env.interpret else {}
-        cache = None
-        write: list[str] = []
-        if not self.env.interpret:  # per-candidate Triton cache: only this candidate writes it
-            cache = os.path.join(stage_root(), "tcache", os.path.basename(cand_dir.rstrip("/")))
-            os.makedirs(cache, mode=0o700, exist_ok=True)
-            write = [cache]
-        policy = self.policy([cand_dir, os.path.dirname(self.req["reference"])], env=env,
-                             write=write, cache=cache)  # fmt: skip
-        kid = Kid(role, "guard_child.py", policy, self.timeout_s, (memfd,) if memfd else ())
-        kid.cand_dir = cand_dir  # type: ignore[attr-defined]
+        kid = _EARLY.pop(role, None)  # started before this process imported torch (prespawn)
+        if kid is not None and (
+            self.env.interpret or memfd is not None or kid.cand_dir != cand_dir
+        ):
+            kid.close()  # started for another mode than this process found: not used
+            kid = None
+        if kid is None:
+            kid = spawn_child(self.req, role, cand_dir, self.env.interpret, memfd)
         kid.cfg = {  # type: ignore[attr-defined]
             "device": self.env.device,
             "candidate_dir": cand_dir,
@@ -246,9 +300,6 @@ class Verify:
             for idx, case in enumerate(cases):
                 self.case_variants(case, idx)
         memfd = self.arena_fd() if env.interpret else None
-        roles = [("candidate", req["candidate_dir"])]
-        if req.get("baseline_dir"):
-            roles.append(("incumbent", req["baseline_dir"]))
         result: dict[str, Any] = {
             "status": "measured",
             "input_seed": req["seed"],
@@ -264,7 +315,7 @@ class Verify:
         }
         try:
             with self.phases("start"):
-                for role, folder in roles:
+                for role, folder in roles(req):
                     self.kids.append(self.candidate_kid(role, folder, memfd))
                 for kid in list(self.kids):
                     with self.incumbent_may_fail(result):
@@ -630,4 +681,8 @@ def verify(env, req: dict[str, Any], rt: types.ModuleType) -> dict[str, Any]:
             "the guarded verify needs a fresh runner process (this one has run candidate code)"
         )
     _harden()
-    return Verify(env, req, rt).run()
+    try:
+        return Verify(env, req, rt).run()
+    finally:
+        close_all(_EARLY.values())  # any prespawn did not hand over
+        _EARLY.clear()

@@ -525,6 +525,9 @@ class Child:
 def main() -> int:
     out = os.dup(1)
     os.dup2(2, 1)  # candidate prints go to stderr, never into the protocol
+    import torch  # noqa: F401 - while the parent gets ready (guard.prespawn): then the cfg
+    import triton  # noqa: F401
+
     try:
         cfg = wire.recv(0, timeout_s=60)
     except wire.WireError:

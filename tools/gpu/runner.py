@@ -475,6 +475,15 @@ def check_harness(expected: dict[str, str]) -> None:
             )
 
 
+def prespawn(req: dict[str, Any]) -> None:
+    """The guarded verify's early start (guard.prespawn), after the staged files are checked."""
+    if isinstance(req.get("harness_sha256"), dict):
+        check_harness(req["harness_sha256"])
+    import guard
+
+    guard.prespawn(req)
+
+
 def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
     mode = req.get("mode", "evaluate")
     t0 = time.perf_counter()
@@ -550,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         req = json.loads(Path(paths[0]).read_text()) if paths[0] != "-" else json.load(sys.stdin)
         try:
+            if req.get("mode") == "verify":  # its sandboxed processes start before torch loads
+                prespawn(req)
             emit({"event": "result", **handle(get_env(req), req)})
         except Exception as exc:
             emit(
