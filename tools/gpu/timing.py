@@ -134,12 +134,14 @@ class Env:
         n = max(2, math.ceil(2.5 * self.l2_bytes / max(nbytes, 1)))
         return min(n, max(2, (4 << 30) // max(nbytes, 1)), 64)
 
-    def calls_per_window(self, nbytes: int, *, floor_us: float, lo: int, hi: int) -> int:
-        """Back-to-back calls that make about 1 ms of device time at copy speed (event
-        resolution and the final synchronize's host latency stay under 2%), in [lo, hi]. The
-        guarded verify's replay windows use it too (guard_gpu.time_samples)."""
+    def calls_per_window(self, nbytes: int, *, floor_us: float, lo: int, hi: int,
+                         window_us: float = 1000.0) -> int:  # fmt: skip
+        """Back-to-back calls that make about `window_us` of device time at copy speed (at
+        1 ms, event resolution and the final synchronize's host latency stay under 2%), in
+        [lo, hi]. The guarded verify's replay windows use it too (guard_gpu.time_samples:
+        events only, no host latency in them, so half of that)."""
         est_us = max(nbytes / (self.copy_gbps() * 1e3), floor_us)
-        return max(lo, min(hi, math.ceil(1000.0 / est_us)))
+        return max(lo, min(hi, math.ceil(window_us / est_us)))
 
     def graph_calls(self, nbytes: int, n_sets: int) -> int:
         """Back-to-back calls per graph: about 1 ms of work, a multiple of the rotation."""
