@@ -1,11 +1,15 @@
-"""decode_step (issue 32): the PyTorch-eager baseline and torch.compile(mode="reduce-overhead")
-(CUDA graphs through cudagraph trees) over a fixed-length and a dynamic trace on one GPU, through
+"""decode_step (issue 32): the PyTorch-eager baseline, torch.compile(mode="reduce-overhead")
+(CUDA graphs through cudagraph trees) and the shipped solution (tasks/decode_step/solutions/
+triton.py: Triton RMSNorm, rotary + KV append and split decode attention, cuBLAS GEMMs, one CUDA
+graph per bucket) over a fixed-length and a dynamic trace on one GPU, through
 tools/gpu/step_trace.py: every step's logits and the KV cache after each pass checked against the
 task's reference, then p50/p95/p99 per sequence-length bucket, device time apart from host launch
 overhead, tokens/s. Prints one table last and writes OUT/decode_step.json.
 
     python benchmarks/decode_step_gpu.py --out DIR [--dtype bfloat16] [--preset small]
-    python benchmarks/decode_step_gpu.py --out DIR --dry-run      (CPU: the tiny config, eager)
+        [--strategies eager,compile_reduce_overhead,solution]
+    python benchmarks/decode_step_gpu.py --out DIR --dry-run      (CPU: the tiny config, eager
+                                                                  and the solution interpreted)
 
 Presets: `task` is decode_step's task.toml GPU model (what run_objective times); `small` is
 Llama-3.2-1B-shaped (hidden 2048, 32 heads, 8 kv heads, 16 layers) with a
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import tomllib
@@ -65,14 +70,20 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16"])
     ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
-    ap.add_argument("--dry-run", action="store_true", help="CPU, the tiny preset, eager only")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="CPU, the tiny preset: eager and the solution (Triton interpreter)")  # fmt: skip
+    ap.add_argument("--strategies", default="eager,compile_reduce_overhead,solution",
+                    help="comma-separated subset (the dry run never compiles)")  # fmt: skip
     args = ap.parse_args()
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"  # read when triton is first imported (the solution)
     sys.path.insert(0, str(ROOT / "tools" / "gpu"))
     import step_trace  # noqa: PLC0415 - staged-style: by plain name from tools/gpu
     from runner import load_module  # noqa: PLC0415
 
     ref = load_module(TASK_DIR / "reference.py", "decode_step_reference")
     eager = load_module(TASK_DIR / "workspace" / "kernel.py", "decode_step_eager")
+    solution = load_module(TASK_DIR / "solutions" / "triton.py", "decode_step_solution")
 
     preset = "tiny" if args.dry_run else args.preset
     device = "cpu" if args.dry_run else "cuda"
@@ -83,9 +94,14 @@ def main() -> int:
         step_trace.dynamic_trace(config, buckets=buckets, steps_per_segment=per_segment,
                                  segments_per_bucket=per_bucket, seed=2),
     ]  # fmt: skip
+    wanted = args.strategies.split(",")
+    if unknown := set(wanted) - {"eager", "compile_reduce_overhead", "solution"}:
+        ap.error(f"unknown strategies {sorted(unknown)}")
     strategies = {"eager": eager.step}
     if not args.dry_run:
         strategies["compile_reduce_overhead"] = compiled(eager.step)
+    strategies["solution"] = solution.step
+    strategies = {k: v for k, v in strategies.items() if k in wanted}
     info = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
             "torch": torch.__version__, "config": PRESETS[preset], "dtype": args.dtype}  # fmt: skip
     results: dict[str, Any] = {"info": info, "runs": []}

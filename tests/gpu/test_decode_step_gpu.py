@@ -93,3 +93,23 @@ def test_the_guarded_step_verify_passes_the_baseline_and_rejects_a_step_cheat_on
     corpus = Path(str(resources.files("harnesslab.tools.integrity"))) / "cheats" / "step"
     cheat = _step_verify(tmp_path / "b", corpus / "logits_cache.py")
     assert cheat.verdict == "rejected" and cheat.reasons[0]["code"] == "wrong_output"
+
+
+def test_the_triton_solution_on_a_gpu_replays_its_graphs_correctly_and_passes_the_verify(tmp_path):
+    """The shipped solution (tasks/decode_step/solutions/triton.py) compiled for the GPU: its
+    CUDA-graph path (one graph per bucket, replayed from the second step of a bucket on) passes
+    every pass's check over the tiny config's dynamic trace, and the guarded step verify passes
+    it at task.toml's GPU sizes."""
+    from harnesslab.tools.task import load_task
+
+    solution = load_task("decode_step").solutions()["triton"]
+    ref = load_module(TASK / "reference.py", "decode_step_reference_gpu")
+    step = load_module(solution, "decode_step_solution_gpu").step
+    config = ref.Config(dtype="float16")
+    trace = step_trace.dynamic_trace(config, buckets=[8, 16, 32, 64], steps_per_segment=4,
+                                     segments_per_bucket=2, seed=4)  # fmt: skip
+    result = step_trace.run_trace(torch, ref, step, config, trace, device="cuda")
+    assert result["correct"], result["failures"]
+    verdict = _step_verify(tmp_path, solution)
+    assert verdict.verdict == "passed", verdict.reasons
+    print("solution:", [c.max_abs_err for c in verdict.result.cases])
