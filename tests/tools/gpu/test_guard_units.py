@@ -9,6 +9,7 @@ tests/tools/integrity/test_judge.py and test_cheats.py.
 
 from __future__ import annotations
 
+import contextlib
 import types
 from typing import Any
 
@@ -362,3 +363,113 @@ def test_a_step_the_candidate_failed_is_not_run_again() -> None:
     with pytest.raises(KidFailed):
         v.without_failed_incumbent({}, attempt)
     assert calls == [1]
+
+
+# -- the cases, in order -----------------------------------------------------------------------------
+class Cases:
+    """A Verify whose one_case answers scripted records: each case's calls pass or fail, or
+    a role's process fails (KidFailed); time_cases' windows are recorded, not taken."""
+
+    def __init__(self, script: list[Any], *kids: Any) -> None:
+        self.v = verify(*kids)
+        self.v.req = {"cases": [{"name": f"c{i}"} for i in range(len(script))]}
+        self.emitted: list[dict[str, Any]] = []
+        self.timed: list[Any] = []
+        self.v.rt = types.SimpleNamespace(emit=self.emitted.append)
+        self.v.partial = None
+        self.v.env = types.SimpleNamespace(copy_gbps=lambda: 3000.0)
+        self.v.phases = lambda name: contextlib.nullcontext()
+        self.v.lock = types.SimpleNamespace(exclusive=contextlib.nullcontext)
+        self.script = script
+        self.v.one_case = self.one_case  # type: ignore[method-assign]
+
+    def one_case(self, case: dict[str, Any], idx: int, memfd: Any) -> tuple[Any, Any]:
+        step = self.script[idx]
+        if isinstance(step, KidFailed):
+            self.v.partial = {"name": case["name"], "calls": [{"role": "candidate"}]}
+            raise step
+        calls = [{"role": role, "passed": ok} for role, ok in step]
+        roles = [k.role for k in self.v.kids]
+
+        def timer() -> dict[str, Any]:
+            self.timed.append((case["name"], roles))
+            return {"timed": case["name"]}
+
+        return {"name": case["name"], "calls": calls}, timer
+
+
+def test_every_case_is_checked_then_all_are_timed_in_one_window() -> None:
+    c = Cases([[("candidate", True)], [("candidate", True), ("incumbent", False)]],
+              FakeKid("candidate"))  # fmt: skip
+    result: dict[str, Any] = {"cases": []}
+    c.v.run_cases(result, None)
+    assert [r["name"] for r in result["cases"]] == ["c0", "c1"]
+    assert c.emitted == [{"event": "case", "index": 0, "status": "measured"},
+                         {"event": "case", "index": 1, "status": "measured"}]  # fmt: skip
+    assert [r["timing"] for r in result["cases"]] == [{"timed": "c0"}, {"timed": "c1"}]
+    assert result["copy_gbps"] == 3000.0
+
+
+def test_the_first_case_the_candidate_fails_ends_the_checks_and_nothing_is_timed() -> None:
+    """Rule: a rejected candidate is not timed (it would change nothing), and the cases after
+    its first failed one are not run."""
+    c = Cases([[("candidate", True)], [("candidate", False)], [("candidate", True)]],
+              FakeKid("candidate"))  # fmt: skip
+    result: dict[str, Any] = {"cases": []}
+    c.v.run_cases(result, None)
+    assert [r["name"] for r in result["cases"]] == ["c0", "c1"]
+    assert c.timed == [] and "timing" not in result["cases"][0]
+    assert result["copy_gbps"] == 3000.0
+
+
+def test_one_failed_call_of_the_candidate_fails_its_case() -> None:
+    """Rule: every candidate call of a case must pass, not any one of them."""
+    c = Cases([[("candidate", True), ("candidate", False)], [("candidate", True)]],
+              FakeKid("candidate"))  # fmt: skip
+    result: dict[str, Any] = {"cases": []}
+    c.v.run_cases(result, None)
+    assert [r["name"] for r in result["cases"]] == ["c0"] and c.timed == []
+
+
+def test_a_candidates_process_failure_keeps_its_case_so_far() -> None:
+    """Rule: the case's record so far goes to the verdict with the failure's code."""
+    c = Cases([[("candidate", True)], KidFailed("timeout", "no answer in time", "candidate")],
+              FakeKid("candidate"))  # fmt: skip
+    result: dict[str, Any] = {"cases": []}
+    with pytest.raises(KidFailed):
+        c.v.run_cases(result, None)
+    assert result["cases"][1] == {"name": "c1", "calls": [{"role": "candidate"}],
+                                  "error": "no answer in time", "error_code": "timeout"}  # fmt: skip
+
+
+def test_a_process_failure_before_any_record_keeps_no_calls() -> None:
+    c = Cases([], FakeKid("candidate"))
+    c.v.req = {"cases": [{"name": "c0"}]}
+
+    def one_case(case: dict[str, Any], idx: int, memfd: Any) -> Any:
+        raise KidFailed("candidate_crashed", "the process failed", "candidate")
+
+    c.v.one_case = one_case  # type: ignore[method-assign]
+    result: dict[str, Any] = {"cases": []}
+    with pytest.raises(KidFailed):
+        c.v.run_cases(result, None)
+    assert result["cases"] == [
+        {"calls": [], "error": "the process failed", "error_code": "candidate_crashed"}
+    ]
+
+
+def test_an_incumbent_that_fails_a_timing_is_dropped_and_the_timing_taken_again() -> None:
+    c = Cases([[("candidate", True)]], FakeKid("candidate"), FakeKid("incumbent"))
+    result: dict[str, Any] = {"cases": []}
+    calls: list[list[str]] = []
+
+    def timer() -> str:
+        calls.append([k.role for k in c.v.kids])
+        if len(calls) == 1:
+            raise KidFailed("timeout", "slow", "incumbent")
+        return "timed"
+
+    res: dict[str, Any] = {"name": "c0"}
+    c.v.time_cases(result, [(res, timer)])
+    assert res["timing"] == "timed" and calls == [["candidate", "incumbent"], ["candidate"]]
+    assert result["incumbent_error"] == "timeout: slow"
