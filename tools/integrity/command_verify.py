@@ -43,7 +43,7 @@ from ..evaluation.command_run import (
     score_of,
     verdict_reason,
 )
-from ..execution import Launcher
+from ..execution import CommandResult, Launcher
 from ..progress import Progress, report
 from ..settings import Settings
 from ..state import Candidate, Workspace, task_files
@@ -183,39 +183,10 @@ async def command_verify(
             except Exception:  # noqa: BLE001 - cleanup is best effort; the folder is private
                 pass
     wall_s = time.perf_counter() - started
-    parsed, why = parse_output(res.stdout, key)
-    score = None
-    if parsed is not None and not why:
-        score, why = score_of(parsed, key)
-    reasons: list[dict[str, str]]
-    if level == "none" and not settings.allow_unsandboxed:
-        verdict: Literal["passed", "rejected", "error"] = "error"
-        reasons = [
-            {
-                "code": "sandbox_unavailable",
-                "detail": "no sandbox (Landlock) can be applied on the GPU host, so the final "
-                "objective would run agent-written code unconfined: refused. Run on a Linux "
-                "kernel with Landlock, or set HARNESSLAB_ALLOW_UNSANDBOXED=1 to verify anyway",
-            }
-        ]
-        score = None
-    else:
-        failed = res.timed_out or res.exit_code != 0 or score is None
-        failed = failed or (parsed is not None and says_failed(parsed))
-        reasons = (
-            verdict_reason(res, parsed, why, timeout_s, python, hidden=payload is not None)
-            if failed
-            else []
-        )
-        if limit and failed:  # counted by the sandbox's trusted outer process
-            reasons.insert(0, {"code": "resource_limit",
-                               "detail": f"resource_limit: {limit} (a limit of the sandbox "
-                               "ended the final objective)"})  # fmt: skip
-        if failed and not reasons:
-            reasons = [{"code": "no_score", "detail": "the final objective gave no score"}]
-        verdict = "rejected" if failed else "passed"
-        if failed:
-            score = None
+    verdict, reasons, score, parsed = judge_run(
+        res, key, level, limit, timeout_s=timeout_s, python=python,
+        hidden=payload is not None, allow_unsandboxed=settings.allow_unsandboxed,
+    )  # fmt: skip
     out = CommandVerdict(
         verdict=verdict,
         reasons=reasons,
@@ -246,6 +217,42 @@ async def command_verify(
     if save:
         _record(ws, out, candidate, parsed, payload, res.stderr_tail(20))
     return out
+
+
+Outcome = Literal["passed", "rejected", "error"]
+
+
+def judge_run(res: CommandResult, key: str, level: str, limit: str, *, timeout_s: float,
+              python: str, hidden: bool, allow_unsandboxed: bool,
+              ) -> tuple[Outcome, list[dict[str, str]], float | None, dict[str, Any] | None]:  # fmt: skip
+    """The verdict on one run of the final objective: (verdict, reasons, score, its JSON).
+    Refused (error) where no sandbox applied unless allowed; rejected, with no score, when the
+    run timed out, exited non-zero, gave no finite score or says it failed; a limit the
+    sandbox counted comes first among the reasons."""
+    parsed, why = parse_output(res.stdout, key)
+    score = None
+    if parsed is not None and not why:
+        score, why = score_of(parsed, key)
+    if level == "none" and not allow_unsandboxed:
+        refused = {
+            "code": "sandbox_unavailable",
+            "detail": "no sandbox (Landlock) can be applied on the GPU host, so the final "
+            "objective would run agent-written code unconfined: refused. Run on a Linux "
+            "kernel with Landlock, or set HARNESSLAB_ALLOW_UNSANDBOXED=1 to verify anyway",
+        }
+        return "error", [refused], None, parsed
+    failed = res.timed_out or res.exit_code != 0 or score is None
+    failed = failed or (parsed is not None and says_failed(parsed))
+    if not failed:
+        return "passed", [], score, parsed
+    reasons = verdict_reason(res, parsed, why, timeout_s, python, hidden=hidden)
+    if limit:  # counted by the sandbox's trusted outer process
+        reasons.insert(0, {"code": "resource_limit",
+                           "detail": f"resource_limit: {limit} (a limit of the sandbox "
+                           "ended the final objective)"})  # fmt: skip
+    if not reasons:
+        reasons = [{"code": "no_score", "detail": "the final objective gave no score"}]
+    return "rejected", reasons, None, parsed
 
 
 def _record(
@@ -285,4 +292,11 @@ def _record(
     )
 
 
-__all__ = ["CASES_ENV", "FIXED_CASE_SET", "CommandVerdict", "command_verify", "hidden_payload"]
+__all__ = [
+    "CASES_ENV",
+    "FIXED_CASE_SET",
+    "CommandVerdict",
+    "command_verify",
+    "hidden_payload",
+    "judge_run",
+]

@@ -1,0 +1,366 @@
+"""The runner's timing (tools/gpu/timing.py) where a CPU reaches it: which method a case gets,
+how many input sets and back-to-back calls a sample holds, the copy bandwidth measured once, and
+what a timed case reports (the interpreter's path, on a wall clock). An Env is built without its
+__init__ (which would set TRITON_INTERPRET for the process): each test sets the fields the
+method reads. The GPU regimes (isolated samples, CUDA graphs, the L2 flush) run on a GPU:
+tests/gpu/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import types
+from typing import Any
+
+import pytest
+import torch
+
+from harnesslab.tools.gpu import timing
+
+
+def env(copy_gbps: float | None = 1000.0, l2_bytes: int = 50 << 20) -> timing.Env:
+    e = timing.Env.__new__(timing.Env)
+    e.torch, e.interpret, e.device = torch, True, "cpu"
+    e._copy_gbps, e.l2_bytes = copy_gbps, l2_bytes
+    e._flush_buf = e._flush_out = None
+    return e
+
+
+# -- how a case is timed --------------------------------------------------------------------------
+def test_method_isolated_from_fifteen_microseconds_at_copy_speed() -> None:
+    """Rule: a case whose bytes take >= ISOLATED_MIN_US at copy speed is timed one call per
+    sample; a shorter one in back-to-back graph replays. At 1000 GB/s, 1e3 bytes take 1 us."""
+    e = env(1000.0)
+    assert timing.Env.ISOLATED_MIN_US == 15.0
+    assert e.method_for(15_000_000) == "isolated"  # 15 us exactly
+    assert e.method_for(14_999_000) == "cuda_graph"
+    assert e.method_for(30_000_000) == "isolated"
+
+
+@pytest.mark.parametrize(
+    "nbytes, l2, sets",
+    [
+        (40 << 20, 40 << 20, 3),  # 2.5x L2 needs 3 sets of L2's size
+        (100 << 20, 40 << 20, 2),  # one set is already past 2.5x L2: still two
+        (1 << 20, 40 << 20, 64),  # 100 sets wanted: capped at 64
+        (10 << 20, 40 << 20, 10),  # exactly 2.5x L2
+        (1 << 30, 40 << 30, 4),  # the ~4 GB memory cap
+        (3 << 30, 40 << 30, 2),  # past the memory cap: never below two
+        (0, 0, 2),
+    ],
+)
+def test_sets_needed(nbytes: int, l2: int, sets: int) -> None:
+    """Rule: the rotation of input sets exceeds 2.5x L2 (so L2 never holds the inputs), with
+    at least 2 sets, at most 64, and about 4 GB of inputs at most."""
+    assert env(l2_bytes=l2).sets_needed(nbytes) == sets
+
+
+def test_calls_per_window_make_about_one_millisecond() -> None:
+    """Rule: ceil(1000 us / the call's time at copy speed), the call's time at least floor_us,
+    the count within [lo, hi]."""
+    e = env(1000.0)
+    assert e.calls_per_window(3_000_000, floor_us=1.0, lo=1, hi=2000) == 334  # 3 us a call
+    assert e.calls_per_window(1_000, floor_us=1.0, lo=1, hi=2000) == 1000  # the floor: 1 us
+    assert e.calls_per_window(1_000, floor_us=4.0, lo=1, hi=2000) == 250
+    assert e.calls_per_window(1_000, floor_us=0.1, lo=1, hi=2000) == 2000  # capped at hi
+    assert e.calls_per_window(10**10, floor_us=1.0, lo=3, hi=2000) == 3  # raised to lo
+
+
+def test_graph_calls_are_a_multiple_of_the_rotation() -> None:
+    e = env(1000.0)
+    assert e.graph_calls(3_000_000, 7) == 336  # 334 rounded up to a multiple of 7
+    assert e.graph_calls(10**10, 5) == 5  # never fewer than one rotation
+    assert e.graph_calls(1_000, 3) == 1002
+
+
+def test_the_copy_bandwidth_is_measured_once() -> None:
+    e = env(None)
+    calls: list[dict[str, Any]] = []
+
+    def time_fn(fn: Any, **kw: Any) -> list[float]:
+        calls.append(kw)
+        fn()
+        return [8.0, 2.0, 4.0]  # us; median 4
+
+    e.time_fn = time_fn  # type: ignore[method-assign]
+    half = 8 << 20
+    assert e.copy_gbps() == pytest.approx(2 * half / (4.0 * 1e3))  # read + written, per us
+    assert e.copy_gbps() == pytest.approx(2 * half / (4.0 * 1e3))
+    assert calls == [{"calls": 1, "samples": 3, "warmup": 1}]
+
+
+def test_time_fn_times_back_to_back_calls_per_call() -> None:
+    """Rule: each sample is one window of `calls` calls divided by `calls`; warmup calls run
+    first, outside every window."""
+    e = env()
+    log: list[str] = []
+    windows: list[int] = []
+
+    def window(work: Any) -> float:
+        before = len(log)
+        work()
+        windows.append(len(log) - before)
+        return 12.0
+
+    e.window = window  # type: ignore[method-assign]
+    got = e.time_fn(lambda: log.append("c"), calls=4, samples=3, warmup=2)
+    assert got == [3.0, 3.0, 3.0]
+    assert windows == [4, 4, 4] and len(log) == 2 + 12
+
+
+def test_a_cpu_window_is_the_wall_clock_in_microseconds() -> None:
+    e = env()
+    import time
+
+    us = e.window(lambda: time.sleep(0.02))
+    assert 15_000 < us < 2_000_000
+    e.sync()  # nothing to synchronise on a CPU
+
+
+# -- one case, on the interpreter ------------------------------------------------------------------
+def test_an_interpreted_case_reports_its_figures() -> None:
+    """Rule: the interpreter times at most three samples of single calls on one input set, and
+    the figures follow from the medians: GB/s = bytes / median, % of the copy bandwidth,
+    launch overhead never negative."""
+    e = env(copy_gbps=10.0)
+    made: list[int] = []
+    asked: list[dict[str, Any]] = []
+
+    def time_fn(fn: Any, **kw: Any) -> list[float]:
+        asked.append(kw)
+        fn()
+        return [4.0, 2.0, 3.0]
+
+    e.time_fn = time_fn  # type: ignore[method-assign]
+    got: list[Any] = []
+
+    def make(salt: int) -> tuple[Any, Any]:
+        made.append(salt)
+        return (1, 2), {"k": 3}
+
+    rec = timing.time_case(e, lambda *a, **k: got.append((a, k)), make, 6_000, warmup=5,
+                           samples=30, floor=10, phases=lambda *a: contextlib.nullcontext())  # fmt: skip
+    assert made == [7] and got == [((1, 2), {"k": 3})]
+    assert asked == [{"calls": 1, "samples": 3, "warmup": 1}]
+    assert rec["median_us"] == 3.0 and rec["samples"] == 3
+    assert rec["gbps"] == pytest.approx(6_000 / 3e3)
+    assert rec["pct_of_copy_bw"] == pytest.approx(100.0 * 2.0 / 10.0)
+    assert rec["host_us"] == 3.0 and rec["launch_overhead_us"] == 0.0
+    assert rec["sync_tail_us"] == 0.0 and rec["bytes"] == 6_000
+    assert rec["timing_method"] == "wall_clock_interpreter"
+    assert rec["calls_per_sample"] == 1 and rec["input_sets"] == 1
+    assert rec["median_ci_rel"] is None  # no interval from three samples
+
+
+def test_an_interpreted_case_with_few_samples_asked() -> None:
+    e = env(copy_gbps=10.0)
+    asked: list[dict[str, Any]] = []
+
+    def time_fn(fn: Any, **kw: Any) -> list[float]:
+        asked.append(kw)
+        return [0.0] * kw["samples"]
+
+    e.time_fn = time_fn  # type: ignore[method-assign]
+    rec = timing.time_case(e, lambda: None, lambda s: ((), {}), 100, warmup=0, samples=2,
+                           floor=1, phases=lambda *a: contextlib.nullcontext())  # fmt: skip
+    assert asked == [{"calls": 1, "samples": 2, "warmup": 0}]
+    assert rec["gbps"] is None and rec["pct_of_copy_bw"] is None  # a zero median has no rate
+    assert rec["median_ci_rel"] is None
+
+
+def test_the_confidence_interval_is_relative_to_the_median() -> None:
+    e = env(copy_gbps=10.0)
+    times = [10.0 + 0.1 * (i % 5) for i in range(20)]
+    e.time_fn = lambda fn, **kw: list(times)  # type: ignore[method-assign]
+    rec = timing.time_case(e, lambda: None, lambda s: ((), {}), 100, warmup=0, samples=20,
+                           floor=1, phases=lambda *a: contextlib.nullcontext())  # fmt: skip
+    # time_fn was asked for min(samples, 3) but answered 20: the record counts what came back
+    med = statistics.median(times)
+    assert rec["samples"] == 20 and rec["median_us"] == med
+    half = timing.scores.median_ci_halfwidth(times)
+    assert half is not None and rec["median_ci_rel"] == pytest.approx(half / med)
+    assert math.isfinite(rec["launch_overhead_us"])
+
+
+# -- one case on a GPU, the device calls stood in for ------------------------------------------------
+class GpuEnv:
+    """Stands for a GPU's Env in time_case: records which timing it was asked for."""
+
+    interpret = False
+
+    def __init__(self, method: str, graph_fails: bool = False) -> None:
+        self.method, self.graph_fails = method, graph_fails
+        self.log: list[Any] = []
+        self.torch = types.SimpleNamespace(
+            cuda=types.SimpleNamespace(synchronize=lambda: self.log.append("synchronize"))
+        )
+
+    def sets_needed(self, nbytes: int) -> int:
+        return 3
+
+    def sync(self) -> None:
+        self.log.append("sync")
+
+    def window(self, work: Any) -> float:
+        work()
+        return 9.0
+
+    def method_for(self, nbytes: int) -> str:
+        return self.method
+
+    def copy_gbps(self) -> float:
+        return 100.0
+
+    def isolated_times(self, call: Any, samples: int, *, host_us: float, cap: int) -> Any:
+        self.log.append(("isolated", samples, host_us, cap))
+        call(0)
+        return [5.0, 4.0, 6.0], [0.5, 0.25, 1.0]
+
+    def graph_calls(self, nbytes: int, n_sets: int) -> int:
+        return 6
+
+    def graph_times(self, call: Any, calls: int, samples: int, warmup: int, cap: int) -> Any:
+        self.log.append(("graph", calls, samples, warmup, cap))
+        if self.graph_fails:
+            raise RuntimeError("not capturable")
+        return [2.0, 2.0, 2.0]
+
+    def time_fn(self, fn: Any, *, calls: int, samples: int, warmup: int) -> list[float]:
+        self.log.append(("eager", calls, samples, warmup))
+        fn()
+        fn()
+        return [3.0, 3.0, 3.0]
+
+
+def gpu_case(e: GpuEnv, samples: int = 30, warmup: int = 5) -> tuple[dict[str, Any], list[Any]]:
+    seen: list[Any] = []
+    phases: list[Any] = []
+
+    @contextlib.contextmanager
+    def phase(name: str, sync: Any) -> Any:
+        phases.append(name)
+        sync()
+        yield
+
+    def make(salt: int) -> tuple[Any, Any]:
+        return (salt,), {}
+
+    rec = timing.time_case(e, seen.append, make, 200_000, warmup=warmup, samples=samples,
+                           floor=10, phases=phase)  # fmt: skip
+    assert phases == ["timing_inputs"]
+    return rec, seen
+
+
+def test_a_gpu_case_isolated() -> None:
+    """Rule: input sets drawn from salts 11, 12, ... (charged to timing_inputs); warm-up and
+    single calls rotate over them; the isolated samples get the floor, the cap and the single
+    calls' median as the host latency to hide."""
+    e = GpuEnv("isolated")
+    rec, seen = gpu_case(e)
+    assert e.log[0] == "sync"  # the input phase ends synchronised
+    assert ("isolated", 10, 9.0, 30) in e.log
+    # 3 warm-up calls (min(warmup, sets)), 20 single calls, then the isolated sample's own
+    assert seen[:5] == [11, 12, 13, 11, 12] and len(seen) == 3 + 20 + 1
+    assert rec["timing_method"] == "isolated" and rec["calls_per_sample"] == 1
+    assert rec["input_sets"] == 3 and rec["samples"] == 3
+    assert rec["median_us"] == 5.0 and rec["host_us"] == 9.0
+    assert rec["launch_overhead_us"] == 4.0
+    assert rec["sync_tail_us"] == 0.5
+    assert rec["gbps"] == pytest.approx(200_000 / 5e3)
+    assert rec["pct_of_copy_bw"] == pytest.approx(100.0 * 40.0 / 100.0)
+
+
+def test_a_gpu_case_few_samples_and_warmups() -> None:
+    """At least two warm-up calls and five single calls, at most twenty."""
+    e = GpuEnv("isolated")
+    _, seen = gpu_case(e, samples=1, warmup=0)
+    assert len(seen) == 2 + 5 + 1
+
+
+def test_a_gpu_case_in_graph_replays() -> None:
+    e = GpuEnv("cuda_graph")
+    rec, _ = gpu_case(e, warmup=4)
+    assert ("graph", 6, 10, 4, 30) in e.log
+    assert rec["timing_method"] == "cuda_graph" and rec["calls_per_sample"] == 6
+    assert rec["median_us"] == 2.0 and rec["sync_tail_us"] == 0.0
+
+
+def test_a_case_no_graph_can_capture_is_timed_eagerly() -> None:
+    """Rule: when graph capture fails the same calls are timed back to back, eagerly, after a
+    synchronize, over fresh rotations of the input sets."""
+    e = GpuEnv("cuda_graph", graph_fails=True)
+    rec, seen = gpu_case(e, warmup=4)
+    assert e.log[-2:] == ["synchronize", ("eager", 6, 30, 4)]
+    assert rec["timing_method"] == "eager_back_to_back" and rec["median_us"] == 3.0
+    assert seen[-2:] == [11, 12]  # the eager calls start the rotation again
+
+
+class FakeTorch:
+    """Stands for torch in copy_gbps on a GPU: records the buffer asked for."""
+
+    uint8 = "u8"
+
+    def __init__(self) -> None:
+        self.asked: list[Any] = []
+
+    def empty(self, n: int, dtype: Any, device: str) -> Any:
+        self.asked.append((n, dtype, device))
+        return types.SimpleNamespace(random_=lambda lo, hi: "src")
+
+    def empty_like(self, src: Any) -> Any:
+        return types.SimpleNamespace(copy_=lambda s: self.asked.append(("copy", s)))
+
+
+def test_the_copy_bandwidth_on_a_gpu_is_a_half_gibibyte_copy_timed_isolated() -> None:
+    e = env(None)
+    e.interpret, e.device = False, "cuda"
+    e.torch = FakeTorch()  # type: ignore[assignment]
+    asked: list[Any] = []
+
+    def isolated_times(call: Any, samples: int, *, host_us: float) -> Any:
+        asked.append((samples, host_us))
+        call(0)
+        return [400.0, 300.0, 500.0], []
+
+    e.isolated_times = isolated_times  # type: ignore[method-assign, assignment]
+    assert e.copy_gbps() == pytest.approx(2 * (1 << 29) / (400.0 * 1e3))
+    assert e.torch.asked == [(1 << 29, "u8", "cuda"), ("copy", "src")]
+    assert asked == [(30, 20.0)]
+
+
+def test_sets_needed_is_a_whole_number_under_the_memory_cap() -> None:
+    assert env(l2_bytes=40 << 30).sets_needed(3 << 29) == 2  # 4 GiB / 1.5 GiB: two sets
+
+
+def test_sync_and_time_fn_wait_for_the_device_on_a_gpu() -> None:
+    """Rule: on CUDA the device is synchronised after the warm-up calls, before any window."""
+    e = env()
+    e.device = "cuda"
+    log: list[str] = []
+    e.torch = types.SimpleNamespace(  # type: ignore[assignment]
+        cuda=types.SimpleNamespace(synchronize=lambda: log.append("sync"))
+    )
+    e.window = lambda work: log.append("window") or 1.0  # type: ignore[method-assign, assignment]
+    e.time_fn(lambda: log.append("call"), calls=1, samples=2, warmup=1)
+    assert log == ["call", "sync", "window", "window"]
+
+
+def test_sub_microsecond_medians_have_a_rate_and_an_interval() -> None:
+    """A median under 1 us is still a time: GB/s and the relative interval are given."""
+    e = env(copy_gbps=10.0)
+    times = [0.5] * 20
+    e.time_fn = lambda fn, **kw: list(times)  # type: ignore[method-assign]
+    rec = timing.time_case(e, lambda: None, lambda s: ((), {}), 1000, warmup=0, samples=20,
+                           floor=1, phases=lambda *a: contextlib.nullcontext())  # fmt: skip
+    assert rec["gbps"] == pytest.approx(1000 / 500.0)
+    assert rec["median_ci_rel"] == 0.0
+
+
+def test_a_zero_median_has_no_rate_and_no_interval() -> None:
+    e = env(copy_gbps=10.0)
+    e.time_fn = lambda fn, **kw: [0.0] * 20  # type: ignore[method-assign]
+    rec = timing.time_case(e, lambda: None, lambda s: ((), {}), 1000, warmup=0, samples=20,
+                           floor=1, phases=lambda *a: contextlib.nullcontext())  # fmt: skip
+    assert rec["gbps"] is None and rec["median_ci_rel"] is None
