@@ -468,8 +468,8 @@ class Verify:
                 raise
             self.rt.emit({"event": "case", "index": idx, "status": "measured"})
             result["cases"].append(res)
-            if not self.env.interpret:
-                del self.variants_per_case[idx]
+            if not self.env.interpret:  # on a GPU one case's tensors live at a time
+                self.variants_per_case.pop(idx, None)
                 self.torch.cuda.empty_cache()  # to the verifies beside this one
             if not all(c["passed"] for c in res["calls"] if c["role"] == "candidate"):
                 timers = []  # rejected: timing the rest would cost time and change nothing

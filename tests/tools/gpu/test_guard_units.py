@@ -377,7 +377,7 @@ class Cases:
         self.timed: list[Any] = []
         self.v.rt = types.SimpleNamespace(emit=self.emitted.append)
         self.v.partial = None
-        self.v.env = types.SimpleNamespace(copy_gbps=lambda: 3000.0)
+        self.v.env = types.SimpleNamespace(copy_gbps=lambda: 3000.0, interpret=True)
         self.v.phases = lambda name: contextlib.nullcontext()
         self.v.lock = types.SimpleNamespace(exclusive=contextlib.nullcontext)
         self.script = script
@@ -408,6 +408,25 @@ def test_every_case_is_checked_then_all_are_timed_in_one_window() -> None:
                          {"event": "case", "index": 1, "status": "measured"}]  # fmt: skip
     assert [r["timing"] for r in result["cases"]] == [{"timed": "c0"}, {"timed": "c1"}]
     assert result["copy_gbps"] == 3000.0
+
+
+@pytest.mark.parametrize("interpret", [False, True])
+def test_on_a_gpu_each_cases_inputs_are_dropped_after_its_checks(interpret: bool) -> None:
+    """Rule: on a GPU one case's tensors live at a time (four verifies at once ran an H100
+    out of memory holding all six), and the freed memory goes back to the device; the
+    interpreter keeps them (its shared arena was sized for all of them)."""
+    c = Cases([[("candidate", True)], [("candidate", True)]], FakeKid("candidate"))
+    freed: list[int] = []
+    c.v.env.interpret = interpret
+    c.v.torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(empty_cache=lambda: freed.append(1))
+    )
+    c.v.variants_per_case = {0: ["v0"], 1: ["v1"]}
+    c.v.run_cases({"cases": []}, None)
+    if interpret:
+        assert c.v.variants_per_case == {0: ["v0"], 1: ["v1"]} and freed == []
+    else:
+        assert c.v.variants_per_case == {} and freed == [1, 1]
 
 
 def test_the_first_case_the_candidate_fails_ends_the_checks_and_nothing_is_timed() -> None:

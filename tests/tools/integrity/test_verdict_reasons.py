@@ -86,6 +86,8 @@ GIVEN: dict[str, set[str]] = {
     },
     "integrity/scan.py": {"reads_outside_workspace", "env_probe", "mode_sniffing"},
     "integrity/scan_cuda.py": {"cuda_include", "cuda_timer", "device_state", "cuda_host_code"},
+    "gpu/step_guard.py": {"wrong_shape", "wrong_output", "lengths_modified", "wrong_kv_cache",
+                          "candidate_error", "import_failed"},
 }  # fmt: skip
 
 
@@ -114,10 +116,12 @@ def test_every_code_the_verify_gives_has_the_harness_sentence() -> None:
 
 
 def test_what_each_path_leaves_unverified() -> None:
-    """Rule: the interpreter verifies none of the claims (its launches, process reports and
-    wall clock all come from the candidate's process); a GPU's replay verifies who computed and
-    the timing, not the candidate process's reports about itself."""
-    assert set(reasons.CPU_UNVERIFIED) == set(reasons.UNVERIFIED)
-    assert len(reasons.CPU_UNVERIFIED) == len(reasons.UNVERIFIED)
+    """Rule: the interpreter verifies none of a kernel verify's claims (its launches, process
+    reports and wall clock all come from the candidate's process); a GPU's replay verifies who
+    computed and the timing, not the candidate process's reports about itself; a step verify
+    checks outputs only."""
+    kernel = {"triton_did_the_work", "process_policy", "speed"}
+    assert set(reasons.CPU_UNVERIFIED) == kernel and len(reasons.CPU_UNVERIFIED) == len(kernel)
     assert reasons.GPU_UNVERIFIED == ["process_policy"]
-    assert set(reasons.UNVERIFIED) == {"triton_did_the_work", "process_policy", "speed"}
+    assert reasons.STEP_UNVERIFIED == ["step_work"]
+    assert set(reasons.UNVERIFIED) == kernel | {"step_work"}
