@@ -17,7 +17,7 @@ from harnesslab.tools.task.kinds import kind_of
 from harnesslab.tools.task.spec import TaskSpec, list_tasks, load_task
 
 TASKS = list_tasks()
-KERNEL_TASKS = [t for t in TASKS if kind_of(load_task(t)).runs_kernel]
+KERNEL_TASKS = [t for t in TASKS if load_task(t).kind == "kernel"]
 # Shapes that break tiling assumptions (ragged last blocks, lost 16-byte alignment, the wide
 # paths); a task without an entry here is checked on its dev cases' interpreter shapes.
 IRREGULAR: dict[str, list[dict[str, int]]] = {

@@ -35,10 +35,6 @@ class TaskKind:
     """The behaviour of one kind of task (a stateless singleton in KINDS)."""
 
     name: ClassVar[str]
-    # The candidate is a kernel the runner imports: every tool applies, dev cases are named
-    # shapes, a launch config is read, and the final score is the guarded verify's on cases
-    # drawn from a secret (rotated for the loop's final verify).
-    runs_kernel: ClassVar[bool]
     # The case set of a full run: scores compare only within one.
     full_case_set: ClassVar[str]
 
@@ -151,8 +147,11 @@ def _reference_outside(task: TaskSpec, workspace: Path) -> None:
 
 
 class KernelKind(TaskKind):
+    """The candidate is a kernel the runner imports: every tool applies, dev cases are named
+    shapes, a launch config is read, and the final score is the guarded verify's on cases
+    drawn from a secret (rotated for the loop's final verify)."""
+
     name = "kernel"
-    runs_kernel = True
     full_case_set = "all"  # run_objective with every dev case
 
     def applies(self, tool: str) -> bool:
@@ -199,7 +198,6 @@ class CommandKind(TaskKind):
     """Any folder with a task.md and an objective command printing JSON with a score key."""
 
     name = "command"
-    runs_kernel = False
     full_case_set = "command"  # a command task's objective is one fixed case set
 
     copies_task_files = True
@@ -270,7 +268,6 @@ class StepKind(TaskKind):
     whose score is a final verify's, saying what the scores mean."""
 
     name = "step"
-    runs_kernel = False  # not a kernel the lab, qualification's cheats or a sweep can call
     full_case_set = "all"  # run_objective over every dev trace
 
     def require_runner(self, task: TaskSpec, what: str) -> None:

@@ -146,7 +146,7 @@ def test_each_kind_says_what_the_lab_qualification_importer_and_overview_do(name
 def test_the_decode_step_task_is_a_step_task_with_gpu_and_interpreter_sizes():
     task = load_task("decode_step")
     kind = kind_of(task)
-    assert task.kind == "step" and kind.runs_kernel is False and task.step is not None
+    assert task.kind == "step" and kind.name == "step" and task.step is not None
     assert task.step.interpreter.layers == 2 and task.step.interpreter.hidden == 64
     assert task.step.model.hidden > task.step.interpreter.hidden
     assert kind.template(task) == task.root / "workspace"
