@@ -28,7 +28,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
@@ -502,39 +502,43 @@ class Child:
         return facts
 
     def serve(self, fd_in: int) -> None:
-        """Answer the parent's requests until it says exit (or sends an op not in the table)."""
-        handlers: dict[str, Callable[[Any], None]] = {
+        serve_ops(fd_in, {
             "load": lambda msg: self.load(),
             "arena": self.map_arena,
             "call": self.call,
             "record": self.record,
             "end_case": self.end_case,
-        }
-        while True:
-            try:
-                msg = wire.recv(fd_in)
-            except wire.WireError:
-                return
-            op = msg.get("op")
-            handler = handlers.get(op) if isinstance(op, str) else None
-            if handler is None:
-                return
-            handler(msg)
+        })  # fmt: skip
 
 
-def main() -> int:
+def serve_ops(fd_in: int, handlers: Mapping[str, Callable[[Any], None]]) -> None:
+    """Answer the parent's requests until it says exit (or sends an op not in the table)."""
+    while True:
+        try:
+            msg = wire.recv(fd_in)
+        except wire.WireError:
+            return
+        op = msg.get("op") if isinstance(msg, dict) else None
+        handler = handlers.get(op) if isinstance(op, str) else None
+        if handler is None:
+            return
+        handler(msg)
+
+
+def child_main(make: Callable[[dict[str, Any], int], Any],
+               before_cfg: Callable[[], None] = lambda: None) -> int:  # fmt: skip
+    """A candidate's process (this one's and step_child's): the protocol on a copy of stdout
+    (the candidate's prints go to stderr), `before_cfg()`, its cfg, then
+    `make(cfg, out).serve(0)`; a failure becomes a fatal frame with the exception's type only."""
     out = os.dup(1)
     os.dup2(2, 1)  # candidate prints go to stderr, never into the protocol
-    import torch  # noqa: F401 - while the parent gets ready (guard.prespawn): then the cfg
-    import triton  # noqa: F401
-
+    before_cfg()
     try:
         cfg = wire.recv(0, timeout_s=60)
     except wire.WireError:
         return 2
-    child = Child(cfg, out)
     try:
-        child.serve(0)
+        make(cfg, out).serve(0)
     except Exception as exc:  # the parent sees EOF or this and says why in its own words
         try:
             wire.send(out, {"fatal": exception_kind(exc)})
@@ -544,6 +548,15 @@ def main() -> int:
         sys.stdout.flush()
         time.sleep(0)
     os._exit(0)  # skip atexit handlers the candidate may have registered
+
+
+def _imports() -> None:
+    import torch  # noqa: F401 - while the parent gets ready (guard.prespawn): then the cfg
+    import triton  # noqa: F401
+
+
+def main() -> int:
+    return child_main(Child, _imports)
 
 
 if __name__ == "__main__":

@@ -21,17 +21,16 @@ import importlib.util
 import mmap
 import os
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
     from . import wire
-    from .guard_child import exception_kind
+    from .guard_child import child_main, exception_kind, serve_ops
 else:
     import wire
-    from guard_child import exception_kind
+    from guard_child import child_main, exception_kind, serve_ops
 
 
 def _load(path: str, name: str) -> Any:
@@ -135,38 +134,12 @@ class StepChild:
         self.reply(error=error, copied=copied)
 
     def serve(self, fd_in: int) -> None:
-        handlers = {"load": self.load, "arena": self.map_arena, "trace": self.trace,
-                    "step": self.step}  # fmt: skip
-        while True:
-            try:
-                msg = wire.recv(fd_in)
-            except wire.WireError:
-                return
-            op = msg.get("op") if isinstance(msg, dict) else None
-            handler = handlers.get(op) if isinstance(op, str) else None
-            if handler is None:
-                return
-            handler(msg)
+        serve_ops(fd_in, {"load": self.load, "arena": self.map_arena, "trace": self.trace,
+                          "step": self.step})  # fmt: skip
 
 
 def main() -> int:
-    out = os.dup(1)
-    os.dup2(2, 1)  # candidate prints go to stderr, never into the protocol
-    try:
-        cfg = wire.recv(0, timeout_s=60)
-    except wire.WireError:
-        return 2
-    try:
-        StepChild(cfg, out).serve(0)
-    except Exception as exc:  # the parent sees EOF or this and says why in its own words
-        try:
-            wire.send(out, {"fatal": exception_kind(exc)})
-        except OSError:
-            pass
-    finally:
-        sys.stdout.flush()
-        time.sleep(0)
-    os._exit(0)  # skip atexit handlers the candidate may have registered
+    return child_main(StepChild)
 
 
 if __name__ == "__main__":
