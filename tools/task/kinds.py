@@ -270,7 +270,7 @@ class StepKind(TaskKind):
     whose score is a final verify's, saying what the scores mean."""
 
     name = "step"
-    runs_kernel = False  # not a kernel the lab, qualification's cheats or a sweep can call
+    runs_kernel = False  # not a kernel qualification's cheats or a sweep can call
     full_case_set = "all"  # run_objective over every dev trace
 
     def require_runner(self, task: TaskSpec, what: str) -> None:
@@ -291,6 +291,9 @@ class StepKind(TaskKind):
 
     def require_steps(self, task: TaskSpec, what: str) -> None:
         return None
+
+    def in_lab(self, task: TaskSpec) -> bool:
+        return True  # the lab's decode row: tools/gpu/lab_step.py
 
     def score_label(self, task: TaskSpec, mode: str = "final") -> str:
         return "us (sum over the dev traces of the p50 step latency), lower is better"
