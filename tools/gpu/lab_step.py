@@ -164,12 +164,16 @@ def run_task(runner, env, task: dict[str, Any], args, deadline: float) -> dict[s
                       name in comparators) and any(r["case"] in claims for r in got))  # fmt: skip
             extra = [_run(torch, ref, fns[name], config, trace, env.device, tol)
                      for _ in range(args.repeats - 1 if repeat else 0)]  # fmt: skip
+            bad = next((m for m in extra if "error" in m or not m["correct"]), None)
+            again = [_rows(task, name, entry, sizes, m) for m in extra if "error" not in m]
             for row in got:
+                if bad is not None:  # a repeat that failed fails the row: no claim stands on it
+                    why = bad.get("error") or step_trace.failure_reason(bad["failures"][0])
+                    row.update(passed=False, status="failed", reason=f"a repeat: {why}")
                 medians = [row["median_us"]] if row["median_us"] else []
-                for more in extra:
-                    medians += [r["median_us"] for r in _rows(task, name, entry, sizes, more)
-                                if "error" not in more and r["case"] == row["case"]
-                                and r["median_us"]]  # fmt: skip
+                for more in again:
+                    medians += [r["median_us"] for r in more
+                                if r["case"] == row["case"] and r["median_us"]]  # fmt: skip
                 row["repeat_medians_us"] = medians
                 row["repeat_spread"] = ((max(medians) - min(medians)) / statistics.median(medians)
                                         if medians else None)  # fmt: skip

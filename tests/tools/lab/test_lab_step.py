@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ import pytest
 from harnesslab.tools.lab.claims import claims_ledger
 from harnesslab.tools.lab.matrix import kernel_task_names
 from harnesslab.tools.lab.report import build_report
+
+from .test_lab import LAB_GPU, REPO
 
 
 def _row(strategy: str, case: str, p50: float, **extra: Any) -> dict[str, Any]:
@@ -100,3 +103,48 @@ def test_the_lab_runs_the_decode_row_end_to_end_on_the_interpreter(tmp_path: Pat
     report = (out / "report.md").read_text()
     assert "NOT MEANINGFUL" in report and "## decode_step" in report
     assert "| **pending** |" in report and "interpreter run" in report
+
+
+def _tiny_task() -> dict[str, Any]:
+    """decode_step's task table at the interpreter's sizes as the "GPU" model, one short trace."""
+    task = LAB_GPU.read_task(REPO / "tasks" / "decode_step")
+    step = task["step"]
+    fixed = {**step["traces"][0], **step["traces"][0]["interpreter"]}
+    task["step"] = {**step, "model": step["interpreter"], "traces": [fixed]}
+    task["lab"]["targets"] = [{"kind": "ratio", "vs": "torch_eager", "min": 1.0,
+                               "cases": ["fixed_fp16:all"]}]  # fmt: skip
+    return task
+
+
+@pytest.mark.slow
+def test_claim_rows_are_repeated_and_a_repeat_that_fails_fails_the_row(monkeypatch) -> None:
+    """Timed like a GPU run (not the interpreter): the solution and the comparator are measured
+    `repeats` times on the claim trace; a solution right the first time and wrong after fails."""
+    import torch
+
+    from harnesslab.tools.gpu import lab_step, runner
+
+    eager = runner.load_module(REPO / "tasks" / "decode_step" / "workspace" / "kernel.py",
+                               "_test_lab_step_eager").step  # fmt: skip
+    calls = {"n": 0}
+
+    def flaky(state, tokens):  # one run_trace on the CPU: 2 passes of 6 steps
+        calls["n"] += 1
+        out = eager(state, tokens)
+        return out + 1.0 if calls["n"] > 12 else out
+
+    monkeypatch.setattr(
+        lab_step,
+        "strategies",
+        lambda *a: ({"torch_eager": eager, "sol:flaky": flaky}, {"torch_compile": "skipped: test"}),
+    )
+    env = SimpleNamespace(torch=torch, interpret=False, device="cpu")
+    args = SimpleNamespace(no_compile=True, quick=False, max_cases=0, repeats=3)
+    done = lab_step.run_task(runner, env, _tiny_task(), args, deadline=float("inf"))
+    rows = {(r["strategy"], r["case"]): r for r in done["rows"]}
+    eager_row = rows[("torch_eager", "fixed_fp16:all")]
+    assert eager_row["passed"] and len(eager_row["repeat_medians_us"]) == 3
+    assert eager_row["repeat_spread"] is not None
+    flaky_row = rows[("sol:flaky", "fixed_fp16:all")]
+    assert not flaky_row["passed"] and flaky_row["reason"].startswith("a repeat: logits")
+    assert rows[("torch_compile", "fixed_fp16:all")]["status"] == "skipped"
