@@ -15,7 +15,8 @@ Presets: `task` is decode_step's task.toml GPU model (what run_objective times);
 Llama-3.2-1B-shaped (hidden 2048, 32 heads, 8 kv heads, 16 layers) with a
 32000-token vocabulary, batch 8, max_seq 2048 (about 1.4 GB of fp16 weights, a 268 MB cache).
 torch.compile gets the state's tensors marked as static addresses (as gpt-fast's KV cache
-buffers are), so its CUDA graphs replay over them instead of copying them in.
+buffers are), so its CUDA graphs replay over them instead of copying them in (tools/gpu/
+lab_step.py's `compiled`, which the lab's decode row uses too).
 """
 
 from __future__ import annotations
@@ -49,22 +50,6 @@ TRACES = {
 }
 
 
-def compiled(eager_step):
-    """torch.compile(mode="reduce-overhead") of the eager step, the state's tensors static."""
-    fn = torch.compile(eager_step, mode="reduce-overhead")
-    marked: set[int] = set()
-
-    def step(state, tokens):
-        if id(state) not in marked:
-            tensors = [state.kv_cache, state.lengths, state.rope_cos, state.rope_sin]
-            for t in [*tensors, *state.weights.values()]:
-                torch._dynamo.mark_static_address(t)
-            marked.add(id(state))
-        return fn(state, tokens)
-
-    return step
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -79,6 +64,7 @@ def main() -> int:
         os.environ["TRITON_INTERPRET"] = "1"  # read when triton is first imported (the solution)
     sys.path.insert(0, str(ROOT / "tools" / "gpu"))
     import step_trace  # noqa: PLC0415 - staged-style: by plain name from tools/gpu
+    from lab_step import compiled  # noqa: PLC0415 - the lab's decode row builds it the same way
     from runner import load_module  # noqa: PLC0415
 
     ref = load_module(TASK_DIR / "reference.py", "decode_step_reference")

@@ -2,7 +2,8 @@
 solutions, torch eager, torch.compile) over its matrix on the GPU (this machine or --gpu-host),
 with correctness for every row, the runner's timing, Nsight Compute on the best strategy per
 task, and writes report.md (with the claims ledger), results.csv, results.json and PNG plots
-into --out. Without a GPU it runs on the Triton interpreter and the report says the numbers
+into --out. A step task (decode_step) gets the decode row: torch eager, torch.compile
+(reduce-overhead) and its solutions over its traces, p50/p95 per bucket (tools/gpu/lab_step.py). Without a GPU it runs on the Triton interpreter and the report says the numbers
 are not meaningful; --from-results rebuilds a report from an earlier results.json.
 
 Exit codes: 0 report written, 2 usage or environment error."""
@@ -25,7 +26,7 @@ from .cli_support import add_executor_args, command, run_async
 
 def _lab_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder for the report and results")
-    p.add_argument("--tasks", help="comma-separated kernel tasks (default: all)")
+    p.add_argument("--tasks", help="comma-separated kernel or step tasks (default: all)")
     p.add_argument("--from-results", type=Path, help="build the report from this results.json")
     p.add_argument("--quick", action="store_true", help="smallest case + 4 claim cases per task")
     p.add_argument("--max-cases", type=int, default=0, help="first N matrix cases per task")

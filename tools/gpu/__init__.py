@@ -53,7 +53,7 @@ STAGED = (
     "cuda_source.py",
 )
 LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "failures.py", "step_trace.py",
-       "lab.py", "ncu.py", "modelnew.py", "harnesslab_cuda.py", "nvrtc.py", "cuda_source.py",
+       "lab.py", "lab_step.py", "ncu.py", "modelnew.py", "harnesslab_cuda.py", "nvrtc.py", "cuda_source.py",
        "cudadrv.py")  # fmt: skip
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.

@@ -10,7 +10,8 @@ Each (case, strategy) row is correctness-checked and timed once; on the cases th
 task's claims (task.toml [lab]) the solutions and the targets' comparators are timed `repeats`
 times. Then Nsight Compute profiles the best harnesslab strategy of each task on those cases
 (a subprocess of this script in --ncu-target mode), and --tune times each solution's
-TUNE_SPACE variants. Usage:
+TUNE_SPACE variants. A step task (kind "step": a decode step over traces) is run by
+lab_step.py beside this file instead: rows per trace and bucket, no ncu, no tuning. Usage:
 
     python lab.py --out DIR [--tasks a,b] [--quick] [--tune] [--budget-s 330]
     python lab.py --ncu-target TASK --strategy NAME --cases a,b     (what ncu runs)
@@ -54,10 +55,13 @@ def read_task(root: Path) -> dict[str, Any]:
     return data
 
 
-def list_kernel_tasks(tasks_root: Path) -> list[str]:
+LAB_KINDS = ("kernel", "step")  # tools/task/kinds.py: the kinds whose in_lab is True
+
+
+def list_lab_tasks(tasks_root: Path) -> list[str]:
     names = []
     for p in sorted(tasks_root.iterdir()):
-        if (p / "task.toml").is_file() and read_task(p).get("kind") == "kernel":
+        if (p / "task.toml").is_file() and read_task(p).get("kind") in LAB_KINDS:
             names.append(p.name)
     return names
 
@@ -107,7 +111,7 @@ def comparators(task: dict[str, Any]) -> list[str]:
 
 
 def load_sibling(name: str):
-    """runner.py or ncu.py from beside this file, by path (never from sys.path)."""
+    """runner.py, ncu.py or lab_step.py from beside this file, by path (never from sys.path)."""
     if f"_hl_lab_{name}" in sys.modules:
         return sys.modules[f"_hl_lab_{name}"]
     spec = importlib.util.spec_from_file_location(f"_hl_lab_{name}", HERE / f"{name}.py")
@@ -197,7 +201,16 @@ def _row(task: str, strategy: str, case: dict[str, Any], ref, res: dict[str, Any
     return row
 
 
+def is_step(task: dict[str, Any]) -> bool:
+    return task.get("kind") == "step"
+
+
 def run_task(runner, env, task: dict[str, Any], args, deadline: float) -> dict[str, Any]:
+    if is_step(task):  # a decode step over its traces: lab_step.py, the same rows and summary
+        done = load_sibling("lab_step").run_task(runner, env, task, args, deadline)
+        summary = done["summary"]
+        summary["best_strategy"] = best_strategy(done["rows"], summary["claim_cases"])
+        return done
     ev = _evaluator(runner, env, task)
     torch = env.torch
     fns, errors = strategies(ev, task, env.interpret, args.no_compile)
@@ -390,8 +403,8 @@ def print_table(results: dict[str, Any]) -> None:
           f"wall {results.get('wall_s', 0):.0f}s {({k: round(v) for k, v in results.get('phases_s', {}).items()})}")  # fmt: skip
     for name, t in results["tasks"].items():
         rows = [r for r in results["rows"] if r["task"] == name]
-        tflops = t["metric"] == "tflops"
-        print(f"== {name} (best: {t['best_strategy']}; {'TFLOP/s' if tflops else '% of copy'})")
+        col = {"tflops": "tflops", "latency": "p95_us"}.get(t["metric"], "pct_of_copy_bw")
+        print(f"== {name} (best: {t['best_strategy']}; us/{col})")
         print("case".ljust(22) + "".join(s[:13].rjust(14) for s in t["strategies"]))
         for case in t["cases"]:
             cells = []
@@ -400,7 +413,7 @@ def print_table(results: dict[str, Any]) -> None:
                 if r is None or not r["passed"] or r["median_us"] is None:
                     cells.append((r["status"] if r else "-")[:12].rjust(14))
                 else:
-                    v = r["tflops"] if tflops else r["pct_of_copy_bw"]
+                    v = r.get(col)
                     cells.append(f"{r['median_us']:.1f}/{v or 0:.0f}".rjust(14))
             print(case[:21].ljust(22) + "".join(cells))
         nc: dict[str, Any] = results.get("ncu", {}).get(name) or {}
@@ -413,11 +426,18 @@ def print_table(results: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="folder for results.json and ncu logs")
-    ap.add_argument("--tasks", help="comma-separated task names (default: every kernel task)")
+    ap.add_argument(
+        "--tasks", help="comma-separated task names (default: every kernel and step task)"
+    )
     ap.add_argument("--tasks-root", type=Path, default=HERE.parent / "tasks")
     ap.add_argument("--repeats", type=int, default=3, help="measurements of each claim row")
     ap.add_argument("--quick", action="store_true", help="the smallest case and 4 claim cases")
-    ap.add_argument("--max-cases", type=int, default=0, help="first N cases per task (0: all)")
+    ap.add_argument(
+        "--max-cases",
+        type=int,
+        default=0,
+        help="first N cases per task (traces of a step task; 0: all)",
+    )
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile strategy")
     ap.add_argument("--ncu-calls", type=int, default=3)
@@ -443,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
 
         interpret = not torch.cuda.is_available()
     env = runner.Env(interpret)
-    names = args.tasks.split(",") if args.tasks else list_kernel_tasks(args.tasks_root)
+    names = args.tasks.split(",") if args.tasks else list_lab_tasks(args.tasks_root)
     info = env.info() | {"copy_gbps": env.copy_gbps(), "date": time.strftime("%Y-%m-%d"),
                          "argv": sys.argv[1:]}  # fmt: skip
     if not env.interpret:
@@ -456,12 +476,13 @@ def main(argv: list[str] | None = None) -> int:
     ncu_end = started + args.budget_s - tune_s
     # Room for the profiler: ~10 s per task on an H100 (process start, warm-up, replay), at most
     # a third of the time left after tuning so that a short budget still measures the matrix.
-    reserve = min(NCU_RESERVE_S * len(names), (args.budget_s - tune_s) / 3) if ncu_on else 0.0
+    tasks = {n: read_task(args.tasks_root / n) for n in names}
+    kernels = {n: t for n, t in tasks.items() if not is_step(t)}  # what ncu and --tune take
+    reserve = min(NCU_RESERVE_S * len(kernels), (args.budget_s - tune_s) / 3) if ncu_on else 0.0
     matrix_deadline = ncu_end - reserve
     phases = results["phases_s"] = {}
-    tasks = {n: read_task(args.tasks_root / n) for n in names}
     for name, task in tasks.items():
-        if args.max_cases:
+        if args.max_cases and not is_step(task):
             task.setdefault("lab", {})["cases"] = lab_cases(task)[: args.max_cases]
         done = run_task(runner, env, task, args, matrix_deadline)
         results["rows"] += done["rows"]
@@ -469,13 +490,13 @@ def main(argv: list[str] | None = None) -> int:
         results["wall_s"] = phases["matrix"] = time.monotonic() - started
         write_json(args.out / "results.json", results)
     if ncu_on:
-        for i, (name, task) in enumerate(tasks.items()):
-            share = max(0.0, (ncu_end - time.monotonic()) / (len(tasks) - i))
+        for i, (name, task) in enumerate(kernels.items()):
+            share = max(0.0, (ncu_end - time.monotonic()) / (len(kernels) - i))
             results["ncu"][name] = run_ncu(task, results["tasks"][name], args, args.out, share)
             write_json(args.out / "results.json", results)
         phases["ncu"] = time.monotonic() - started - phases["matrix"]
     if args.tune:
-        for task in tasks.values():
+        for task in kernels.values():
             results["tuning"] += run_tuning(runner, env, task, started + args.budget_s)
             write_json(args.out / "results.json", results)
         phases["tune"] = time.monotonic() - started - sum(phases.values())

@@ -363,7 +363,16 @@ def build(config, params: dict[str, Any]) -> dict[str, Any]:
                          segments_per_bucket=params["segments_per_bucket"])  # fmt: skip
 
 
-def _reason(failure: dict[str, Any]) -> str:
+def sized(ref, spec: dict[str, Any], entry: dict[str, Any], interpret: bool):
+    """(Config, trace) of one `[[step.traces]]` entry of a `[step]` table `spec`: the model's
+    sizes on a GPU, the interpreter's (and the entry's interpreter overrides) on the CPU."""
+    sizes = spec["interpreter" if interpret else "model"]
+    params = {**entry, **(entry.get("interpreter") or {})} if interpret else entry
+    config = ref.Config(**sizes, dtype=entry["dtype"])
+    return config, build(config, params)
+
+
+def failure_reason(failure: dict[str, Any]) -> str:
     where = "after the pass" if failure["step"] is None else f"step {failure['step']}"
     return f"{failure['what']} at {where} of the {failure['pass']} pass: {failure['reason']}"
 
@@ -375,16 +384,14 @@ def objective(torch, ref, step, req: dict[str, Any], *, interpret: bool, device:
     trace (its per-bucket table in `buckets`), then the summary: a trace passes when every step
     of every pass was right, and the score is the sum of the traces' p50 step latency."""
     spec, seed = req["step"], int(req.get("seed", 0))
-    sizes = spec["interpreter" if interpret else "model"]
     rows = []
     for i, t in enumerate(spec["traces"]):
-        params = {**t, **(t.get("interpreter") or {})} if interpret else t
         row: dict[str, Any] = {"name": t["name"], "dtype": t["dtype"], "passed": False,
                                "status": "failed", "reason": ""}  # fmt: skip
         try:
             with failures.deadline(float(req.get("case_timeout_s", 120))):
-                config = ref.Config(**sizes, dtype=t["dtype"])
-                out = run_trace(torch, ref, step, config, build(config, params), device=device,
+                config, trace = sized(ref, spec, t, interpret)
+                out = run_trace(torch, ref, step, config, trace, device=device,
                                 weight_seed=(seed * 1_000_003 + i) % (1 << 31),
                                 tolerance=req["tolerances"][t["dtype"]])  # fmt: skip
         except Exception as exc:
@@ -394,7 +401,7 @@ def objective(torch, ref, step, req: dict[str, Any], *, interpret: bool, device:
         else:
             total = out["total"]
             row.update(passed=out["correct"], status="passed" if out["correct"] else "failed",
-                       reason=_reason(out["failures"][0]) if out["failures"] else "",
+                       reason=failure_reason(out["failures"][0]) if out["failures"] else "",
                        median_us=total["p50_us"], host_us=total["host_p50_us"],
                        launch_overhead_us=total["launch_overhead_us"],
                        buckets=[*out["buckets"], total])  # fmt: skip
@@ -415,6 +422,7 @@ __all__ = [
     "bucket_of",
     "build",
     "dynamic_trace",
+    "failure_reason",
     "fixed_trace",
     "objective",
     "percentile",
@@ -422,5 +430,6 @@ __all__ = [
     "reset_state",
     "run_trace",
     "schedule",
+    "sized",
     "valid_slots",
 ]

@@ -41,10 +41,12 @@ class LabOptions(BaseModel):
     """What to run. Budgets are wall-clock seconds on the GPU host."""
 
     tasks: list[str] = Field(
-        default_factory=list, description="task names; empty: every kernel task"
+        default_factory=list, description="task names; empty: every kernel and step task"
     )
     quick: bool = Field(default=False, description="the smallest case and 4 claim cases per task")
-    max_cases: int = Field(default=0, ge=0, description="first N matrix cases per task (0: all)")
+    max_cases: int = Field(
+        default=0, ge=0, description="first N matrix cases per task (step tasks: traces; 0: all)"
+    )
     repeats: int = Field(default=3, ge=1, le=10, description="measurements of each claim row")
     ncu: bool = Field(default=True, description="Nsight Compute on the best strategy per task")
     compile: bool = Field(default=True, description="include the torch.compile strategy")
@@ -61,8 +63,8 @@ def kernel_task_names(names: list[str]) -> list[str]:
     for name in names:
         if not _in_lab(task := load_task(name)):
             raise UsageError(
-                f"task {name!r} is a {task.kind} task; the lab benchmarks kernel tasks.",
-                next_step="pass kernel task names to --tasks, or none for all of them",
+                f"task {name!r} is a {task.kind} task; the lab benchmarks kernel and step tasks.",
+                next_step="pass kernel or step task names to --tasks, or none for all of them",
             )
     return list(names)
 
@@ -72,7 +74,8 @@ def _in_lab(task: TaskSpec) -> bool:
 
 
 def stage_lab(folder: Path, tasks: list[str]) -> Path:
-    """A fresh copy of the GPU side: folder/tools/{runner,lab,ncu}.py, folder/tasks/<name>/."""
+    """A fresh copy of the GPU side: folder/tools/{runner,lab,lab_step,ncu,...}.py,
+    folder/tasks/<name>/."""
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "tools").mkdir(parents=True)
     for name in LAB_FILES:

@@ -1,5 +1,6 @@
 """The kernel lab's report from one results.json: report.md, results.csv, two PNG plots per task
-(bandwidth or TFLOP/s per case and strategy; speedup over torch eager) and the claims ledger.
+(bandwidth, TFLOP/s or, for a step task, p50 step latency per case and strategy; speedup over
+torch eager) and the claims ledger.
 
 Everything here reads the results dict only, so a report can be rebuilt from an old run
 (`harnesslab lab --from-results FILE`). Plots use matplotlib's Agg canvas (no display, no
@@ -22,7 +23,7 @@ from .claims import Claim, claims_ledger, counts, ncu_case
 EAGER = "torch_eager"
 CSV_COLUMNS = (
     "task", "strategy", "case", "dtype", "shape", "passed", "status", "median_us", "p10_us",
-    "p90_us", "spread", "repeats", "repeat_spread", "host_us", "launch_overhead_us", "gbps",
+    "p90_us", "p95_us", "p99_us", "tokens_per_s", "spread", "repeats", "repeat_spread", "host_us", "launch_overhead_us", "gbps",
     "pct_of_copy_bw", "tflops", "speedup_vs_torch_eager", "timing_method", "reason",
 )  # fmt: skip
 
@@ -65,10 +66,23 @@ def write_csv(results: dict[str, Any], path: Path) -> None:
                         "speedup_vs_torch_eager": speedup(rows, r)})  # fmt: skip
 
 
+# Per metric: (the value a cell shows beside the time, its unit, the perf plot's value and unit).
+# A step task's rows ("latency") have no bytes or FLOPs: p95 beside the p50, p50 plotted.
+METRICS = {
+    "tflops": ("tflops", " TFLOP/s", "tflops", "TFLOP/s"),
+    "latency": ("p95_us", " us p95", "median_us", "p50 us per step"),
+}
+BANDWIDTH = ("pct_of_copy_bw", "%", "gbps", "GB/s")
+
+
+def metric_of(task: dict[str, Any]) -> tuple[str, str, str, str]:
+    return METRICS.get(task.get("metric", ""), BANDWIDTH)
+
+
 def _metric(task: dict[str, Any], row: dict[str, Any]) -> float | None:
     if not row.get("passed"):
         return None
-    return row.get("tflops") if task["metric"] == "tflops" else row.get("gbps")
+    return row.get(metric_of(task)[2])
 
 
 def perf_top(values: list[float], copy_gbps: float | None) -> float:
@@ -107,13 +121,14 @@ def write_plots(results: dict[str, Any], out: Path) -> list[str]:
                     ax.bar([xi + (i - (len(strategies) - 1) / 2) * width for xi in x],
                            [0.0 if y is None else y for y in ys], width, label=s)  # fmt: skip
             if kind == "perf":
-                unit = "TFLOP/s" if task["metric"] == "tflops" else "GB/s"
-                copy_line = copy_gbps if task["metric"] != "tflops" and copy_gbps else None
+                unit = metric_of(task)[3]
+                copy_line = copy_gbps if metric_of(task) == BANDWIDTH and copy_gbps else None
                 if copy_line:
                     ax.axhline(copy_line, color="gray", linestyle="--", label="1 GiB copy")
                 ax.set_ylim(0, perf_top(plotted, copy_line))
                 ax.set_ylabel(unit)
-                ax.set_title(f"{name}: {unit} per case (higher is better)")
+                better = "lower" if task["metric"] == "latency" else "higher"
+                ax.set_title(f"{name}: {unit} per case ({better} is better)")
             else:
                 ax.axhline(1.0, color="gray", linestyle="--")
                 ax.set_ylabel(f"speedup over {EAGER}")
@@ -139,9 +154,8 @@ def _cell(task: dict[str, Any], row: dict[str, Any] | None) -> str:
     if not row.get("passed"):
         reason = (row.get("reason") or "").removeprefix(f"{row.get('status')}: ")
         return f"{row.get('status')}: {reason[:40]}"
-    value = row.get("tflops") if task["metric"] == "tflops" else row.get("pct_of_copy_bw")
-    unit = " TFLOP/s" if task["metric"] == "tflops" else "%"
-    return f"{_f(row.get('median_us'))} us ({_f(value, '{:.0f}')}{unit})"
+    key, unit = metric_of(task)[:2]
+    return f"{_f(row.get('median_us'))} us ({_f(row.get(key), '{:.0f}')}{unit})"
 
 
 def task_section(
@@ -149,7 +163,9 @@ def task_section(
 ) -> list[str]:
     rows = [r for r in results["rows"] if r["task"] == name]
     by = {(r["case"], r["strategy"]): r for r in rows}
-    metric = "TFLOP/s" if task["metric"] == "tflops" else "% of copy bandwidth"
+    metric = {"tflops": "TFLOP/s", "latency": "p95 step latency; the case is trace:bucket"}.get(
+        task["metric"], "% of copy bandwidth"
+    )
     lines = [f"## {name}", "", f"Best harnesslab strategy: `{task.get('best_strategy')}`. Cells: "
              f"median device time ({metric}); speedup = torch eager time / strategy time.", ""]  # fmt: skip
     strategies = task["strategies"]
@@ -207,15 +223,13 @@ def peers_section(results: dict[str, Any]) -> list[str]:
         if best is None:
             lines += ["No harnesslab strategy passed every case: no ratios.", ""]
             continue
-        unit = "TFLOP/s" if task.get("metric") == "tflops" else "% copy"
-        lines += [f"| case | {best} us | {unit} | " + " | ".join(f"vs {o}" for o in others) + " |",
+        key, unit = metric_of(task)[:2]
+        lines += [f"| case | {best} us | {unit.strip()} | " + " | ".join(f"vs {o}" for o in others) + " |",
                   "|---" * (3 + len(others)) + "|"]  # fmt: skip
         for case in task.get("cases", []):
             mine = lab_claims.row_of(results, name, best, case)
             mine_us = lab_claims.time_of(mine) if mine and mine.get("passed") else None
-            value = (mine or {}).get(
-                "tflops" if task.get("metric") == "tflops" else "pct_of_copy_bw"
-            )
+            value = (mine or {}).get(key)
             cells = []
             for o in others:
                 row = lab_claims.row_of(results, name, o, case)
@@ -342,6 +356,10 @@ def build_report(results: dict[str, Any], out: Path, *, command: str = "") -> Re
               "inputs rotated past 2.5x L2. Median over samples; claim rows are measured "
               f"{lab_claims.MIN_REPEATS}+ times (separate timings, new inputs). Nsight Compute "
               "profiles the best harnesslab strategy per task with --clock-control none. "
+              "A step task's rows (case trace:bucket, trace:all the whole trace) come from its "
+              "trace run instead: every step's logits and the KV cache checked against the "
+              "reference, median = p50 per-step latency (CUDA events, the device idle at each "
+              "step's start), p95 beside it; no ncu profile (a step is many kernels). "
               "Raw numbers: results.csv and results.json.", ""]  # fmt: skip
     (out / "report.md").write_text("\n".join(lines))
     return ReportSummary(out_dir=out, meaningful=meaningful, files=files, claims=c, misses=missed,

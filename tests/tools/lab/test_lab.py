@@ -222,7 +222,8 @@ def test_claim_cases_come_from_targets_and_the_large_case_floor() -> None:
     assert LAB_GPU.comparators(matmul) == ["torch_eager"]
     rmsnorm = LAB_GPU.read_task(REPO / "tasks" / "rmsnorm_gate")
     assert "torch_compile" in LAB_GPU.comparators(rmsnorm)
-    assert LAB_GPU.list_kernel_tasks(REPO / "tasks") == [
+    assert LAB_GPU.list_lab_tasks(REPO / "tasks") == [
+        "decode_step",
         "matmul",
         "rmsnorm_gate",
         "softmax",
