@@ -1,0 +1,55 @@
+"""The scope-aware rules of the CUDA scan (scan_cuda._declarations), rule by rule: a `static`
+is flagged only inside a function's block, never a class member; a preprocessor line (with its
+continuations) is no statement; a stray brace never breaks the scan."""
+
+from __future__ import annotations
+
+from harnesslab.tools.integrity.scan_cuda import scan_cuda
+
+STATIC = ("device_state", "a function-local static outlives the launch")
+
+
+def found(src: str) -> list[tuple[str, int]]:
+    return [(c, line) for c, line, _ in scan_cuda("kernel.cu", src.encode(), ["kernel.cu"])]
+
+
+def test_a_class_members_static_is_not_a_function_local() -> None:
+    """Rule: a struct/class/union body is no block: its `static` members are not flagged."""
+    assert found("struct S { static int count; };\nunion U { static int n; };\n") == []
+
+
+def test_a_function_returning_a_struct_opens_a_block() -> None:
+    """Rule: a head with a parameter list is a function, even when it names a struct."""
+    assert found("__device__ struct S make(int a) {\n static int n; return S(); }\n") == [
+        ("device_state", 2)]  # fmt: skip
+
+
+def test_a_nested_block_is_still_a_block() -> None:
+    """Rule: a brace without a head inside a function is a block too (static flagged)."""
+    assert found("__device__ void f() {\n {\n static int n; } }\n") == [("device_state", 3)]
+
+
+def test_a_statement_inside_a_block_does_not_close_it() -> None:
+    """Rule: only `}` closes a scope: a static after other statements is still local, and the
+    statement's first character is read."""
+    assert found("__device__ void f() { int a;\nstatic int n; }\n") == [("device_state", 2)]
+    assert found("__device__ void f() {static int n; }\n") == [("device_state", 1)]
+
+
+def test_a_stray_closing_brace_never_breaks_the_scan() -> None:
+    """Rule: a `}` with no open scope is read, not a crash, and the rules after it still hold."""
+    assert found("}\n__device__ int x;\n") == [("device_state", 2)]
+
+
+def test_a_preprocessor_line_and_its_continuations_are_no_statement() -> None:
+    """Rule: a `#` line and the lines its backslashes continue are skipped, and only those."""
+    assert found("#define M(a) \\\n  { static int n; }\n__device__ int ok() { return 1; }\n") == []
+    assert found("#define M \\\n\n{ static int n; }\n") == [("device_state", 3)]
+
+
+def test_an_attribute_with_nested_parentheses_is_dropped_whole() -> None:
+    """Rule: `__align__((8))` and `__attribute__((noinline))` are not parameter lists: a
+    variable after one is still a __device__ variable, a function after one is not."""
+    assert found("__device__ __align__((8)) float last[4] = {0};\n") == [("device_state", 1)]
+    assert found("__device__ __attribute__((noinline)) float f(float x) { return x; }\n") == []
+    assert found("__device__ __attribute__((aligned(8))) int v;\n") == [("device_state", 1)]

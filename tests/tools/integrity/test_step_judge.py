@@ -1,0 +1,158 @@
+"""The step verdict judged from the trusted parent's raw records (step_verify.judge_steps), rule
+by rule, without a verify or a GPU: each test builds the records a parent could return.
+
+- A runner that says nothing, or says it failed, is the harness's error, never the candidate's.
+- A sandbox that is missing or failed before the candidate ran is said as such, with no rows.
+- Records without this verify's nonce are forged, whatever they say.
+- A code the step verify does not know becomes runner_failed (an error, never a rejection).
+- An error with no code is the candidate's crash.
+- The first failing trace ends the rows: the traces after it are "not run" and never passed.
+- Fewer records than traces is an error that says how many ran.
+- A row carries its first reason, its status and the parent's max_abs_err; details are cut at
+  400 characters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harnesslab.tools.evaluation.results import CaseResult
+from harnesslab.tools.execution import RunnerCall
+from harnesslab.tools.integrity.reasons import SANDBOX_REFUSED
+from harnesslab.tools.integrity.step_verify import judge_steps
+
+TRACES = [{"name": "t0", "dtype": "float16"}, {"name": "t1", "dtype": "bfloat16"},
+          {"name": "t2", "dtype": "float16"}]  # fmt: skip
+LONG = "x" * 1000
+Judged = tuple[str, list[dict[str, str]], list[CaseResult]]
+
+
+def call(
+    result: dict[str, Any] | None, exit_code: int | None = 0, timed_out: bool = False
+) -> RunnerCall:
+    return RunnerCall(result=result, events=[], exit_code=exit_code, timed_out=timed_out,
+                      stderr_tail="", host="local", gpu_index=0, wall_s=0.0)  # fmt: skip
+
+
+def records(*cases: dict[str, Any], **top: Any) -> dict[str, Any]:
+    return {"status": "measured", "nonce": "n", "cases": list(cases), **top}
+
+
+def judge(raw: dict[str, Any] | None, **kw: Any) -> Judged:
+    return judge_steps(call(raw, **kw), TRACES, "n")
+
+
+def test_a_silent_runner_is_an_error_that_says_how_it_exited() -> None:
+    """Rule: no records at all is runner_failed with the exit code and the timeout said."""
+    assert judge(None, exit_code=137, timed_out=True) == (
+        "error",
+        [{"code": "runner_failed", "detail": "runner exited with 137 (timeout)"}],
+        [],
+    )
+    assert judge(None, exit_code=1)[1][0]["detail"] == "runner exited with 1"
+
+
+def test_a_runner_that_reports_an_error_is_runner_failed_with_its_reason() -> None:
+    """Rule: status "error" is the harness's failure, whatever cases the records hold."""
+    raw = {"status": "error", "reason": "bad step spec", "nonce": "n", "cases": [{}, {}, {}]}
+    assert judge(raw) == ("error", [{"code": "runner_failed", "detail": "bad step spec"}], [])
+
+
+def test_a_missing_or_failed_sandbox_is_said_with_no_rows() -> None:
+    """Rule: sandbox_unavailable says the refusal sentence; sandbox_failed says its (cut)
+    error; both before the nonce check, both with no rows."""
+    assert judge({"error_code": "sandbox_unavailable"}) == (
+        "error",
+        [{"code": "sandbox_unavailable", "detail": SANDBOX_REFUSED}],
+        [],
+    )
+    verdict, reasons, rows = judge({"error_code": "sandbox_failed", "error": LONG})
+    assert (verdict, rows) == ("error", [])
+    assert reasons == [{"code": "sandbox_failed", "detail": "x" * 400}]
+
+
+def test_records_without_this_nonce_are_forged() -> None:
+    """Rule: a wrong nonce is forged_result, even on records that would pass."""
+    assert judge(records({}, {}, {}, nonce="other")) == (
+        "error",
+        [{"code": "forged_result", "detail": "nonce mismatch"}],
+        [],
+    )
+
+
+def test_all_traces_clean_pass_with_their_rows() -> None:
+    """Rule: every trace run and no code is a pass; each row says passed and carries the
+    parent's max_abs_err (a record needs no `codes` key)."""
+    verdict, reasons, rows = judge(records({"max_abs_err": 0.5}, {"codes": []}, {}))
+    assert (verdict, reasons) == ("passed", [])
+    assert [(r.name, r.dtype, r.passed, r.status, r.reason) for r in rows] == [
+        ("t0", "float16", True, "passed", ""), ("t1", "bfloat16", True, "passed", ""),
+        ("t2", "float16", True, "passed", "")]  # fmt: skip
+    assert [r.max_abs_err for r in rows] == [0.5, None, None]
+
+
+def test_the_first_failing_trace_ends_the_rows() -> None:
+    """Rule: the traces after a rejected one are not run, never passed, and their records
+    (even failing ones) add no reason."""
+    verdict, reasons, rows = judge(records(
+        {}, {"codes": [["wrong_output", "logits off"]], "max_abs_err": 3.0},
+        {"codes": [["wrong_kv_cache", "later"]]}))  # fmt: skip
+    assert (verdict, reasons) == ("rejected", [{"code": "wrong_output", "detail": "logits off"}])
+    assert [(r.passed, r.status) for r in rows] == [(True, "passed"), (False, "failed"),
+                                                    (False, "failed")]  # fmt: skip
+    assert rows[1].reason == "logits off" and rows[1].max_abs_err == 3.0
+    assert rows[2].reason == "not run: an earlier trace was rejected"
+
+
+def test_a_rows_reason_is_its_first_and_every_code_is_kept() -> None:
+    """Rule: a trace's error comes first (named by its trace), then its codes, all reasons."""
+    rec = {"error": "died", "error_code": "candidate_error", "codes": [["wrong_shape", "s"]]}
+    verdict, reasons, rows = judge(records(rec))
+    assert verdict == "rejected"
+    assert reasons == [{"code": "candidate_error", "detail": "t0: died"},
+                       {"code": "wrong_shape", "detail": "s"}]  # fmt: skip
+    assert rows[0].reason == "t0: died"
+
+
+def test_an_error_without_a_code_is_the_candidates_crash() -> None:
+    """Rule: a trace's error, or the records' own, with no code is candidate_crashed."""
+    assert judge(records({"error": "segv"}))[1] == [
+        {"code": "candidate_crashed", "detail": "t0: segv"}
+    ]
+    verdict, reasons, rows = judge({"status": "measured", "nonce": "n", "error": "oom"})
+    assert (verdict, reasons) == ("rejected", [{"code": "candidate_crashed", "detail": "oom"}])
+    assert [r.reason for r in rows] == ["not run: an earlier trace was rejected"] * 3
+    assert not any(r.passed for r in rows)
+
+
+def test_the_records_own_error_keeps_its_code_and_the_traces_are_still_judged() -> None:
+    """Rule: the records' error with a step code is that code; the traces still judge."""
+    verdict, reasons, rows = judge(records({}, {}, {}, error="killed", error_code="timeout"))
+    assert (verdict, reasons) == ("rejected", [{"code": "timeout", "detail": "killed"}])
+    assert [r.passed for r in rows] == [True, True, True]
+
+
+def test_an_unknown_code_is_the_harnesss_error_never_a_rejection() -> None:
+    """Rule: a code outside the step verify's own (even one the kernel verify knows, such as
+    forbidden_call) becomes runner_failed, wherever it appears."""
+    for raw in (records({"codes": [["forbidden_call", "x"]]}),
+                records({"error": "e", "error_code": "made_up"}),
+                records({}, {}, {}, error="e", error_code="cuda_timer")):  # fmt: skip
+        verdict, reasons, _ = judge(raw)
+        assert verdict == "error" and reasons[0]["code"] == "runner_failed", raw
+
+
+def test_fewer_records_than_traces_is_an_error_that_says_how_many_ran() -> None:
+    """Rule: a trace with no record is never passed; the reason counts what ran."""
+    verdict, reasons, rows = judge(records({}, {}))
+    assert (verdict, reasons) == ("error", [{"code": "runner_failed", "detail": "2 of 3 traces"}])
+    assert [r.passed for r in rows] == [True, True, False]
+
+
+def test_details_are_cut_at_400_characters() -> None:
+    """Rule: no detail the parent passes on is longer than 400 characters."""
+    for rec in ({"error": LONG, "error_code": "timeout"}, {"codes": [["wrong_output", LONG]]}):
+        _, reasons, _ = judge(records(rec))
+        assert len(reasons[0]["detail"]) == 400
+    _, reasons, _ = judge({"status": "measured", "nonce": "n", "error": LONG})
+    assert len(reasons[0]["detail"]) == 400
