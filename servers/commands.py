@@ -12,8 +12,7 @@ from harnesslab.tools.authoring import failed_check
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.evaluation import run_objective, run_step_objective
 from harnesslab.tools.execution import build_launcher
-from harnesslab.tools.integrity import guarded_verify
-from harnesslab.tools.integrity.step_verify import guarded_step_verify
+from harnesslab.tools.integrity import guarded_step_verify, guarded_verify
 from harnesslab.tools.integrity.verdict_view import public_result, public_verdict
 from harnesslab.tools.meta.skills import project_skills
 from harnesslab.tools.settings import Settings

@@ -22,9 +22,8 @@ from harnesslab.tools.evaluation.overview import Overview, overview
 from harnesslab.tools.evaluation.profiling import ProfileReport, profile_kernel
 from harnesslab.tools.evaluation.sweep import sweep
 from harnesslab.tools.execution import HealthReport, health_check
-from harnesslab.tools.integrity import guarded_verify, public_verdict
+from harnesslab.tools.integrity import guarded_step_verify, guarded_verify, public_verdict
 from harnesslab.tools.integrity.command_verify import command_verify
-from harnesslab.tools.integrity.step_verify import guarded_step_verify
 from harnesslab.tools.state import STATE
 from harnesslab.tools.state import workspace_files as wf
 from harnesslab.tools.task import kind_of

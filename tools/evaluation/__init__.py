@@ -14,12 +14,13 @@ from .probe import numerical_probe
 from .profiling import profile_kernel
 from .recording import record, record_run
 from .request import MAX_REPEATS, MAX_WARMUP, kernel_request
-from .results import CaseResult, EvalResult
+from .results import CaseResult, EnvInfo, EvalResult
 
 __all__ = [
     "MAX_REPEATS",
     "MAX_WARMUP",
     "CaseResult",
+    "EnvInfo",
     "EvalResult",
     "kernel_request",
     "numerical_probe",

@@ -7,8 +7,16 @@ Side of the trust boundary: trusted; hidden cases never leave it.
 
 from .reasons import REASONS
 from .scan import scan_workspace
+from .step_verify import guarded_step_verify
 from .verdict import Verdict
 from .verdict_view import public_verdict
 from .verify import guarded_verify
 
-__all__ = ["REASONS", "Verdict", "guarded_verify", "public_verdict", "scan_workspace"]
+__all__ = [
+    "REASONS",
+    "Verdict",
+    "guarded_step_verify",
+    "guarded_verify",
+    "public_verdict",
+    "scan_workspace",
+]

@@ -19,13 +19,11 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from ..evaluation import kernel_request, record
-from ..evaluation.results import CaseResult, EnvInfo, EvalResult
+from ..evaluation import CaseResult, EnvInfo, EvalResult, kernel_request, record
 from ..execution import RUNNER_FILES, Launcher, RunnerCall, runner_digest
 from ..progress import Progress
 from ..settings import Settings
-from ..state import Workspace
-from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
+from ..state import Workspace, case_set_id, ensure_outside_workspace, workspace_secret
 from ..task import kind_of
 from .reasons import REASONS, SANDBOX_REFUSED, STEP_UNVERIFIED
 from .verdict import Verdict

@@ -19,14 +19,12 @@ from typing import Any, Literal
 
 import anyio
 
-from ..evaluation import kernel_request, record
-from ..evaluation.results import CaseResult, EnvInfo, EvalResult
+from ..evaluation import CaseResult, EnvInfo, EvalResult, kernel_request, record
 from ..execution import RUNNER_FILES, Launcher, RunnerCall, runner_digest
 from ..gpu.scores import geomean, order_stats, score_of
 from ..progress import Progress, report
 from ..settings import Settings
-from ..state import Checkpoints, Workspace
-from ..state.secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
+from ..state import Checkpoints, Workspace, case_set_id, ensure_outside_workspace, workspace_secret
 from ..task import Case, kind_of
 from .reasons import CERTIFIES, CPU_UNVERIFIED, GPU_UNVERIFIED, REASONS, SANDBOX_REFUSED
 from .scan import scan_workspace

@@ -8,6 +8,7 @@ Side of the trust boundary: the store is trusted; the workspace is untrusted inp
 from . import workspace_files
 from .checkpoints import Checkpoints
 from .ledger import Ledger
+from .secrets_store import case_set_id, ensure_outside_workspace, workspace_secret
 from .trusted_store import TrustedStore
 from .workspace import STATE, Candidate, Workspace, init_workspace, open_workspace
 
@@ -18,7 +19,10 @@ __all__ = [
     "Ledger",
     "TrustedStore",
     "Workspace",
+    "case_set_id",
+    "ensure_outside_workspace",
     "init_workspace",
     "open_workspace",
     "workspace_files",
+    "workspace_secret",
 ]
