@@ -134,8 +134,8 @@ async def test_a_tool_that_blocks_the_event_loop_cannot_hang_qualification(
     make(ws, "blocker", blocking, tool={"timeout_s": 1})
     started = time.monotonic()
     with anyio.fail_after(60):
-        report = await qualify_workspace_server(ws, "blocker", settings, timeout_s=10)
-    assert time.monotonic() - started < 25
+        report = await qualify_workspace_server(ws, "blocker", settings, timeout_s=20)
+    assert time.monotonic() - started < 35
     checks = by_name(report)
     assert not report.passed
     assert "timed out" in checks["tool:f"].evidence
