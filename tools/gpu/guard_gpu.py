@@ -370,7 +370,9 @@ def time_samples(vf: guard.Verify, kids: list, case: dict[str, Any], idx: int, f
                 "overhead_us": overhead,
             }  # fmt: skip
         for s in range(SAMPLES + 1):  # sample 0 of each role is a warm-up (still checked)
-            if s > MIN_SAMPLES and all(_stable(out[k.role]["samples_us"]) for k in kids):
+            if s > MIN_SAMPLES and all(
+                scores.stable(out[k.role]["samples_us"], STABLE) for k in kids
+            ):
                 break
             for kid in kids[:: 1 if s % 2 == 0 else -1]:
                 arena, rp, aid, r = state[kid.role]
@@ -404,12 +406,6 @@ def time_samples(vf: guard.Verify, kids: list, case: dict[str, Any], idx: int, f
             finally:
                 arena.free()
     return out
-
-
-def _stable(samples: list[float]) -> bool:
-    half = scores.median_ci_halfwidth(samples)
-    med = statistics.median(samples) if samples else 0.0
-    return half is not None and med > 0 and half <= STABLE * med
 
 
 def _refill(vf: guard.Verify, arena: Arena, calls: int, shape, dtype, idx: int, sample: int):

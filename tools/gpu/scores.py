@@ -52,6 +52,13 @@ def median_ci_halfwidth(samples: Sequence[float], z: float = 1.96) -> float | No
     return (xs[hi] - xs[lo]) / 2
 
 
+def stable(samples: Sequence[float], rel_ci: float) -> bool:
+    """Whether the median's confidence half-width is within `rel_ci` of a positive median."""
+    half = median_ci_halfwidth(samples)
+    med = statistics.median(samples) if samples else 0.0
+    return half is not None and med > 0 and half <= rel_ci * med
+
+
 def sample_until_stable(
     draw: Callable[[], float], *, floor: int, cap: int, rel_ci: float = 0.005
 ) -> tuple[list[float], bool]:
@@ -63,11 +70,8 @@ def sample_until_stable(
     xs: list[float] = []
     while len(xs) < cap:
         xs.append(float(draw()))
-        if len(xs) >= floor:
-            half = median_ci_halfwidth(xs)
-            med = statistics.median(xs)
-            if half is not None and med > 0 and half <= rel_ci * med:
-                return xs, True
+        if len(xs) >= floor and stable(xs, rel_ci):
+            return xs, True
     return xs, False
 
 
