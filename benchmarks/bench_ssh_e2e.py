@@ -178,15 +178,17 @@ def breakdown_table(results: list[dict], times: list[float]) -> list[tuple[str, 
     return rows
 
 
-def agreement(a: dict, b: dict) -> list[tuple[str, str, float | None]]:
-    """Per case of two back-to-back evals: (case, timing method, |a - b| / mean of the two)."""
+def agreement(a: dict, b: dict) -> list[tuple[str, str, float | None, str, float | None]]:
+    """Per case of two back-to-back evals: (case, timing method, |a - b| / mean of the two,
+    the samples each took "a/b", a's median us)."""
     rows = []
     by_b = {c["name"]: c for c in b.get("cases") or []}
     for c in a.get("cases") or []:
         other = by_b.get(c["name"]) or {}
         x, y = c.get("median_us"), other.get("median_us")
         rel = abs(x - y) / ((x + y) / 2) if x and y else None
-        rows.append((c["name"], str(c.get("timing_method")), rel))
+        samples = f"{c.get('samples')}/{other.get('samples')}"
+        rows.append((c["name"], str(c.get("timing_method")), rel, samples, x))
     return rows
 
 
@@ -269,10 +271,11 @@ def main() -> int:
                 print(f"  {name} | {secs * 1e3:.1f} ms")
             agree = agreement(warm["results"][-2], warm["results"][-1])
             report["agreement"] = agree
-            print("-- two back-to-back evals, per case: |a-b|/mean (timing method) --")
-            for name, method, rel in agree:
-                print(f"  {name} ({method}) | {'-' if rel is None else f'{100 * rel:.2f}%'}")
-            bw = [rel for _, method, rel in agree if method == "isolated" and rel is not None]
+            print("-- two back-to-back evals, per case: |a-b|/mean (timing method, samples) --")
+            for name, method, rel, samples, med in agree:
+                pct = "-" if rel is None else f"{100 * rel:.2f}%"
+                print(f"  {name} ({method}, {samples}) | {pct} (median {med} us)")
+            bw = [r[2] for r in agree if r[1] == "isolated" and r[2] is not None]
             if bw:
                 print(f"  worst bandwidth-bound case | {100 * max(bw):.2f}% (target <= 1%)")
     for sweep in warm["sweeps"]:

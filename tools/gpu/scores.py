@@ -66,10 +66,25 @@ def sample_until_stable(
     the median's confidence interval half-width is within `rel_ci` of the median. Returns the
     samples and whether they met the bound. A stable series stops at the floor; a noisy one
     runs to the cap, and says so."""
+    return sample_batches_until_stable(
+        lambda n: [draw() for _ in range(n)], floor=floor, cap=cap, rel_ci=rel_ci, step=1
+    )
+
+
+def sample_batches_until_stable(
+    draw: Callable[[int], Sequence[float]], *, floor: int, cap: int, rel_ci: float, step: int
+) -> tuple[list[float], bool]:
+    """sample_until_stable for samples taken in batches: `draw(n)` returns n samples (one
+    device round trip for all of them). The first batch is the floor, each later one `step`
+    samples (never past the cap); the bound is checked after each batch."""
     floor, cap = max(1, floor), max(1, floor, cap)
     xs: list[float] = []
     while len(xs) < cap:
-        xs.append(float(draw()))
+        want = floor - len(xs) if len(xs) < floor else max(1, step)
+        got = [float(x) for x in draw(min(want, cap - len(xs)))]
+        if not got:
+            raise ValueError("a timing draw returned no samples")
+        xs.extend(got)
         if len(xs) >= floor and stable(xs, rel_ci):
             return xs, True
     return xs, False

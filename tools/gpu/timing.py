@@ -4,13 +4,15 @@ Staged to the GPU host beside runner.py (standard library + torch, never harness
 the runner's process, inside sandbox.py with the candidate (dev modes), and on the trusted side
 of the guarded verify (guard_gpu.py's replay windows use Env.flush_l2 and calls_per_window).
 
-Timing (the one implementation): device time from CUDA events; the end event is recorded after
-a whole-device synchronize so work left on other streams is inside the window. Each sample is a
-CUDA-graph replay of K back-to-back calls rotating over input sets that together exceed 2.5x the
-L2 size (L2 never holds the inputs); K is chosen so one window lasts >= ~1 ms, which makes the
-host latency of the final synchronize negligible (<2%). Host launch latency is measured apart:
-single eager calls with events around them; launch_overhead_us = single - device median.
-Large cases are timed one isolated call per sample instead (Env.ISOLATED_MIN_US says when).
+Timing (the one implementation): device time from CUDA events. Each sample is a CUDA-graph
+replay of K back-to-back calls rotating over input sets that together exceed 2.5x the L2 size
+(L2 never holds the inputs); K is chosen so one replay lasts ~GRAPH_WINDOW_US. A batch of
+replays is enqueued with an event between each two and read after one synchronize, so no host
+latency is in any sample (RUNNER_VERSION 2 held the host launch and synchronize latency inside
+each 1 ms window). Host launch latency is measured apart: single eager calls with a whole-device
+synchronize inside the window; launch_overhead_us = single - device median. Large cases are
+timed one isolated call per sample instead (Env.ISOLATED_MIN_US says when), a batch of them
+per synchronize; the synchronize after each batch times the tail of work left on other streams.
 Without a GPU the same path runs under the Triton interpreter on small shapes, timed with a
 wall clock, and every timing is marked meaningful=false.
 
@@ -19,6 +21,7 @@ Siblings (scores.py) are imported by the one rule in runner.py's docstring.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import platform
@@ -37,12 +40,16 @@ else:
         sys.path.insert(0, HERE)
     import scores
 
-RUNNER_VERSION = "2"  # reported in every env block (Env.info)
+RUNNER_VERSION = "3"  # reported in every env block (Env.info)
 # Adaptive sampling (time_case): at least MIN_SAMPLES, at most `repeats`, stopping once the
 # median's ~95% confidence interval is within RELATIVE_CI of it. The guarded verify's replay
 # samples keep their fixed count (guard_gpu.time_samples): a candidate must not be able to
 # steer how often it is measured.
 MIN_SAMPLES, RELATIVE_CI = 10, 0.005
+# Samples past the floor are taken BATCH_STEP at a time (one synchronize a batch); a graph
+# replay is about GRAPH_WINDOW_US of device time (the guarded verify's windows are as long:
+# guard_gpu.WINDOW_US).
+BATCH_STEP, GRAPH_WINDOW_US = 4, 500.0
 
 # ----------------------------------------------------------------------------------------------
 # environment (torch is imported lazily so `--help` and errors stay cheap)
@@ -103,9 +110,9 @@ class Env:
     # that is what Nsight Compute's gpu__time_duration measures (back-to-back timing read ~10%
     # higher on an H100 at 4096x8192: it also pays the previous call's L2 write-back). Smaller
     # cases are CUDA-graph replays of back-to-back calls rotating over inputs larger than 2.5x
-    # L2, because one call is too short for event resolution. Every isolated sample also records
-    # an event after a whole-device synchronize: `sync_tail_us` exposes work left on other
-    # streams. % of copy bandwidth is against one large (1 GiB) device copy timed the same
+    # L2, because one call is too short for event resolution. Every batch of isolated samples
+    # ends with an event after a whole-device synchronize: `sync_tail_us` exposes work left on
+    # other streams. % of copy bandwidth is against one large (1 GiB) device copy timed the same
     # isolated way: 3029 GB/s on an H100. A read-heavy kernel can exceed 100% (reads are cheaper
     # than writes: 2 reads + 1 write per element here); an H100 measured up to ~108%.
     ISOLATED_MIN_US = 15.0
@@ -136,16 +143,19 @@ class Env:
 
     def calls_per_window(self, nbytes: int, *, floor_us: float, lo: int, hi: int,
                          window_us: float = 1000.0) -> int:  # fmt: skip
-        """Back-to-back calls that make about `window_us` of device time at copy speed (at
-        1 ms, event resolution and the final synchronize's host latency stay under 2%), in
-        [lo, hi]. The guarded verify's replay windows use it too (guard_gpu.time_samples:
-        events only, no host latency in them, so half of that)."""
+        """Back-to-back calls that make about `window_us` of device time at copy speed, in
+        [lo, hi]. The runner's graphs (graph_calls) and the guarded verify's replay windows
+        (guard_gpu.time_samples) use 500 us: events only, no host latency in them, and event
+        resolution (~0.5 us) is 0.1% of that."""
         est_us = max(nbytes / (self.copy_gbps() * 1e3), floor_us)
         return max(lo, min(hi, math.ceil(window_us / est_us)))
 
     def graph_calls(self, nbytes: int, n_sets: int) -> int:
-        """Back-to-back calls per graph: about 1 ms of work, a multiple of the rotation."""
-        calls = self.calls_per_window(nbytes, floor_us=1.0, lo=n_sets, hi=2000)
+        """Back-to-back calls per graph: about GRAPH_WINDOW_US of work, a multiple of the
+        rotation."""
+        calls = self.calls_per_window(
+            nbytes, floor_us=1.0, lo=n_sets, hi=2000, window_us=GRAPH_WINDOW_US
+        )
         return math.ceil(calls / n_sets) * n_sets
 
     def sync(self) -> None:
@@ -190,40 +200,55 @@ class Env:
     def isolated_times(
         self, call, samples: int, *, host_us: float, cap: int | None = None
     ) -> tuple[list[float], list[float]]:
-        """One call per sample from a clean L2, stream primed so launch latency is hidden.
-        `samples` is the floor; with `cap` above it, sampling stops early once the median is
-        known to within RELATIVE_CI (sample_until_stable)."""
+        """One call per sample from a clean L2. `samples` is the floor; with `cap` above it,
+        sampling stops early once the median is known to within RELATIVE_CI. Samples are
+        enqueued in batches, [flush, sleep, start, call, end] each (the device sequence of a
+        sample is what it was with a synchronize after each), with one synchronize per batch;
+        a whole-device synchronize after the batch times the tail of work left on other
+        streams (`tails`, one a batch)."""
         torch = self.torch
         self.flush_l2()  # allocates the flush buffer before the first sample
         torch.cuda.synchronize()
-        # Sleep long enough to cover the host's enqueue of start event + call + end event.
-        sleep_cycles = int(min(max(3 * host_us + 50, 100), 5000) * 2000)  # ~2 GHz SM clock
-        start, end, after_sync = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        # Sleep long enough to cover the host's enqueue of start event + call + end event
+        # (host_us, a single call's launch and synchronize, bounds it) with a margin: the
+        # first sample of a batch needs it; later ones are enqueued while earlier ones run, as
+        # long as a sample's device time (flush + sleep + call) outlasts its enqueue.
+        sleep_cycles = int(min(max(host_us + 50, 100), 5000) * 2000)  # ~2 GHz SM clock
         call(0)
         torch.cuda.synchronize()
         tails: list[float] = []
+        drawn = [0]
 
-        def one() -> float:
-            self.flush_l2()
-            torch.cuda._sleep(sleep_cycles)
-            start.record()
-            call(len(tails))
-            end.record()
+        def batch(n: int) -> list[float]:
+            pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(n)]  # fmt: skip
+            after_sync = torch.cuda.Event(enable_timing=True)
+            for start, end in pairs:
+                self.flush_l2()
+                torch.cuda._sleep(sleep_cycles)
+                start.record()
+                call(drawn[0])
+                drawn[0] += 1
+                end.record()
             torch.cuda.synchronize()
             after_sync.record()
             after_sync.synchronize()
-            tails.append(end.elapsed_time(after_sync) * 1e3)
-            return start.elapsed_time(end) * 1e3
+            tails.append(pairs[-1][1].elapsed_time(after_sync) * 1e3)
+            return [start.elapsed_time(end) * 1e3 for start, end in pairs]
 
-        times, _ = scores.sample_until_stable(one, floor=samples, cap=cap or samples,
-                                       rel_ci=RELATIVE_CI)  # fmt: skip
+        times, _ = scores.sample_batches_until_stable(
+            batch, floor=samples, cap=cap or samples, rel_ci=RELATIVE_CI, step=BATCH_STEP
+        )
         return times, tails
 
     def graph_times(
         self, call, calls: int, samples: int, warmup: int, cap: int | None = None
     ) -> list[float]:
         """Per-call microseconds of CUDA-graph replays of `calls` back-to-back calls; at least
-        `samples` replays, up to `cap` until the median is stable (sample_until_stable)."""
+        `samples` replays, up to `cap` until the median is stable. The replays of a batch are
+        enqueued back to back with an event between each two and read after one synchronize:
+        a sample is device time only (the graph holds all of the calls' work: capture refuses
+        work on a stream it does not join), no host launch or synchronize latency in it."""
         torch = self.torch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -238,8 +263,19 @@ class Env:
                 call(i)
         graph.replay()
         torch.cuda.synchronize()
-        out, _ = scores.sample_until_stable(lambda: self.window(graph.replay) / calls, floor=samples,
-                                     cap=cap or samples, rel_ci=RELATIVE_CI)  # fmt: skip
+
+        def batch(n: int) -> list[float]:
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+            events[0].record()
+            for event in events[1:]:
+                graph.replay()
+                event.record()
+            events[-1].synchronize()
+            return [a.elapsed_time(b) * 1e3 / calls for a, b in itertools.pairwise(events)]
+
+        out, _ = scores.sample_batches_until_stable(
+            batch, floor=samples, cap=cap or samples, rel_ci=RELATIVE_CI, step=BATCH_STEP
+        )
         return out  # the graph (and its memory pool) goes with this frame
 
 
@@ -300,7 +336,7 @@ def time_case(
         # Single eager calls with nothing queued before them: host launch latency included.
         for i in range(max(2, min(warmup, n_sets))):
             call(i)
-        single = [env.window(lambda i=i: call(i)) for i in range(max(5, min(samples, 20)))]
+        single = [env.window(lambda i=i: call(i)) for i in range(max(5, min(samples, 10)))]
         method, calls = env.method_for(nbytes), 1
         tails = [0.0]
         if method == "isolated":

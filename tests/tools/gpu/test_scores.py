@@ -14,6 +14,7 @@ from harnesslab.tools.gpu.scores import (
     geomean,
     median_ci_halfwidth,
     order_stats,
+    sample_batches_until_stable,
     sample_until_stable,
     score_of,
 )
@@ -160,6 +161,32 @@ def test_a_cap_below_the_floor_is_raised_to_the_floor_and_a_zero_cap_still_draws
     assert (xs, met) == ([7.0], False)
     draw, _ = draws(itertools.repeat(7.0))
     assert sample_until_stable(draw, floor=1, cap=1) == ([7.0], False)
+
+
+def test_batches_start_at_the_floor_then_come_in_steps_never_past_the_cap() -> None:
+    asked: list[int] = []
+
+    def draw(n: int) -> list[float]:
+        asked.append(n)
+        return [99.25, 100.75] * (n // 2) + [99.25] * (n % 2)
+
+    xs, met = sample_batches_until_stable(draw, floor=10, cap=21, rel_ci=0.005, step=4)
+    assert (met, len(xs), asked) == (False, 21, [10, 4, 4, 3])
+    asked.clear()
+    xs, met = sample_batches_until_stable(draw, floor=10, cap=40, rel_ci=0.01, step=4)
+    assert (met, asked) == (True, [10])
+
+
+def test_a_batch_sampler_stops_after_the_first_stable_batch() -> None:
+    batches = iter([[50.0, 150.0, 100.0, 60.0, 140.0], [100.0] * 3, [100.0] * 3, [1.0] * 3])
+    xs, met = sample_batches_until_stable(lambda n: next(batches), floor=5, cap=50,
+                                          rel_ci=0.005, step=3)  # fmt: skip
+    assert met is True and len(xs) == 11  # the 1.0 batch is never drawn
+
+
+def test_a_draw_that_returns_nothing_is_an_error_not_a_hang() -> None:
+    with pytest.raises(ValueError, match="no samples"):
+        sample_batches_until_stable(lambda n: [], floor=5, cap=50, rel_ci=0.005, step=1)
 
 
 # -- geomean -----------------------------------------------------------------------------------

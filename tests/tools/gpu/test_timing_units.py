@@ -57,7 +57,7 @@ def test_sets_needed(nbytes: int, l2: int, sets: int) -> None:
     assert env(l2_bytes=l2).sets_needed(nbytes) == sets
 
 
-def test_calls_per_window_make_about_one_millisecond() -> None:
+def test_calls_per_window_make_about_one_millisecond_by_default() -> None:
     """Rule: ceil(1000 us / the call's time at copy speed), the call's time at least floor_us,
     the count within [lo, hi]."""
     e = env(1000.0)
@@ -69,10 +69,12 @@ def test_calls_per_window_make_about_one_millisecond() -> None:
 
 
 def test_graph_calls_are_a_multiple_of_the_rotation() -> None:
+    """Rule: about GRAPH_WINDOW_US (500 us) of calls at copy speed, rounded up to a whole
+    number of rotations."""
     e = env(1000.0)
-    assert e.graph_calls(3_000_000, 7) == 336  # 334 rounded up to a multiple of 7
+    assert e.graph_calls(3_000_000, 7) == 168  # 167 rounded up to a multiple of 7
     assert e.graph_calls(10**10, 5) == 5  # never fewer than one rotation
-    assert e.graph_calls(1_000, 3) == 1002
+    assert e.graph_calls(1_000, 3) == 501  # the 1 us floor: 500 calls
 
 
 def test_the_copy_bandwidth_is_measured_once() -> None:
@@ -261,8 +263,8 @@ def test_a_gpu_case_isolated() -> None:
     rec, seen = gpu_case(e)
     assert e.log[0] == "sync"  # the input phase ends synchronised
     assert ("isolated", 10, 9.0, 30) in e.log
-    # 3 warm-up calls (min(warmup, sets)), 20 single calls, then the isolated sample's own
-    assert seen[:5] == [11, 12, 13, 11, 12] and len(seen) == 3 + 20 + 1
+    # 3 warm-up calls (min(warmup, sets)), 10 single calls, then the isolated sample's own
+    assert seen[:5] == [11, 12, 13, 11, 12] and len(seen) == 3 + 10 + 1
     assert rec["timing_method"] == "isolated" and rec["calls_per_sample"] == 1
     assert rec["input_sets"] == 3 and rec["samples"] == 3
     assert rec["median_us"] == 5.0 and rec["host_us"] == 9.0
@@ -273,7 +275,7 @@ def test_a_gpu_case_isolated() -> None:
 
 
 def test_a_gpu_case_few_samples_and_warmups() -> None:
-    """At least two warm-up calls and five single calls, at most twenty."""
+    """At least two warm-up calls and five single calls, at most ten."""
     e = GpuEnv("isolated")
     _, seen = gpu_case(e, samples=1, warmup=0)
     assert len(seen) == 2 + 5 + 1
@@ -364,3 +366,133 @@ def test_a_zero_median_has_no_rate_and_no_interval() -> None:
     rec = timing.time_case(e, lambda: None, lambda s: ((), {}), 1000, warmup=0, samples=20,
                            floor=1, phases=lambda *a: contextlib.nullcontext())  # fmt: skip
     assert rec["gbps"] is None and rec["median_ci_rel"] is None
+
+
+# -- the batched GPU regimes, the device stood in for ----------------------------------------------
+class FakeCuda:
+    """Stands for torch.cuda: a device clock that each enqueued call advances by `call_us` (a
+    flush by `flush_us`, a replay by its calls); events read the clock when recorded, and the
+    log says what the host did in which order."""
+
+    def __init__(self, call_us: list[float], flush_us: float = 40.0) -> None:
+        self.call_us, self.flush_us = list(call_us), flush_us
+        self.clock, self.log = 0.0, []
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                assert enable_timing
+                self.at: float | None = None
+
+            def record(self) -> None:
+                self.at = cuda.clock
+                cuda.log.append("record")
+
+            def synchronize(self) -> None:
+                cuda.log.append("sync")
+
+            def elapsed_time(self, other: Any) -> float:
+                assert self.at is not None and other.at is not None
+                return (other.at - self.at) / 1e3  # milliseconds, as torch reports
+
+        class Graph:
+            def replay(self) -> None:
+                cuda.log.append("replay")
+                cuda.clock += sum(cuda.take() for _ in range(cuda.graph_calls))
+
+        self.Event, self.CUDAGraph, self.graph_calls = Event, Graph, 0
+
+    def take(self) -> float:
+        return self.call_us.pop(0) if len(self.call_us) > 1 else self.call_us[0]
+
+    def synchronize(self) -> None:
+        self.log.append("sync")
+
+    def _sleep(self, cycles: int) -> None:
+        self.log.append("sleep")
+
+    def call(self, i: int) -> None:
+        self.log.append("call")
+        self.clock += self.take()
+
+    def flush(self) -> None:
+        self.log.append("flush")
+        self.clock += self.flush_us
+
+    @contextlib.contextmanager
+    def graph(self, g: Any) -> Any:
+        self.log.append("capture")
+        self.capturing = True
+        yield
+        self.capturing = False
+
+    def Stream(self) -> Any:  # noqa: N802 - torch's name
+        return types.SimpleNamespace(wait_stream=lambda s: None)
+
+    def current_stream(self) -> Any:
+        return types.SimpleNamespace(wait_stream=lambda s: None)
+
+    @contextlib.contextmanager
+    def stream(self, s: Any) -> Any:
+        yield
+
+
+def fake_env(cuda: FakeCuda) -> timing.Env:
+    e = env()
+    e.interpret, e.device = False, "cuda"
+    e.torch = types.SimpleNamespace(cuda=cuda)  # type: ignore[assignment]
+    e.flush_l2 = cuda.flush  # type: ignore[method-assign]
+    return e
+
+
+def test_graph_samples_are_device_time_read_once_a_batch() -> None:
+    """Rule: a batch of replays is enqueued back to back, an event after each, and read after
+    ONE synchronize; a sample is the device time between two events over the calls a replay
+    holds; past the floor, batches of BATCH_STEP until the median is stable."""
+    cuda = FakeCuda([2.0])
+    e = fake_env(cuda)
+
+    def call(i: int) -> None:
+        if getattr(cuda, "capturing", False):
+            cuda.graph_calls += 1
+        else:
+            cuda.call(i)
+
+    times = e.graph_times(call, 4, 10, 2, cap=30)
+    assert times == [2.0] * 10  # a constant device: stable at the floor, one batch
+    timed = cuda.log[cuda.log.index("capture") :]
+    after = timed[timed.index("replay") + 2 :]  # past the replay that follows the capture
+    assert after == ["record"] + ["replay", "record"] * 10 + ["sync"]
+
+
+def test_graph_samples_past_the_floor_come_in_steps() -> None:
+    # Two warm-up calls and the replay after capture take the first four; then replays of two
+    # calls alternate 2 and 1 us a call: never stable, so sampling runs to the cap.
+    cuda = FakeCuda([1.0, 3.0, 1.0, 1.0] * 40)
+    e = fake_env(cuda)
+
+    def call(i: int) -> None:
+        if getattr(cuda, "capturing", False):
+            cuda.graph_calls += 1
+        else:
+            cuda.call(i)
+
+    times = e.graph_times(call, 2, 10, 2, cap=19)
+    assert len(times) == 19
+    syncs = cuda.log[cuda.log.index("capture") :].count("sync")
+    # the replay after capture (1 sync), the floor's batch, then steps of 4, 4 and the last 1
+    assert syncs == 1 + 1 + 3
+
+
+def test_isolated_samples_flush_before_each_call_and_sync_once_a_batch() -> None:
+    """Rule: each sample is [flush, sleep, start, call, end]; one whole-device synchronize
+    after the batch, then the tail event; the sample is start..end only (the flush and the
+    sleep are outside it)."""
+    cuda = FakeCuda([30.0])
+    e = fake_env(cuda)
+    times, tails = e.isolated_times(cuda.call, 10, host_us=20.0, cap=30)
+    assert times == [30.0] * 10 and len(tails) == 1
+    batch = cuda.log[cuda.log.index("sleep") - 1 :]
+    assert batch == ["flush", "sleep", "record", "call", "record"] * 10 + [
+        "sync", "record", "sync"
+    ]  # fmt: skip

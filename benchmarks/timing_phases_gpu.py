@@ -1,0 +1,120 @@
+"""Where a dev case's timing spends its host wall time (issue 30: run_objective <= 0.2 s): each
+rmsnorm_gate dev case through the runner's own per-case path (tools/gpu/runner.py
+`Evaluator.run_case`, the one timing implementation in timing.py), with the Env's timing
+methods wrapped in wall clocks: the single eager calls (`window`), the CUDA-graph path
+(`graph_times`: warm-up, capture, replays), the isolated path (`isolated_times`), and the case
+without timing (correctness only) for comparison.
+
+    python benchmarks/timing_phases_gpu.py [--task rmsnorm_gate] [--entry fast.py:rmsnorm_gate]
+                                           [--rounds 3] [--repeats 30]
+
+No harnesslab install: the staged files are imported from tools/gpu/ by name, as on a GPU host.
+Prints one row per case (median over the rounds); writes $OUT/timing_phases.json when OUT is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "gpu"))  # the staged layout: siblings import by name
+
+import runner  # noqa: E402
+
+WRAPPED = ("window", "graph_times", "isolated_times", "copy_gbps")
+
+
+def wrap(env: Any, spent: dict[str, float]) -> None:
+    """Charge each wrapped Env method's wall time to `spent` (outermost call only)."""
+    depth = [0]
+    for name in WRAPPED:
+        inner = getattr(env, name)
+
+        def timed(*a: Any, _inner: Any = inner, _name: str = name, **k: Any) -> Any:
+            depth[0] += 1
+            t0 = time.perf_counter()
+            try:
+                return _inner(*a, **k)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    spent[_name] += time.perf_counter() - t0
+
+        setattr(env, name, timed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--task", default="rmsnorm_gate")
+    ap.add_argument("--entry", default="fast.py:rmsnorm_gate")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=30, help="the cap of adaptive sampling")
+    args = ap.parse_args(argv)
+    env = runner.Env(interpret=False)
+    if env.interpret:
+        print("no CUDA GPU here: this benchmark needs one", file=sys.stderr)
+        return 2
+    toml = tomllib.loads((ROOT / "tasks" / args.task / "task.toml").read_text())
+    req = {"reference": str(ROOT / "tasks" / args.task / "reference.py"),
+           "tolerances": toml["tolerances"], "seed": 1234, "warmup": 10,
+           "repeats": args.repeats, "case_timeout_s": 600, "entry": args.entry,
+           "config_file": "kernel_config.json"}  # fmt: skip
+    ev = runner.Evaluator(env, req)
+    fn, cand_dir = ev.load_candidate(str(ROOT / "tasks" / args.task / "solutions"))
+    env.copy_gbps()  # measured once per process, outside every case
+    spent: dict[str, float] = collections.defaultdict(float)
+    wrap(env, spent)
+    cases = [{"name": c["name"], "dtype": c["dtype"], "shape": c["shape"]}
+             for c in toml["dev_cases"]]  # fmt: skip
+    rows: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for _ in range(args.rounds):
+        for i, case in enumerate(cases):
+            t0 = time.perf_counter()
+            ev.run_case(fn, case, i, cand_dir, timing=False)
+            check_s = time.perf_counter() - t0
+            spent.clear()
+            t0 = time.perf_counter()
+            res = ev.run_case(fn, case, i, cand_dir, timing=True)
+            rows[case["name"]].append({"total_s": time.perf_counter() - t0, "check_s": check_s,
+                                       **{f"{k}_s": spent[k] for k in WRAPPED[:3]},
+                                       "samples": res.get("samples"),
+                                       "method": res.get("timing_method"),
+                                       "median_us": res.get("median_us"),
+                                       "calls": res.get("calls_per_sample")})  # fmt: skip
+    print(
+        f"{env.info()['device']}, torch {env.torch.__version__}; median of {args.rounds} rounds, ms"
+    )
+    head = f"{'case':18} {'method':10} {'samples':>7} {'calls':>5} {'median us':>9} | {'total':>7} {'check':>7} {'singles':>7} {'graph':>7} {'isolated':>8}"
+    print(head)
+    sums: dict[str, float] = collections.defaultdict(float)
+    for name, rs in rows.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in ("total_s", "check_s", "window_s",
+                                                               "graph_times_s", "isolated_times_s")}  # fmt: skip
+        for k, v in med.items():
+            sums[k] += v
+        last = rs[-1]
+        print(f"{name:18} {str(last['method'])[:10]:10} {last['samples']!s:>7} {last['calls']!s:>5} "
+              f"{last['median_us'] or 0:9.2f} | {med['total_s'] * 1e3:7.1f} {med['check_s'] * 1e3:7.1f} "
+              f"{med['window_s'] * 1e3:7.1f} {med['graph_times_s'] * 1e3:7.1f} {med['isolated_times_s'] * 1e3:8.1f}")  # fmt: skip
+    print(f"{'sum':18} {'':10} {'':>7} {'':>5} {'':>9} | {sums['total_s'] * 1e3:7.1f} {sums['check_s'] * 1e3:7.1f} "
+          f"{sums['window_s'] * 1e3:7.1f} {sums['graph_times_s'] * 1e3:7.1f} {sums['isolated_times_s'] * 1e3:8.1f}")  # fmt: skip
+    if os.environ.get("OUT"):
+        path = Path(os.environ["OUT"]) / "timing_phases.json"
+        path.write_text(
+            json.dumps({"info": env.info(), "args": vars(args), "rows": rows}, indent=1)
+        )
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
