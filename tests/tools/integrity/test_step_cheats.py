@@ -1,7 +1,7 @@
 """The guarded verify of a step task (tools/integrity/step_verify.py, tools/gpu/step_guard.py)
 against the step corpus (tools/integrity/cheats/step/: caching logits across steps, skipping
 layers on short contexts, reading the KV cache past its length, stale positions, returning the
-previous step's logits), each with an honest twin in step/honest/ that must pass. Every file's
+previous step's logits, a KV cache the step never writes), each with an honest twin in step/honest/ that must pass. Every file's
 docstring names the verdict's reason code (`expect:`) or its twin (`twin:`). All of it runs on
 the Triton CPU interpreter's tiny decode_step (2 layers, hidden 64): a verify costs ~8-17 s of
 CPU on a loaded 2-core machine, so one cheat and one twin stay fast and the rest are `slow`."""
