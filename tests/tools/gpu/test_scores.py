@@ -16,6 +16,7 @@ from harnesslab.tools.gpu.scores import (
     order_stats,
     sample_batches_until_stable,
     sample_until_stable,
+    stable,
     score_of,
 )
 
@@ -182,6 +183,47 @@ def test_a_batch_sampler_stops_after_the_first_stable_batch() -> None:
     xs, met = sample_batches_until_stable(lambda n: next(batches), floor=5, cap=50,
                                           rel_ci=0.005, step=3)  # fmt: skip
     assert met is True and len(xs) == 11  # the 1.0 batch is never drawn
+
+
+def test_one_at_a_time_sampling_stops_at_the_first_stable_count() -> None:
+    """Rule: past the floor, one sample at a time: the run stops at the first count whose
+    samples are stable, odd or even."""
+    values = [50.0, 150.0, 100.0, 60.0, 140.0] + [100.0] * 60  # first stable at 11
+    first = next(n for n in range(6, len(values)) if stable(values[:n], 0.005))
+    assert (first - 6) % 2 == 1  # a step of 2 from the floor of 6 could not stop here
+    draw, drawn = draws(iter(values))
+    xs, met = sample_until_stable(draw, floor=6, cap=60)
+    assert met is True and len(xs) == len(drawn) == first
+
+
+def test_a_floor_below_one_is_one_and_a_step_below_one_is_one() -> None:
+    asked: list[int] = []
+
+    def draw(n: int) -> list[float]:
+        asked.append(n)
+        return [7.0] * n
+
+    # Floor 0 counts as 1: one sample, then steps of 4 (at 5 the interval exists: stable).
+    assert sample_batches_until_stable(draw, floor=0, cap=10, rel_ci=0.005, step=4) == (
+        [7.0] * 5, True
+    )  # fmt: skip
+    assert asked == [1, 4]
+    asked.clear()
+    xs, met = sample_batches_until_stable(draw, floor=3, cap=10, rel_ci=0.005, step=0)
+    assert (met, len(xs), asked) == (True, 5, [3, 1, 1])
+
+
+def test_the_floor_holds_when_a_draw_returns_fewer_samples_than_asked() -> None:
+    """Rule: a batch that comes back short is made up before the floor counts as reached (a
+    constant series is stable from 5 samples; the floor of 10 still holds)."""
+    asked: list[int] = []
+
+    def draw(n: int) -> list[float]:
+        asked.append(n)
+        return [7.0] * min(n, 3)
+
+    xs, met = sample_batches_until_stable(draw, floor=10, cap=40, rel_ci=0.005, step=4)
+    assert (met, len(xs), asked) == (True, 10, [10, 7, 4, 1])
 
 
 def test_a_draw_that_returns_nothing_is_an_error_not_a_hang() -> None:

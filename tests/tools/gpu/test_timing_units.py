@@ -376,7 +376,7 @@ class FakeCuda:
 
     def __init__(self, call_us: list[float], flush_us: float = 40.0) -> None:
         self.call_us, self.flush_us = list(call_us), flush_us
-        self.clock, self.log = 0.0, []
+        self.clock, self.log, self.sleeps = 0.0, [], []
         cuda = self
 
         class Event:
@@ -410,6 +410,7 @@ class FakeCuda:
 
     def _sleep(self, cycles: int) -> None:
         self.log.append("sleep")
+        self.sleeps.append(cycles)
 
     def call(self, i: int) -> None:
         self.log.append("call")
@@ -496,3 +497,19 @@ def test_isolated_samples_flush_before_each_call_and_sync_once_a_batch() -> None
     assert batch == ["flush", "sleep", "record", "call", "record"] * 10 + [
         "sync", "record", "sync"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("host_us", "sleep_us"), [(20.0, 100.0), (60.0, 110.0), (4990.0, 5000.0)])
+def test_the_isolated_sleep_covers_a_launch_and_a_margin(host_us: float, sleep_us: float) -> None:
+    """Rule: each sample's sleep is host_us + 50 us at ~2 GHz (2000 cycles a us), at least
+    100 us and at most 5 ms."""
+    cuda = FakeCuda([30.0])
+    fake_env(cuda).isolated_times(cuda.call, 5, host_us=host_us, cap=5)
+    assert cuda.sleeps == [int(sleep_us * 2000)] * 5
+
+
+def test_isolated_samples_past_the_floor_come_in_steps_with_a_tail_each_batch() -> None:
+    cuda = FakeCuda([30.0, 36.0, 31.0, 35.0, 30.0, 37.0] * 30)  # never within 0.5%
+    times, tails = fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0, cap=19)
+    assert len(times) == 19 and len(tails) == 4  # batches of 10, 4, 4 and 1
+    assert cuda.log.count("sleep") == 19
