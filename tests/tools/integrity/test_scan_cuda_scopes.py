@@ -53,3 +53,30 @@ def test_an_attribute_with_nested_parentheses_is_dropped_whole() -> None:
     assert found("__device__ __align__((8)) float last[4] = {0};\n") == [("device_state", 1)]
     assert found("__device__ __attribute__((noinline)) float f(float x) { return x; }\n") == []
     assert found("__device__ __attribute__((aligned(8))) int v;\n") == [("device_state", 1)]
+
+
+def test_operators_default_template_arguments_and_aligned_structs_are_no_device_state() -> None:
+    """Rule: an operator's symbols (`operator[]`, `operator=`), a template's default arguments
+    and an attribute before a struct's name do not make a function look like a variable or a
+    struct's member look like a function-local static (honest kernels that NVRTC compiles)."""
+    assert (
+        found(
+            "struct V { float a[4];\n"
+            "  __device__ float& operator[](int i) { return a[i]; }\n"
+            "  __device__ V& operator=(const V& o) { a[0] = o.a[0]; return *this; }\n"
+            "  __device__ bool operator==(const V& o) const { return a[0] == o.a[0]; }\n"
+            "  __device__ float operator()(int i) const { return a[i]; } };\n"
+            "template <int N = 4> __device__ float scale(float x) { return x * N; }\n"
+            "template <typename T = float, int M = (1 > 0)> __device__ T zero() { return T(0); }\n"
+            "struct __align__(16) W { float x; static __device__ W make() { return W{0.f}; } };\n"
+        )
+        == []
+    )
+
+
+def test_a_templated_or_operator_initialised_device_variable_is_still_refused() -> None:
+    """Rule: what the declarator reading drops never hides a variable: a variable template, a
+    `>` inside a default argument's parentheses, an initialiser that calls an operator."""
+    assert found("template <typename T> __device__ T counter = T(0);\n") == [("device_state", 1)]
+    assert found("template <int N = (1 > (0))> __device__ int v = N;\n") == [("device_state", 1)]
+    assert found("__device__ float v = operator+(1.f, 2.f);\n") == [("device_state", 1)]
