@@ -49,6 +49,7 @@ ATTRIBUTE_CALL = re.compile(r"\b(__align__|alignas|__attribute__|__launch_bounds
 CHAR_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)+'")
 SCOPE_NAMESPACE = re.compile(r'^\s*(?:inline\s+)?(?:namespace\b[\w\s:]*|extern\s*"\s*"\s*)$')
 SCOPE_CLASS = re.compile(r"\b(?:struct|class|union)\b[^()]*$")
+OPERATOR_NAME = re.compile(r"\boperator\b\s*(?:\(\s*\)|[^\w\s(]+|\w+)")  # `operator[]`: one name
 
 Finding = tuple[str, int, str]  # (code, line, detail)
 
@@ -132,7 +133,7 @@ def _declarations(src: str, code: str) -> list[Finding]:
             in_block = "block" in scopes
             _statement(stmt, stmt_start, in_block, ch, src, out)
             if ch == "{":
-                head = stmt.strip()
+                head = _declarator(stmt).strip()
                 if SCOPE_NAMESPACE.match(head):
                     scopes.append("namespace")
                 elif SCOPE_CLASS.search(head) and "(" not in head:
@@ -157,17 +158,34 @@ def _statement(stmt: str, offset: int, in_block: bool, end: str, src: str, out: 
         return
     if "__device__" not in words or "__constant__" in words:
         return
-    first = re.search(r"[(;=\[{]", _drop_attributes(stmt) + end)
+    first = re.search(r"[(;=\[{]", _declarator(stmt) + end)
     if first is not None and first.group(0) != "(":
         out.append(("device_state", line,
                     "a __device__ variable outlives the launch (tables go in __constant__)"))  # fmt: skip
+
+
+def _declarator(stmt: str) -> str:
+    """`stmt` without what hides its declarator's shape: attributes (`__align__(16)`: their
+    parentheses are no parameter list), template parameter lists (`template <int N = 4>`: no
+    initializer) and operator symbols (`operator[]`, `operator=`: a function's name)."""
+    stmt = OPERATOR_NAME.sub(" op ", _drop_attributes(stmt))
+    while (m := re.search(r"\btemplate\s*<", stmt)) is not None:
+        angles = parens = 0
+        for j in range(m.end() - 1, len(stmt)):
+            parens += {"(": 1, ")": -1}.get(stmt[j], 0)
+            if parens == 0:  # `<` and `>` inside parentheses compare: `N = (1 > 0)`
+                angles += {"<": 1, ">": -1}.get(stmt[j], 0)
+            if angles == 0:
+                break
+        stmt = stmt[: m.start()] + " " + stmt[j + 1 :]
+    return stmt
 
 
 def _drop_attributes(stmt: str) -> str:
     """`stmt` without `__align__(16)`, `__launch_bounds__(256)` and the like (their parentheses
     are not a function's parameter list)."""
     while (m := ATTRIBUTE_CALL.search(stmt)) is not None:
-        depth, j = 0, m.end() - 1
+        depth = 0
         for j in range(m.end() - 1, len(stmt)):
             depth += {"(": 1, ")": -1}.get(stmt[j], 0)
             if depth == 0:

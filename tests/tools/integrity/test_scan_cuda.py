@@ -120,3 +120,58 @@ def test_python_that_runs_native_code_outside_the_launcher_is_refused(src: str, 
 def test_the_launcher_itself_is_allowed() -> None:
     src = b"from harnesslab_cuda import aligned, load\nk = load('kernel.cu', 'k')\n"
     assert scan_sources({"kernel.py": src}).rejects == []
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h", "stdint.h", "cstdint", "mma.h",
+     "cuda_pipeline_primitives.h", "cooperative_groups.h", "cooperative_groups/reduce.h"],
+)  # fmt: skip
+def test_each_device_header_a_kernel_needs_may_be_included(header: str) -> None:
+    assert codes(f"#include <{header}>\n") == set()
+
+
+def test_a_quoted_include_names_one_of_the_candidates_own_cuh_files_by_its_name() -> None:
+    """Rule: only a .cuh of the candidate's (matched by file name, wherever it lies); a .cu of
+    its own is code compiled twice, not a header."""
+    assert codes('#include "kernel.cu"\n') == {("cuda_include", 1)}
+    assert codes('#include "helpers.cuh"\n', files=["kernel.cu", "src/helpers.cuh"]) == set()
+
+
+def test_text_inside_string_literals_is_not_code() -> None:
+    src = 'const char* s = "malloc( new delete printf( cudaMalloc( clock64( <<< __managed__";\n'
+    assert codes(src) == set()
+
+
+def test_a_file_that_is_not_utf8_is_still_scanned() -> None:
+    found = scan_cuda("kernel.cu", b"__device__ int c;\xff\xfe\n", ["kernel.cu"])
+    assert [(c, n) for c, n, _ in found] == [("device_state", 1)]
+
+
+def test_the_device_heap_is_refused_whatever_the_statement_around_it() -> None:
+    """Rule: only `= delete` (a deleted function) is no heap: `new` after `=` and a `delete`
+    statement are."""
+    assert codes("__device__ void f() { float* p = new float[4];\n}\n") == {("device_state", 1)}
+    assert codes("__device__ void f(float* p) {\n delete p; }\n") == {("device_state", 2)}
+    assert codes("struct P { P(const P&) = delete; };\n") == set()
+
+
+def test_each_host_call_says_what_it_is() -> None:
+    src = b'__device__ void f(int* p) { printf("x"); puts("y"); cudaMalloc((void**)&p, 4); }'
+    details = {d for c, _, d in scan_cuda("kernel.cu", src) if c == "cuda_host_code"}
+    assert details == {
+        "calls printf(): device printf; a .cu holds device code only",
+        "calls puts(): device printf; a .cu holds device code only",
+        "calls cudaMalloc(): a runtime/driver API; a .cu holds device code only",
+    }
+
+
+def test_a_timer_register_is_found_on_its_line_after_a_quote_character_literal() -> None:
+    """Rule: a `'"'` character literal opens no string (the asm string after it is still
+    read), and a register is reported on the line of its own character."""
+    src = (
+        "__device__ char quote() { return '\"'; }\n"
+        "__device__ void f(unsigned* t) {\n"
+        ' asm("mov.u32 %0, %%smid;" : "=r"(*t)); }\n'
+    )
+    assert codes(src) == {("cuda_timer", 3)}

@@ -53,3 +53,80 @@ def test_an_attribute_with_nested_parentheses_is_dropped_whole() -> None:
     assert found("__device__ __align__((8)) float last[4] = {0};\n") == [("device_state", 1)]
     assert found("__device__ __attribute__((noinline)) float f(float x) { return x; }\n") == []
     assert found("__device__ __attribute__((aligned(8))) int v;\n") == [("device_state", 1)]
+
+
+def test_operators_default_template_arguments_and_aligned_structs_are_no_device_state() -> None:
+    """Rule: an operator's symbols (`operator[]`, `operator=`), a template's default arguments
+    and an attribute before a struct's name do not make a function look like a variable or a
+    struct's member look like a function-local static (honest kernels that NVRTC compiles)."""
+    assert (
+        found(
+            "struct V { float a[4];\n"
+            "  __device__ float& operator[](int i) { return a[i]; }\n"
+            "  __device__ V& operator=(const V& o) { a[0] = o.a[0]; return *this; }\n"
+            "  __device__ bool operator==(const V& o) const { return a[0] == o.a[0]; }\n"
+            "  __device__ float operator()(int i) const { return a[i]; } };\n"
+            "template <int N = 4> __device__ float scale(float x) { return x * N; }\n"
+            "template <typename T = float, int M = (1 > 0)> __device__ T zero() { return T(0); }\n"
+            "struct __align__(16) W { float x; static __device__ W make() { return W{0.f}; } };\n"
+        )
+        == []
+    )
+
+
+def test_a_templated_or_operator_initialised_device_variable_is_still_refused() -> None:
+    """Rule: what the declarator reading drops never hides a variable: a variable template, a
+    `>` inside a default argument's parentheses, an initialiser that calls an operator."""
+    assert found("template <typename T> __device__ T counter = T(0);\n") == [("device_state", 1)]
+    assert found("template <int N = (1 > (0))> __device__ int v = N;\n") == [("device_state", 1)]
+    assert found("__device__ float v = operator+(1.f, 2.f);\n") == [("device_state", 1)]
+
+
+def test_a_directive_that_ends_the_file_without_a_newline_ends_the_scan() -> None:
+    """Rule: a last directive with a backslash before its last character (no newline after it)
+    ends the scan; it does not send the reader back into the file."""
+    assert found("__device__ int counter;\n#define A \\x") == [("device_state", 1)]
+
+
+def test_a_local_struct_closes_its_own_scope_only() -> None:
+    """Rule: a struct's closing brace pops the struct, not the function around it: a static
+    after a local struct is still function-local."""
+    src = "__device__ int f() { struct L { int a; };\n static int n; return n++; }\n"
+    assert found(src) == [("device_state", 2)]
+
+
+def test_a_template_struct_is_a_struct_however_the_list_is_spaced() -> None:
+    """Rule: the text right after a template parameter list is read: `template <typename
+    T>struct` opens a struct (its static member function is no function-local static)."""
+    src = "template <typename T>struct Box { static __device__ T make() { return T(0); } };\n"
+    assert found(src) == []
+
+
+def test_a_function_whose_trailing_return_type_names_a_struct_is_a_function() -> None:
+    """Rule: a head with a parameter list opens a block even when a struct keyword follows."""
+    src = "struct S { int v; };\n__device__ auto make(int a) -> struct S {\n static int n; }\n"
+    assert found(src) == [("device_state", 3)]
+
+
+def test_inside_a_function_only_a_static_is_device_state() -> None:
+    """Rule: a block's statements are judged by the static rule alone: a block-scope `extern`
+    declaration names the file-scope variable (refused where it is defined), it is none."""
+    src = "__device__ int g = 0;\n__device__ int get() {\n extern __device__ int g; return g; }\n"
+    assert found(src) == [("device_state", 1)]
+
+
+def test_device_constant_memory_is_a_table_not_state() -> None:
+    assert found("__device__ __constant__ float lut[2] = {1.f, 2.f};\n") == []
+
+
+def test_a_statement_closed_by_a_brace_without_a_semicolon_does_not_break_the_scan() -> None:
+    assert found("namespace a { __device__ int x }\n__device__ int y;\n") == [("device_state", 2)]
+
+
+def test_attribute_arguments_are_dropped_whole_whatever_they_hold() -> None:
+    """Rule: an attribute's parentheses end at their own closing one: a call inside
+    (`sizeof(float4)`) or nested parentheses hide no variable and make no function one, and
+    the text right after the attribute is read."""
+    assert found("__device__ __align__(sizeof(float4)) float buf[4];\n") == [("device_state", 1)]
+    assert found("__device__ __attribute__((optimize(3))) float f(float x) { return x; }\n") == []
+    assert found("__device__ int last __attribute__((unused))=int(0);\n") == [("device_state", 1)]

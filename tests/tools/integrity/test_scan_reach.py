@@ -3,6 +3,7 @@ keep one for their own benchmark): a warning, unless the entry path or import-ti
 
 from __future__ import annotations
 
+import ast
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from harnesslab.tests.conftest_shared import make_launcher, make_settings
 from harnesslab.tools.integrity.scan import scan_sources
+from harnesslab.tools.integrity.scan_reach import unreachable_functions
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.state.workspace import init_workspace
 from harnesslab.tools.task.spec import load_task, tasks_root
@@ -87,3 +89,62 @@ def test_a_kernel_with_an_unused_helper_passes_guarded_verify(tmp_path: Path):
     verdict = anyio.run(go)
     assert verdict.verdict == "passed", verdict.reasons
     assert any(w["code"] == "unused_reference" for w in verdict.warnings)
+
+
+# -- the call graph itself (scan_reach.unreachable_functions), rule by rule -------------------
+def unreachable(src: str, entry: str = "entry") -> dict[str, tuple[int, int]]:
+    return unreachable_functions(ast.parse(src), entry)
+
+
+def test_without_the_entry_function_every_function_may_be_called() -> None:
+    assert unreachable("def helper():\n    return 1\n") == {}
+
+
+def test_an_unused_function_is_named_with_the_lines_of_its_body() -> None:
+    src = "def entry():\n    return 1\n\n\ndef unused(x=1):\n    y = x\n    return y\n"
+    assert unreachable(src) == {"unused": (6, 7)}
+
+
+def test_what_the_entry_uses_directly_or_through_others_is_reached() -> None:
+    """Rule: reaching is transitive (entry -> a -> b, b -> a cycles end), through a bare name
+    or an attribute (`self.c`, `mod.c`); what only an unreached function uses is unreached."""
+    src = (
+        "def entry(m):\n    return a() + m.c()\n"
+        "def a():\n    return b()\n"
+        "def b():\n    return a()\n"
+        "def c():\n    return 0\n"
+        "def dead():\n    return deader()\n"
+        "def deader():\n    return 0\n"
+    )
+    assert set(unreachable(src)) == {"dead", "deader"}
+
+
+def test_import_time_code_reaches_what_it_names() -> None:
+    """Rule: module-level statements run at import: an assignment, a name in a string
+    (`__all__`, getattr(mod, "f")); an async function is a function (what only its body names
+    is not reached at import)."""
+    src = (
+        "def entry():\n    return 0\n"
+        "def assigned():\n    return 0\n"
+        "def exported():\n    return 0\n"
+        "async def looked_up():\n    return 0\n"
+        "async def dead():\n    return deader()\n"
+        "def deader():\n    return 0\n"
+        "REF = assigned\n__all__ = ['exported']\nimport sys\ngetattr(sys.modules[__name__], 'looked_up')\n"
+    )
+    assert set(unreachable(src)) == {"dead", "deader"}
+
+
+def test_decorators_and_defaults_run_at_import_and_reach_what_they_name() -> None:
+    """Rule: a decorator, a default and a keyword-only default (a keyword-only parameter
+    without one is no use) are import-time code, even on an unreached function."""
+    src = (
+        "def entry():\n    return 0\n"
+        "def deco(f):\n    return f\n"
+        "def default():\n    return 0\n"
+        "def kw_default():\n    return 0\n"
+        "def body_only():\n    return 0\n"
+        "@deco\n"
+        "def dead(x=default(), *, k=kw_default, j):\n    return body_only()\n"
+    )
+    assert set(unreachable(src)) == {"dead", "body_only"}

@@ -16,7 +16,7 @@ from harnesslab.servers import autopilot, commands, task_tools
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.evaluation import overview
 from harnesslab.tools.loop import driver
-from harnesslab.tools.task.kinds import KINDS, kind_of
+from harnesslab.tools.task.kinds import KINDS, TaskKind, kind_of
 from harnesslab.tools.task.spec import TaskSpec, load_task, parse_task
 
 TABLES = {
@@ -182,3 +182,162 @@ def test_only_the_step_kind_refuses_a_final_score(tmp_path):
     step = load_task("decode_step")
     with pytest.raises(UsageError, match="harnesslab run \\(scored by the guarded verify\\)"):
         kind_of(step).require_final_score(step, "harnesslab run")
+
+
+# -- what each kind's task.toml must hold (problems(), through parse_task) --------------------
+KERNEL_TOML = """
+name = "k"
+summary = "s"
+kind = "kernel"
+entry = "kernel.py:f"
+config_file = "kernel_config.json"
+editable = ["kernel.py", "kernel_config.json"]
+dtypes = ["float16"]
+[tolerances.float16]
+atol = 1e-2
+rtol = 1e-2
+[[dev_cases]]
+name = "a"
+dtype = "float16"
+shape = { rows = 4 }
+[final]
+count = 1
+dtypes = ["float16"]
+ranges = { rows = { min = 1, max = 8 } }
+"""
+
+
+def refusal(text: str, tmp_path: Path) -> str:
+    with pytest.raises(UsageError) as err:
+        parse_task(text, tmp_path)
+    return str(err.value)
+
+
+def test_a_kernel_task_needs_an_entry_cases_a_domain_tolerances_and_complete_languages(tmp_path):
+    task = parse_task(KERNEL_TOML, tmp_path)
+    assert kind_of(task).template(task) == tmp_path / "workspace"
+    dev_case = '[[dev_cases]]\nname = "a"\ndtype = "float16"\nshape = { rows = 4 }'
+    broken = [
+        (KERNEL_TOML.replace('"kernel.py:f"', '"kernel.py"'), "need entry = 'file.py:function'"),
+        (KERNEL_TOML.replace(dev_case, ""), "kernel tasks need dev_cases and a [final] domain"),
+        (KERNEL_TOML[: KERNEL_TOML.index("[final]")], "need dev_cases and a [final] domain"),
+        (KERNEL_TOML.replace("[tolerances.float16]", "[tolerances.float32]"),
+         "no tolerance for dtype float16"),
+    ]  # fmt: skip
+    for text, problem in broken:
+        assert problem in refusal(text, tmp_path)
+    for editable, missing in (('["kernel.cu", "kernel.py"]', "kernel_config.json"),
+                              ('["kernel.cu", "kernel_config.json"]', "kernel.py")):  # fmt: skip
+        text = KERNEL_TOML + f"[languages.cuda]\neditable = {editable}\n"
+        assert f"[languages.cuda] editable must list {missing}" in refusal(text, tmp_path)
+    whole = KERNEL_TOML + '[languages.cuda]\neditable = ["kernel.py", "kernel_config.json"]\n'
+    assert parse_task(whole, tmp_path).languages["cuda"].editable[0] == "kernel.py"
+
+
+def test_a_declared_kernel_tasks_declaration_is_checked_with_the_tasks_dims(tmp_path):
+    declare = (
+        '[declare]\nreference = "ref.py:f"\ninputs = [{ name = "x", shape = ["rows"] }]\n'
+        'output = { shape = ["%s"] }\n'
+    )
+    assert parse_task(KERNEL_TOML + declare % "rows", tmp_path).declare is not None
+    assert "declare.output.shape: unknown dim 'cols'" in refusal(
+        KERNEL_TOML + declare % "cols", tmp_path
+    )
+
+
+COMMAND_TOML = 'name = "c"\nsummary = "s"\nkind = "command"\neditable = ["a.txt"]\n'
+
+
+def test_a_command_task_needs_a_dev_and_a_final_objective_and_what_their_placeholders_use(
+    tmp_path,
+):
+    assert "command tasks need objective =" in refusal(COMMAND_TOML, tmp_path)
+    dev = '[objectives.dev]\ncommand = "python3 dev.py {warmup}"\nwarmup = 1\n'
+    final = '[objectives.final]\ncommand = "python3 final.py"\n'
+    assert "[objectives.final] is missing" in refusal(COMMAND_TOML + dev, tmp_path)
+    assert "[objectives.dev] is missing" in refusal(COMMAND_TOML + final, tmp_path)
+    assert parse_task(COMMAND_TOML + dev + final, tmp_path).kind == "command"
+    one = COMMAND_TOML.replace('kind = "command"', 'kind = "command"\nobjective = "x"')
+    assert parse_task(one + dev, tmp_path).objective == "x"  # one objective: no table needed
+    cases_file = final.replace("final.py", "final.py {cases_file}")
+    assert "the final objective uses {cases_file}: add a [final] domain" in refusal(
+        COMMAND_TOML + dev + cases_file, tmp_path
+    )
+    domain = '[final]\ncount = 1\ndtypes = ["float16"]\nranges = { n = { min = 1, max = 2 } }\n'
+    assert parse_task(COMMAND_TOML + dev + cases_file + domain, tmp_path).final is not None
+    for knob in ("warmup", "repeats", "cases"):
+        uses = f'[objectives.dev]\ncommand = "python3 dev.py {{{knob}}}"\n'
+        assert f"[objectives.dev] uses {{{knob}}}: give it a default ({knob} = ...)" in refusal(
+            COMMAND_TOML + uses + final, tmp_path
+        )
+
+
+def test_a_step_task_needs_an_entry_a_step_table_tolerances_and_trace_dtypes(tmp_path):
+    text = (load_task("decode_step").root / "task.toml").read_text()
+    assert parse_task(text, tmp_path).step is not None
+    assert "step tasks need entry = 'file.py:step'" in refusal(
+        text.replace('entry = "kernel.py:step"', 'entry = "kernel.py"'), tmp_path
+    )
+    no_step = text[: text.index("[step]")]
+    assert "step tasks need a [step] table" in refusal(no_step, tmp_path)
+    both = no_step.replace('entry = "kernel.py:step"', 'entry = "kernel.py"')
+    assert "step tasks need entry = 'file.py:step'" in refusal(both, tmp_path)
+    assert "no tolerance for dtype bfloat16" in refusal(
+        text.replace("[tolerances.bfloat16]", "[tolerances.float32]"), tmp_path
+    )
+    assert "step.traces 'dynamic_bf16': dtype bfloat16 is not one of the task's dtypes" in (
+        refusal(text.replace('dtypes = ["float16", "bfloat16"]', 'dtypes = ["float16"]'), tmp_path)
+    )
+
+
+def test_each_generic_tool_applies_to_a_command_task(tmp_path):
+    command = kind_of(command_task(tmp_path))
+    for tool in ("inspect_context", "run_objective", "guarded_final_verify", "rank_history",
+                 "restore_best_checkpoint", "remote_health_check"):  # fmt: skip
+        assert command.applies(tool), tool
+
+
+def test_only_a_command_task_gets_its_folders_own_files(tmp_path):
+    copies = {name: kind_of(TASK_OF_KIND[name](tmp_path)).copies_task_files for name in KINDS}
+    assert copies == {"kernel": False, "command": True, "step": False}
+
+
+def test_a_scores_unit_direction_and_label_follow_the_mode_and_the_objective(tmp_path):
+    kernel = load_task("rmsnorm_gate")
+    kk = kind_of(kernel)
+    assert (kk.unit(kernel, "dev"), kk.higher_is_better(kernel, "dev")) == ("us", False)
+    assert kk.score_label(kernel) == "us (sum of per-case median device time), lower is better"
+    text = COMMAND_TOML + (
+        'score_key = "top"\n'
+        '[objectives.dev]\ncommand = "python3 dev.py"\nscore_key = "speedup"\n'
+        "higher_is_better = true\n"
+        '[objectives.final]\ncommand = "python3 final.py"\nunit = "ms"\n'
+    )
+    task = parse_task(text, tmp_path)
+    kc = kind_of(task)
+    assert (kc.unit(task, "dev"), kc.unit(task, "final")) == ("speedup", "ms")
+    assert (kc.higher_is_better(task, "dev"), kc.higher_is_better(task, "final")) == (True, False)
+    assert kc.score_label(task, "dev") == "speedup, higher is better"
+    assert kc.score_label(task, "final") == "top (ms), lower is better"
+    assert kc.scoring(task) == {"higher_is_better": False, "score_key": "top", "unit": "ms"}
+    bare = parse_task(COMMAND_TOML + '[objectives.dev]\ncommand = "a"\n[objectives.final]\n'
+                      'command = "b"\nunit = ""\n', tmp_path)  # fmt: skip
+    assert kind_of(bare).unit(bare) == "score"  # no unit: the score key names it
+    nameless = parse_task(COMMAND_TOML + 'score_key = ""\n'
+                          + '[objectives.dev]\ncommand = "a"\n[objectives.final]\ncommand = "b"\n',
+                          tmp_path)  # fmt: skip
+    assert kind_of(nameless).scoring(nameless)["score_key"] == "score"
+
+
+def test_a_new_kind_that_forgets_its_template_or_its_checks_fails_loudly(tmp_path):
+    """Rule: the base class answers neither (a kind that forgot one is no valid kind)."""
+
+    class Forgetful(TaskKind):
+        name = "forgetful"
+        full_case_set = "all"
+
+    task = command_task(tmp_path)
+    with pytest.raises(NotImplementedError):
+        Forgetful().template(task)
+    with pytest.raises(NotImplementedError):
+        Forgetful().problems(task)
