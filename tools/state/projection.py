@@ -266,6 +266,20 @@ def _dig(data: dict[str, Any], key_path: list[str]) -> Any:
     return node
 
 
+def _require_tables(path: Path, data: dict[str, Any], key_path: list[str]) -> None:
+    """Refuse a file where a key on the way to a table holds a plain value (`mcp_servers =
+    "x"`): a table cannot be written under it."""
+    node: Any = data
+    for i, key in enumerate(key_path):
+        node = node.get(key) if isinstance(node, dict) else None
+        if node is not None and not isinstance(node, dict):
+            where = _header(key_path[: i + 1])
+            raise UsageError(
+                f"{path}: {where} is not a table, so no entry can be written under it.",
+                next_step=f"remove or rename {where} in the file by hand and run this again",
+            )
+
+
 def _header(key_path: list[str]) -> str:
     return ".".join(toml_key(k) for k in key_path)
 
@@ -291,7 +305,8 @@ def write_toml_table(
     key and comment is kept byte for byte. Refuses a table written as an inline table or with
     dotted keys, and never writes a file that does not read back as `values`. A file inside a
     workspace (`root`) is written through workspace_files."""
-    text, _ = _load_toml(path, root)
+    text, data = _load_toml(path, root)
+    _require_tables(path, data, key_path[:-1])
     rest = _cut_table(text, key_path)
     where = _header(key_path)
     if _dig(tomllib.loads(rest), key_path) is not None:
@@ -337,7 +352,8 @@ def remove_codex_toml(root: Path, name: str, *, owned: OwnedConfig | None = None
         owned.server("codex", name, None)
     path = root / CODEX_TOML
     text, data = _load_toml(path, root)
-    if name not in data.get("mcp_servers", {}):
+    servers = data.get("mcp_servers")
+    if not isinstance(servers, dict) or name not in servers:
         return False
     rest = _cut_table(text, ["mcp_servers", name])
     if name in tomllib.loads(rest).get("mcp_servers", {}):

@@ -142,6 +142,20 @@ def test_an_inline_definition_is_refused_rather_than_duplicated(tmp_path):
         write_codex_toml(tmp_path, ENTRY)
 
 
+def test_an_mcp_servers_key_that_is_no_table_is_refused_and_left_alone(tmp_path):
+    """`mcp_servers = "x"` (or any non-table on the way to the entry): a usage error saying what
+    to do, never a raw TOML or type error, and the file is left as it was; removing an entry
+    from it removes nothing (its name is not looked up inside the string)."""
+    codex = tmp_path / ".codex" / "config.toml"
+    codex.parent.mkdir()
+    codex.write_text('mcp_servers = "rmsnorm-lab"\n')
+    with pytest.raises(UsageError, match="mcp_servers is not a table"):
+        write_codex_toml(tmp_path, ENTRY)
+    assert codex.read_text() == 'mcp_servers = "rmsnorm-lab"\n'
+    assert remove_codex_toml(tmp_path, "rmsnorm-lab") is False
+    assert codex.read_text() == 'mcp_servers = "rmsnorm-lab"\n'
+
+
 def test_skills_are_copied_to_both_clients_and_replaced_whole(tmp_path):
     skill = tmp_path / "src" / "kernel-tips"
     skill.mkdir(parents=True)
