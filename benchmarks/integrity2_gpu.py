@@ -143,7 +143,10 @@ def cuda_in_sandbox() -> dict[str, Any]:
 
 @part("ipc")
 def ipc() -> dict[str, Any]:
-    sys.path.insert(0, str(TOOLS))
+    from harnesslab.tools.gpu import copy_flat
+
+    harness = copy_flat(Path(tempfile.mkdtemp(prefix="hl-harness-")))  # flat, as staged
+    sys.path.insert(0, str(harness))
     import torch
     import wire
     from cudadrv import Driver
@@ -157,18 +160,18 @@ def ipc() -> dict[str, Any]:
         ptr = drv.alloc(1 << 20)
         handle = drv.ipc_handle(ptr)
         scratch = tempfile.mkdtemp(prefix="sbx-ipc-")
-        policy = {"read": [str(TOOLS)], "scratch_root": scratch, "namespaces": ns}
+        policy = {"read": [str(harness)], "scratch_root": scratch, "namespaces": ns}
         p = subprocess.Popen(
             [
                 sys.executable,
                 "-I",
-                str(TOOLS / "sandbox.py"),
+                str(harness / "sandbox.py"),
                 "--policy",
                 json.dumps(policy),
                 "--",
                 sys.executable,
                 "-I",
-                str(TOOLS / "replay.py"),
+                str(harness / "replay.py"),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -72,12 +72,12 @@ def library_modules() -> dict[str, Path]:
     return {
         module_name(p): p
         for p in TOOLS.rglob("*.py")
-        if "cheats" not in p.parts and p.parent.name != "gpu"
+        if "cheats" not in p.parts and p.relative_to(TOOLS).parts[0] != "gpu"
     }
 
 
 MODULES = library_modules()
-GPU_MODULES = {f"gpu.{p.stem}" for p in (TOOLS / "gpu").glob("*.py") if p.stem != "__init__"}
+GPU_MODULES = {module_name(p) for p in (TOOLS / "gpu").rglob("*.py")}
 
 
 @functools.cache

@@ -38,7 +38,7 @@ from .runner_policy import (
     dev_cache_of,
     runner_policy,
 )
-from .staging import HARNESS, RUNNER_FILES, Stage, runner_digest, runner_source
+from .staging import HARNESS, Stage, harness_digests, runner_digest, runner_source
 from .warm import TRANSPORT_LOST, Served, call_worker
 
 EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
@@ -292,7 +292,7 @@ class Launcher:
         `exclusive=False` (compile-only work, no timing) skips the GPU lock so compiles overlap
         with each other and with a timing run. `phased=True` (the guarded verify) hands the
         GPU's lock file to the runner, which holds it shared while it works and exclusively
-        while it times (tools/gpu/phase_lock.py), so verifies overlap their untimed work.
+        while it times (tools/gpu/verify/phase_lock.py), so verifies overlap their untimed work.
         `argv_prefix` wraps the runner in another program
         on the executor (profile_kernel runs it under ncu) and always uses a fresh process, as
         does `fresh=True` (the guarded verify)."""
@@ -427,7 +427,7 @@ class Launcher:
         req.setdefault("request_id", uuid.uuid4().hex[:12])
         req.setdefault("case_timeout_s", self.settings.case_timeout_s)
         req["reference"] = self.remote(slot, f"tasks/{task.name}/reference.py")
-        req["harness_sha256"] = {n: runner_digest(n) for n in RUNNER_FILES}
+        req["harness_sha256"] = harness_digests()
         req["sandbox_required"] = not self.settings.allow_unsandboxed
         req["sandbox_limits"] = self.settings.sandbox_limits()
         for key in ("candidate_dir", "baseline_dir", "triton_cache"):

@@ -16,7 +16,6 @@ import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import EnvironmentProblem, ExecutorError, UsageError
 from ..execution.launcher import Launcher, Slot
-from ..gpu import LAB, wire
+from ..gpu import LAB, copy_flat, wire
 from ..state.storage import atomic_write_text
 from ..task import TaskSpec, kind_of, load_task
 from ..task.spec import tasks_root
@@ -78,10 +77,7 @@ def stage_lab(folder: Path, tasks: list[str]) -> Path:
     folder/tasks/<name>/."""
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "tools").mkdir(parents=True)
-    for name in LAB_FILES:
-        (folder / "tools" / name).write_bytes(
-            (resources.files("harnesslab.tools.gpu") / name).read_bytes()
-        )
+    copy_flat(folder / "tools", LAB_FILES)
     for name in tasks:
         shutil.copytree(
             load_task(name).root,

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from harnesslab.tools.gpu import sandbox
+from harnesslab.tools.gpu import copy_flat, sandbox
 from harnesslab.tools.gpu import sandbox_limits as sl
 from harnesslab.tools.gpu import sandbox_policy as sp
-from harnesslab.tools.gpu.guard_kid import Kid, KidFailed
+from harnesslab.tools.gpu.verify import guard_kid
+from harnesslab.tools.gpu.verify.guard_kid import Kid, KidFailed
 
 PROBE = sandbox.probe()
 pytestmark = pytest.mark.skipif(
@@ -120,9 +121,13 @@ def test_a_cpu_spin_ends_at_the_cpu_limit(tmp_path: Path) -> None:
     assert end is not None and end["limits_hit"] == ["cpu"], (end, proc.stderr)
 
 
-def test_a_sandbox_that_cannot_set_up_says_why_and_runs_nothing(tmp_path: Path) -> None:
+def test_a_sandbox_that_cannot_set_up_says_why_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A start failure used to leave the guard with "the sandbox did not start" and no cause,
     charged to the candidate (`candidate_crashed`) though none of its code had run."""
+    # The Kid starts its sandbox.py from the flat staged folder, as on the GPU host.
+    monkeypatch.setattr(guard_kid, "HERE", str(copy_flat(tmp_path / "stage" / "harness")))
     blocked, marker = tmp_path / "a-file", tmp_path / "ran"
     blocked.write_text("")
     proc, start, _ = run(f"open({str(marker)!r}, 'w')", tmp_path, scratch_root=str(blocked))

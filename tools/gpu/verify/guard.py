@@ -42,8 +42,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import numerics, phase_lock, sandbox_limits
-    from . import sandbox_policy as sp
+    from .. import numerics, sandbox_limits
+    from .. import sandbox_policy as sp
+    from . import phase_lock
     from .guard_kid import Kid, KidFailed, close_all, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
     import numerics
