@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from .. import numerics, sandbox_limits
+    from .. import numerics, sandbox_limits, timing
     from .. import sandbox_policy as sp
     from . import phase_lock
     from .guard_kid import Kid, KidFailed, close_all, stage_root
@@ -51,6 +51,7 @@ else:  # the runner that imports this put the staged folder on sys.path
     import phase_lock
     import sandbox_limits
     import sandbox_policy as sp
+    import timing
     from guard_kid import Kid, KidFailed, close_all, stage_root
 
 T = TypeVar("T")
@@ -232,8 +233,7 @@ def prespawn(req: dict[str, Any]) -> None:
     their Python start and torch import (guard_child imports it before it reads its cfg) then
     overlap this process's. Nothing of the candidate runs before run() sends "load"; a
     process started for the wrong mode is closed unused (candidate_kid)."""
-    want = req.get("interpret", os.environ.get("HARNESSLAB_RUNNER_INTERPRET", "auto"))
-    if not (want in ("never", False, "") or (want == "auto" and gpu_present())):
+    if timing.wants_interpreter(req, gpu_present):  # the runner's rule, without torch
         return
     _harden()  # before any child exists
     for role, folder in roles(req):
