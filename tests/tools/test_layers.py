@@ -43,7 +43,9 @@ RANKS = {
 # Imports inside functions that are there for cost, not to dodge a cycle.
 LAZY_FOR_COST = {
     "execution.backends": {"execution.ssh", "execution.ssh_pool"},  # asyncssh: only for SSH
-    "evaluation.overview": {"gpu.sandbox"},  # its probe forks once, on first inspect_context
+    "evaluation.overview": {
+        "gpu.isolation.sandbox"
+    },  # its probe forks once, on first inspect_context
 }
 # Imports under `if TYPE_CHECKING:` that close an import loop (the imported module reaches the
 # importer back). They hide a cycle from the runtime, not from the reader: this list only

@@ -18,7 +18,7 @@ import anyio
 
 from ..errors import ExecutorError, first_fault, killed_from_outside, signal_name, signal_of
 from ..gpu import wire
-from ..gpu.sandbox_policy import exit_report, limit_hit
+from ..gpu.isolation.sandbox_policy import exit_report, limit_hit
 from ..progress import Progress, report
 from ..task import TaskSpec
 from .warm import forget_workers

@@ -22,8 +22,8 @@ import anyio
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ExecutorError, killed_from_outside, signal_name, signal_of
-from ..gpu import sandbox_policy as sp
 from ..gpu import wire
+from ..gpu.isolation import sandbox_policy as sp
 from ..settings import Settings
 from ..task.spec import TaskSpec
 from .backends import build_executors

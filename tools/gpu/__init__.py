@@ -12,9 +12,9 @@ stages LAB beside the task folders, and TASK as a declared task's reference. The
 few of them as modules too (wire for framing, ncu for the one ncu parser, scores for the one
 score definition); tests/tools/gpu/test_staged.py checks that none imports harnesslab.
 
-Side of the trust boundary: sandbox.py (with sandbox_policy.py, the typed policy and the one
-way to start it, sandbox_confine.py, sandbox_limits.py and sandbox_mounts.py) is trusted up to
-the exec of its target; runner.py (dev modes; with timing.py, scores.py, correctness.py,
+Side of the trust boundary: isolation/sandbox.py (with sandbox_policy.py, the typed policy and
+the one way to start it, sandbox_confine.py, sandbox_limits.py and sandbox_mounts.py) is
+trusted up to the exec of its target; runner.py (dev modes; with timing.py, scores.py, correctness.py,
 failures.py) runs inside sandbox.py with the candidate; verify/ is the guarded verify (its
 docstring says which of its files are trusted: all but the candidate's process guard_child.py,
 guard_record.py and step_child.py); step_trace.py is a step task's dev objective (the runner's
@@ -26,7 +26,7 @@ the candidate runs.
 
 from pathlib import Path
 
-FOLDER = Path(__file__).resolve().parent  # the host runs sandbox.py from here, wire.py by path
+FOLDER = Path(__file__).resolve().parent  # the host runs isolation/sandbox.py, wire.py by path
 STAGED = (
     # The dev path: the protocol loop and its modes, and the pieces every side shares.
     "runner.py",
@@ -38,12 +38,12 @@ STAGED = (
     "modelnew.py",
     "step_trace.py",  # a step task's dev traces (the runner's step mode)
     "wire.py",
-    # The sandbox every agent-code process runs in.
-    "sandbox.py",
-    "sandbox_policy.py",
-    "sandbox_confine.py",
-    "sandbox_limits.py",
-    "sandbox_mounts.py",
+    # The sandbox every agent-code process runs in (isolation/__init__.py).
+    "isolation/sandbox.py",
+    "isolation/sandbox_policy.py",
+    "isolation/sandbox_confine.py",
+    "isolation/sandbox_limits.py",
+    "isolation/sandbox_mounts.py",
     # The guarded verify (verify/__init__.py says which file does what).
     "verify/guard.py",
     "verify/guard_kid.py",

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from harnesslab.tools.gpu import sandbox_policy as sp
 from harnesslab.tools.gpu import wire
+from harnesslab.tools.gpu.isolation import sandbox_policy as sp
 from harnesslab.tools.gpu.verify import guard_kid as gk
 
 TOKEN = "t0ken"

@@ -42,8 +42,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from .. import numerics, sandbox_limits, timing
-    from .. import sandbox_policy as sp
+    from .. import numerics, timing
+    from ..isolation import sandbox_limits
+    from ..isolation import sandbox_policy as sp
     from . import phase_lock
     from .guard_kid import Kid, KidFailed, close_all, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
