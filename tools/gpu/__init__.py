@@ -20,8 +20,8 @@ docstring says which of its files are trusted: all but the candidate's process g
 guard_record.py and step_child.py); step_trace.py is a step task's dev objective (the runner's
 step mode), run inside sandbox.py with the candidate's step like the runner, so what it reports
 is dev feedback, never a verdict; modelnew.py (a KernelBench `ModelNew` class as the entry) and
-harnesslab_cuda.py (with nvrtc.py and cuda_source.py, imported by a CUDA kernel.py) run where
-the candidate runs.
+cuda_cpp/harnesslab_cuda.py (with nvrtc.py and cuda_source.py, imported by a CUDA kernel.py)
+run where the candidate runs.
 """
 
 from pathlib import Path
@@ -38,6 +38,7 @@ STAGED = (
     "modelnew.py",
     "step_trace.py",  # a step task's dev traces (the runner's step mode)
     "wire.py",
+    "cudadrv.py",  # the CUDA driver API (ctypes): the replay, the recorder, harnesslab_cuda
     # The sandbox every agent-code process runs in (isolation/__init__.py).
     "isolation/sandbox.py",
     "isolation/sandbox_policy.py",
@@ -55,16 +56,14 @@ STAGED = (
     "verify/replay.py",
     "verify/step_guard.py",  # a step task's guarded verify: the trusted parent ...
     "verify/step_child.py",  # ... and the candidate's sandboxed process
-    # CUDA: the driver API, and for CUDA C++ candidates the launcher kernel.py imports, NVRTC,
-    # the source reader.
-    "cudadrv.py",
-    "harnesslab_cuda.py",
-    "nvrtc.py",
-    "cuda_source.py",
+    # CUDA C++ candidates: the launcher kernel.py imports, NVRTC, the source reader.
+    "cuda_cpp/harnesslab_cuda.py",
+    "cuda_cpp/nvrtc.py",
+    "cuda_cpp/cuda_source.py",
 )
 LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "failures.py", "step_trace.py",
-       "lab.py", "lab_step.py", "ncu.py", "modelnew.py", "harnesslab_cuda.py", "nvrtc.py", "cuda_source.py",
-       "cudadrv.py")  # fmt: skip
+       "modelnew.py", "cudadrv.py", "lab.py", "lab_step.py", "ncu.py",
+       "cuda_cpp/harnesslab_cuda.py", "cuda_cpp/nvrtc.py", "cuda_cpp/cuda_source.py")  # fmt: skip
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.
 TASK = ("declared.py",)
