@@ -95,7 +95,7 @@ MOVED = {
     "history": "evaluation.history",
     "lab": "lab.matrix",
     "lab_claims": "lab.claims",
-    "lab_gpu": "gpu.lab",
+    "lab_gpu": "gpu.kernel_lab.lab",
     "lab_ncu": "gpu.ncu",
     "lab_report": "lab.report",
     "launcher": "execution.launcher",

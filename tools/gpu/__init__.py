@@ -1,9 +1,10 @@
 """The files staged to the GPU host: standard library, torch and triton only, never harnesslab.
 
 The source tree shows the design; the staged folder is flat. This folder holds the dev path and
-the pieces every side shares; verify/ holds the guarded verify. STAGED, LAB and TASK name files
-by their path under this folder; each is staged by its basename (`staged_name`; basenames are
-unique), so on the GPU host they all sit in one folder.
+the pieces every side shares; isolation/ the sandbox, verify/ the guarded verify, cuda_cpp/ what
+runs a CUDA C++ candidate, kernel_lab/ the lab's GPU side (each folder's docstring says more).
+STAGED, LAB and TASK name files by their path under this folder; each is staged by its basename
+(`staged_name`, `copy_flat`; basenames are unique), so on the GPU host they sit in one folder.
 
 The launcher copies STAGED into `<stage>/harness/` (hash-checked against this package on every
 call); there they import each other by plain module name (the sibling import rule in
@@ -62,7 +63,7 @@ STAGED = (
     "cuda_cpp/cuda_source.py",
 )
 LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "failures.py", "step_trace.py",
-       "modelnew.py", "cudadrv.py", "lab.py", "lab_step.py", "ncu.py",
+       "modelnew.py", "cudadrv.py", "ncu.py", "kernel_lab/lab.py", "kernel_lab/lab_step.py",
        "cuda_cpp/harnesslab_cuda.py", "cuda_cpp/nvrtc.py", "cuda_cpp/cuda_source.py")  # fmt: skip
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any
 # task reference: tools/task/declaration.py.
