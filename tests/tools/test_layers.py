@@ -52,10 +52,6 @@ LAZY_FOR_COST = {
 # shrinks. Break one by moving the shared type below both modules.
 TYPE_ONLY_LOOPS = {
     ("task.kinds", "task.spec"),  # TaskKind's methods take the TaskSpec that names its kind
-    # The launcher builds its warm workers and compile pool, which take it (and its Slot and
-    # Worker) back.
-    ("execution.warm", "execution.launcher"),
-    ("execution.compile_pool", "execution.launcher"),
 }
 # Imports (tools/ outside gpu/, and servers/) of a package of tools/ from outside it that name
 # one of its modules or a name outside its `__all__`. Only ever lower this number: import

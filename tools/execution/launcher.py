@@ -29,7 +29,7 @@ from ..task.spec import TaskSpec
 from .backends import build_executors
 from .compile_pool import CompilePool
 from .disk import stage_full
-from .executor import Ending, Executor, InteractiveProcess, LocalExecutor
+from .executor import Ending, Executor, LocalExecutor
 from .gpu_lock import OnWait, held_channels, hold_gpu, lock_file
 from .runner_policy import (
     DEV_TRITON_CACHE,
@@ -38,6 +38,7 @@ from .runner_policy import (
     dev_cache_of,
     runner_policy,
 )
+from .slot import Slot, Worker
 from .staging import HARNESS, Stage, harness_digests, runner_digest, runner_source
 from .warm import TRANSPORT_LOST, Served, call_worker
 
@@ -100,41 +101,6 @@ class _nullcontext:
 
     async def __aexit__(self, *exc: object) -> None:
         return None
-
-
-class Worker:
-    """A warm runner process on one slot (sandboxed: it imports candidates of one task)."""
-
-    def __init__(
-        self,
-        proc: InteractiveProcess,
-        digest: str,
-        task: str = "",
-        scope: str = "",
-        token: str = "",
-    ) -> None:
-        self.proc = proc
-        self.digest = digest
-        self.task = task
-        self.scope = scope  # the staged candidates it may read (one workspace's)
-        self.token = token  # its sandbox's exit report carries it
-        self.sandbox: dict[str, Any] = {}
-        self.served = 0
-        self.last_used = time.monotonic()
-
-
-class Slot:
-    def __init__(self, executor: Executor, gpu_index: int) -> None:
-        self.executor = executor
-        self.gpu_index = gpu_index
-        self.lock = anyio.Lock()
-        self.calls = 0
-        self.worker: Worker | None = None
-        self.warm_supported = True
-
-    @property
-    def label(self) -> str:
-        return f"{self.executor.host}:gpu{self.gpu_index}"
 
 
 class Launcher:
