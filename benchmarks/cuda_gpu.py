@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "gpu"))  # the staged layout: siblings import by name
+GPU = ROOT / "tools" / "gpu"  # the staged files by plain name (one flat folder on a GPU host)
+sys.path[:0] = [str(GPU), str(GPU / "cuda_cpp")]
 
 import harnesslab_cuda  # noqa: E402
 import runner  # noqa: E402

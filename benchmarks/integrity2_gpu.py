@@ -70,7 +70,7 @@ def part(name: str):
 @part("probe")
 def probe() -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, str(TOOLS / "sandbox.py"), "--probe"],
+        [sys.executable, str(TOOLS / "isolation" / "sandbox.py"), "--probe"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -119,7 +119,7 @@ def cuda_in_sandbox() -> dict[str, Any]:
         [
             sys.executable,
             "-I",
-            str(TOOLS / "sandbox.py"),
+            str(TOOLS / "isolation" / "sandbox.py"),
             "--policy",
             json.dumps(policy),
             "--",
@@ -143,7 +143,10 @@ def cuda_in_sandbox() -> dict[str, Any]:
 
 @part("ipc")
 def ipc() -> dict[str, Any]:
-    sys.path.insert(0, str(TOOLS))
+    from harnesslab.tools.gpu import copy_flat
+
+    harness = copy_flat(Path(tempfile.mkdtemp(prefix="hl-harness-")))  # flat, as staged
+    sys.path.insert(0, str(harness))
     import torch
     import wire
     from cudadrv import Driver
@@ -157,18 +160,18 @@ def ipc() -> dict[str, Any]:
         ptr = drv.alloc(1 << 20)
         handle = drv.ipc_handle(ptr)
         scratch = tempfile.mkdtemp(prefix="sbx-ipc-")
-        policy = {"read": [str(TOOLS)], "scratch_root": scratch, "namespaces": ns}
+        policy = {"read": [str(harness)], "scratch_root": scratch, "namespaces": ns}
         p = subprocess.Popen(
             [
                 sys.executable,
                 "-I",
-                str(TOOLS / "sandbox.py"),
+                str(harness / "sandbox.py"),
                 "--policy",
                 json.dumps(policy),
                 "--",
                 sys.executable,
                 "-I",
-                str(TOOLS / "replay.py"),
+                str(harness / "replay.py"),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -434,7 +437,7 @@ def overhead(n: int = 10) -> dict[str, Any]:
 
     def plain_argv(self, slot, mode, task, *, worker, roots, candidates="candidates"):
         # the same runner through the same import bootstrap, no sandbox.py
-        from harnesslab.tools.gpu import sandbox_policy as sp
+        from harnesslab.tools.gpu.isolation import sandbox_policy as sp
 
         program = [self.harness(slot), "--worker" if worker else "-"]
         return sp.Launch(argv=sp.python_argv(self._python(slot), program), stdin=b"", token="")

@@ -83,7 +83,7 @@ def main() -> None:
                 argv = [
                     sys.executable,
                     "-I",
-                    str(TOOLS / "sandbox.py"),
+                    str(TOOLS / "isolation" / "sandbox.py"),
                     "--policy",
                     json.dumps(p),
                     "--",

@@ -3,7 +3,7 @@ process does not survive (profile_kernel's target exited with SIGSEGV on an H100
 
     python benchmarks/ncu_sandbox_matrix.py [--json OUT.json]
 
-Each variant runs `ncu ... python tools/gpu/sandbox.py --policy P -- python -c <one CUDA
+Each variant runs `ncu ... python tools/gpu/isolation/sandbox.py --policy P -- python -c <one CUDA
 op>` (the last one without the sandbox) and prints its exit code, the tails of its output and
 whether ncu measured a kernel.
 """
@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SANDBOX = ROOT / "tools" / "gpu" / "sandbox.py"
+SANDBOX = ROOT / "tools" / "gpu" / "isolation" / "sandbox.py"
 TARGET = (
     "import os, torch; print('ENV', sorted(k for k in os.environ if k.startswith(('NV', 'CUDA', "
     "'LD_', 'NSIGHT', 'NCU', 'INJECTION')))); x = torch.ones(1 << 20, device='cuda'); "

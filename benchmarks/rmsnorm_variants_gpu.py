@@ -367,7 +367,9 @@ def ncu_target(labels: list[str], calls: int, interpret: bool) -> int:
 
 
 def context(interpret: bool, no_compile: bool = True) -> dict[str, Any]:
-    lab = _load(ROOT / "tools" / "gpu" / "lab.py", "_hl_lab_gpu")
+    gpu = _load(ROOT / "tools" / "gpu" / "__init__.py", "_hl_gpu")  # needs only pathlib
+    flat = gpu.copy_flat(Path(tempfile.mkdtemp(prefix="hl_rmsv_lab_")), gpu.LAB)  # as staged
+    lab = _load(flat / "lab.py", "_hl_lab_gpu")
     runner = lab.load_runner()
     env = runner.Env(interpret)
     task = lab.read_task(TASK_DIR)

@@ -61,7 +61,7 @@ for name, extra in CONFIGS.items():
         [
             sys.executable,
             "-I",
-            str(TOOLS / "sandbox.py"),
+            str(TOOLS / "isolation" / "sandbox.py"),
             "--policy",
             json.dumps(policy),
             "--",

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SANDBOX = Path(__file__).resolve().parents[1] / "tools" / "gpu" / "sandbox.py"
+SANDBOX = Path(__file__).resolve().parents[1] / "tools" / "gpu" / "isolation" / "sandbox.py"
 sys.path.insert(0, str(SANDBOX.parent))
 import sandbox_policy as sp  # noqa: E402 - staged beside sandbox.py, stdlib only
 

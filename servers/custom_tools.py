@@ -24,7 +24,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
 from harnesslab.tools.errors import HarnesslabError, UsageError
-from harnesslab.tools.gpu.sandbox_policy import Limits
+from harnesslab.tools.gpu.isolation.sandbox_policy import Limits
 from harnesslab.tools.meta.custom_host import (
     CustomToolFailed,
     CustomWorker,

@@ -3,7 +3,7 @@ solutions, torch eager, torch.compile) over its matrix on the GPU (this machine 
 with correctness for every row, the runner's timing, Nsight Compute on the best strategy per
 task, and writes report.md (with the claims ledger), results.csv, results.json and PNG plots
 into --out. A step task (decode_step) gets the decode row: torch eager, torch.compile
-(reduce-overhead) and its solutions over its traces, p50/p95 per bucket (tools/gpu/lab_step.py). Without a GPU it runs on the Triton interpreter and the report says the numbers
+(reduce-overhead) and its solutions over its traces, p50/p95 per bucket (tools/gpu/kernel_lab/lab_step.py). Without a GPU it runs on the Triton interpreter and the report says the numbers
 are not meaningful; --from-results rebuilds a report from an earlier results.json.
 
 Exit codes: 0 report written, 2 usage or environment error."""

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from harnesslab.tools.catalog import SERVERS_MODULE, TASK_SERVER
 from harnesslab.tools.dashboard import Source
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.gpu.sandbox_policy import import_env, import_roots, python_argv
+from harnesslab.tools.gpu.isolation.sandbox_policy import import_env, import_roots, python_argv
 from harnesslab.tools.meta.client_audit import audit_workspace, prune, prune_command
 from harnesslab.tools.meta.client_setup import approve, client_status
 from harnesslab.tools.meta.skills import project_skills

@@ -93,7 +93,7 @@ class Settings(BaseSettings):
         default="",
         description="GPU indices to use per host, e.g. '0,1'; empty = one GPU (index 0).",
     )
-    # Limits of every sandboxed process (tools/gpu/sandbox_policy.py Limits says what enforces
+    # Limits of every sandboxed process (tools/gpu/isolation/sandbox_policy.py Limits says what enforces
     # each one where). A run that exceeds one ends with `resource_limit: <which>`.
     sandbox_memory_mb: int = Field(
         default=8192, ge=64, description="Memory of one sandbox, swap included (a cgroup)."

@@ -80,7 +80,7 @@ def _step_verify(tmp_path, kernel: Path | None):
 
 
 def test_the_guarded_step_verify_passes_the_baseline_and_rejects_a_step_cheat_on_a_gpu(tmp_path):
-    """The step verify's GPU path (gpu/step_child.py copies the cache to and from its device
+    """The step verify's GPU path (gpu/verify/step_child.py copies the cache to and from its device
     around each step) at task.toml's GPU sizes: the eager baseline passes every hidden trace
     (the tolerances are measured at the interpreter's sizes only, until this runs), and the
     corpus's logits cache is rejected."""

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harnesslab.tools.gpu import sandbox
-from harnesslab.tools.gpu import sandbox_policy as sp
+from harnesslab.tools.gpu.isolation import sandbox
+from harnesslab.tools.gpu.isolation import sandbox_policy as sp
 
 CUDA_WORK = """
 import json, torch, triton, triton.language as tl

@@ -43,17 +43,15 @@ RANKS = {
 # Imports inside functions that are there for cost, not to dodge a cycle.
 LAZY_FOR_COST = {
     "execution.backends": {"execution.ssh", "execution.ssh_pool"},  # asyncssh: only for SSH
-    "evaluation.overview": {"gpu.sandbox"},  # its probe forks once, on first inspect_context
+    "evaluation.overview": {
+        "gpu.isolation.sandbox"
+    },  # its probe forks once, on first inspect_context
 }
 # Imports under `if TYPE_CHECKING:` that close an import loop (the imported module reaches the
 # importer back). They hide a cycle from the runtime, not from the reader: this list only
 # shrinks. Break one by moving the shared type below both modules.
 TYPE_ONLY_LOOPS = {
     ("task.kinds", "task.spec"),  # TaskKind's methods take the TaskSpec that names its kind
-    # The launcher builds its warm workers and compile pool, which take it (and its Slot and
-    # Worker) back.
-    ("execution.warm", "execution.launcher"),
-    ("execution.compile_pool", "execution.launcher"),
 }
 # Imports (tools/ outside gpu/, and servers/) of a package of tools/ from outside it that name
 # one of its modules or a name outside its `__all__`. Only ever lower this number: import
@@ -72,12 +70,12 @@ def library_modules() -> dict[str, Path]:
     return {
         module_name(p): p
         for p in TOOLS.rglob("*.py")
-        if "cheats" not in p.parts and p.parent.name != "gpu"
+        if "cheats" not in p.parts and p.relative_to(TOOLS).parts[0] != "gpu"
     }
 
 
 MODULES = library_modules()
-GPU_MODULES = {f"gpu.{p.stem}" for p in (TOOLS / "gpu").glob("*.py") if p.stem != "__init__"}
+GPU_MODULES = {module_name(p) for p in (TOOLS / "gpu").rglob("*.py")}
 
 
 @functools.cache

@@ -5,6 +5,7 @@ the same module, with a DeprecationWarning)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import warnings
 
 import pytest
@@ -33,3 +34,10 @@ def test_a_module_path_of_the_flat_layout_imports_the_moved_module_with_a_warnin
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert old is importlib.import_module("harnesslab.tools.state.ledger")
+
+
+def test_every_module_path_of_the_flat_layout_names_a_module_that_exists():
+    """A module moved again (gpu/'s folders) must take its old flat name along."""
+    missing = [f"{old} -> {new}" for old, new in tools.MOVED.items()
+               if importlib.util.find_spec(f"harnesslab.tools.{new}") is None]  # fmt: skip
+    assert not missing, missing

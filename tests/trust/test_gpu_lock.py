@@ -27,7 +27,7 @@ from harnesslab.tools.execution.executor import LocalExecutor
 from harnesslab.tools.execution.gpu_lock import lock_path
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.execution.ssh import SSHExecutor
-from harnesslab.tools.gpu.phase_lock import WAITING as PHASE_WAITING
+from harnesslab.tools.gpu.verify.phase_lock import WAITING as PHASE_WAITING
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import init_workspace

@@ -24,8 +24,8 @@ import pytest
 
 from harnesslab.tools.evaluation.objective import run_objective
 from harnesslab.tools.execution.launcher import Launcher
-from harnesslab.tools.gpu import sandbox
-from harnesslab.tools.gpu.sandbox_policy import Limits
+from harnesslab.tools.gpu.isolation import sandbox
+from harnesslab.tools.gpu.isolation.sandbox_policy import Limits
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.meta.custom_host import CustomWorker, WorkerGone
 from harnesslab.tools.settings import Settings

@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..execution import CommandResult
 from ..execution.launcher import Launcher, Slot, sandbox_level
 from ..gpu import wire
-from ..gpu.sandbox_policy import limit_hit, take_reports
+from ..gpu.isolation.sandbox_policy import limit_hit, take_reports
 from ..task.spec import PLACEHOLDER_RE
 
 MAX_OUTPUT_KEYS = 40

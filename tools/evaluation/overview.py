@@ -56,7 +56,7 @@ class Protections(BaseModel):
 
 @functools.cache
 def _local_sandbox() -> str:
-    from ..gpu.sandbox import probe  # noqa: PLC0415 - forks once; inspect_context caches it
+    from ..gpu.isolation.sandbox import probe  # noqa: PLC0415 - forks once; inspect_context caches it
 
     return str(probe().get("level", "none"))
 

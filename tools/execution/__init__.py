@@ -10,10 +10,9 @@ from .executor import CommandResult, Executor, LocalExecutor
 from .health import HealthReport
 from .launcher import Launcher, RunnerCall, build_launcher
 from .procgroup import ProcessGroup
-from .staging import RUNNER_FILES, runner_digest
+from .staging import harness_digests
 
 __all__ = [
-    "RUNNER_FILES",
     "CommandResult",
     "Executor",
     "HealthReport",
@@ -22,6 +21,6 @@ __all__ = [
     "ProcessGroup",
     "RunnerCall",
     "build_launcher",
+    "harness_digests",
     "health_check",
-    "runner_digest",
 ]

@@ -12,29 +12,53 @@ slot's warm worker, under the GPU lock (evaluation/sweep.py, phase 2).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 
 from ..errors import ExecutorError, first_fault, killed_from_outside, signal_name, signal_of
 from ..gpu import wire
-from ..gpu.sandbox_policy import exit_report, limit_hit
+from ..gpu.isolation.sandbox_policy import exit_report, limit_hit
 from ..progress import Progress, report
+from ..settings import Settings
 from ..task import TaskSpec
-from .warm import forget_workers
-
-if TYPE_CHECKING:
-    from .executor import Executor
-    from .launcher import Launcher, Slot, Worker
+from .executor import Executor
+from .runner_policy import candidates_of
+from .slot import Slot, Worker
+from .staging import Stage
+from .warm import WorkerHost, forget_workers
 
 MAX_WORKERS = 16
 LOG = "compile-{i}.log"  # the workers' stderr, under the stage folder on the host
 
 
+class PoolHost(WorkerHost, Protocol):
+    """What the compile pool needs of the launcher (launcher.Launcher is the one) beyond what a
+    warm worker does: its settings, stage and executors, the host's cores and free channels, and
+    a request prepared for a slot."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def staging(self) -> Stage: ...
+
+    @property
+    def executors(self) -> list[Executor]: ...
+
+    def host_cpus(self) -> int: ...
+
+    def parallel_capacity(self) -> int | None: ...
+
+    def prepare(
+        self, slot: Slot, request: dict[str, Any], task: TaskSpec
+    ) -> tuple[dict[str, Any], dict[str, str]]: ...
+
+
 class CompilePool:
     """Warm compile workers of one launcher; `compile()` sizes the pool and uses it."""
 
-    def __init__(self, launcher: Launcher) -> None:
+    def __init__(self, launcher: PoolHost) -> None:
         self.launcher = launcher
         self.workers: dict[int, Worker] = {}  # index -> worker; worker i runs on slots[i % n]
         self.started = 0  # workers ever started (tests and the benchmark read it)
@@ -84,7 +108,7 @@ class CompilePool:
     ) -> tuple[dict[str, Any] | None, int | None]:  # fmt: skip
         """One config on worker i: its entry, or None when the worker died or never started,
         with the exit status of a worker that died (128+N for a signal)."""
-        worker = await self._worker(i, task, timeout_s, self.launcher.candidates_of(request)[1])
+        worker = await self._worker(i, task, timeout_s, candidates_of(request)[1])
         if worker is None:
             return None, None
         req, _ = self.launcher.prepare(

@@ -40,7 +40,7 @@ POLL_S = (0.01, 0.25)  # first and longest wait between tries of a busy local lo
 
 # Runs on the GPU host with only the standard library; argv[1] = lock file. One per (executor,
 # GPU), kept for the executor's life: each "acquire" line takes the flock, through its gate as
-# every exclusive taker does (tools/gpu/phase_lock.py), printing {"busy": pid} first while
+# every exclusive taker does (tools/gpu/verify/phase_lock.py), printing {"busy": pid} first while
 # another process holds either, answers {"locked": pid}; "release" lets go and answers
 # {"released": 1}. At EOF (its connection closed) it exits, and the kernel drops its flock.
 HOLDER = r"""
@@ -104,7 +104,7 @@ def lock_path(settings: Settings, host: str, gpu_index: int) -> Path:
 
 def lock_file(executor: Executor, gpu_index: int, settings: Settings) -> str | None:
     """The lock file of `gpu_index` as a process on `executor`'s host opens it (the guarded
-    verify holds it there phase by phase: tools/gpu/phase_lock.py); None where a scheduler
+    verify holds it there phase by phase: tools/gpu/verify/phase_lock.py); None where a scheduler
     reserves the GPU and no lock file is used."""
     if executor.gpus_reserved:
         return None
@@ -122,7 +122,7 @@ async def _local(path: Path, gpu_index: int, on_wait: OnWait | None) -> AsyncIte
     path.parent.mkdir(parents=True, exist_ok=True)
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     fd = os.open(path, flags, 0o600)
-    gate = os.open(f"{path}.gate", flags, 0o600)  # writers first (tools/gpu/phase_lock.py)
+    gate = os.open(f"{path}.gate", flags, 0o600)  # writers first (tools/gpu/verify/phase_lock.py)
     try:
         told, pause = False, POLL_S[0]
         for target in (gate, fd):

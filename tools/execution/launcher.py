@@ -22,14 +22,14 @@ import anyio
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ExecutorError, killed_from_outside, signal_name, signal_of
-from ..gpu import sandbox_policy as sp
 from ..gpu import wire
+from ..gpu.isolation import sandbox_policy as sp
 from ..settings import Settings
 from ..task.spec import TaskSpec
 from .backends import build_executors
 from .compile_pool import CompilePool
 from .disk import stage_full
-from .executor import Ending, Executor, InteractiveProcess, LocalExecutor
+from .executor import Ending, Executor, LocalExecutor
 from .gpu_lock import OnWait, held_channels, hold_gpu, lock_file
 from .runner_policy import (
     DEV_TRITON_CACHE,
@@ -38,7 +38,8 @@ from .runner_policy import (
     dev_cache_of,
     runner_policy,
 )
-from .staging import HARNESS, RUNNER_FILES, Stage, runner_digest, runner_source
+from .slot import Slot, Worker
+from .staging import HARNESS, Stage, harness_digests, runner_digest, runner_source
 from .warm import TRANSPORT_LOST, Served, call_worker
 
 EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
@@ -100,41 +101,6 @@ class _nullcontext:
 
     async def __aexit__(self, *exc: object) -> None:
         return None
-
-
-class Worker:
-    """A warm runner process on one slot (sandboxed: it imports candidates of one task)."""
-
-    def __init__(
-        self,
-        proc: InteractiveProcess,
-        digest: str,
-        task: str = "",
-        scope: str = "",
-        token: str = "",
-    ) -> None:
-        self.proc = proc
-        self.digest = digest
-        self.task = task
-        self.scope = scope  # the staged candidates it may read (one workspace's)
-        self.token = token  # its sandbox's exit report carries it
-        self.sandbox: dict[str, Any] = {}
-        self.served = 0
-        self.last_used = time.monotonic()
-
-
-class Slot:
-    def __init__(self, executor: Executor, gpu_index: int) -> None:
-        self.executor = executor
-        self.gpu_index = gpu_index
-        self.lock = anyio.Lock()
-        self.calls = 0
-        self.worker: Worker | None = None
-        self.warm_supported = True
-
-    @property
-    def label(self) -> str:
-        return f"{self.executor.host}:gpu{self.gpu_index}"
 
 
 class Launcher:
@@ -292,7 +258,7 @@ class Launcher:
         `exclusive=False` (compile-only work, no timing) skips the GPU lock so compiles overlap
         with each other and with a timing run. `phased=True` (the guarded verify) hands the
         GPU's lock file to the runner, which holds it shared while it works and exclusively
-        while it times (tools/gpu/phase_lock.py), so verifies overlap their untimed work.
+        while it times (tools/gpu/verify/phase_lock.py), so verifies overlap their untimed work.
         `argv_prefix` wraps the runner in another program
         on the executor (profile_kernel runs it under ncu) and always uses a fresh process, as
         does `fresh=True` (the guarded verify)."""
@@ -427,7 +393,7 @@ class Launcher:
         req.setdefault("request_id", uuid.uuid4().hex[:12])
         req.setdefault("case_timeout_s", self.settings.case_timeout_s)
         req["reference"] = self.remote(slot, f"tasks/{task.name}/reference.py")
-        req["harness_sha256"] = {n: runner_digest(n) for n in RUNNER_FILES}
+        req["harness_sha256"] = harness_digests()
         req["sandbox_required"] = not self.settings.allow_unsandboxed
         req["sandbox_limits"] = self.settings.sandbox_limits()
         for key in ("candidate_dir", "baseline_dir", "triton_cache"):

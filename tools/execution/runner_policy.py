@@ -1,7 +1,7 @@
 """What a sandboxed runner may reach: its policy, its import roots, its staged candidates.
 
 Trusted side (host). The launcher (`Launcher.runner_argv`, `Launcher.sandboxed_argv`) builds every
-sandbox it starts through here and `gpu/sandbox_policy.command()`: the harness, the task's
+sandbox it starts through here and `gpu/isolation/sandbox_policy.command()`: the harness, the task's
 reference and the runner's own staged candidates readable (the one a fresh run evaluates, or the
 workspace a warm worker serves: never another workspace's), the workspace's dev Triton cache and a
 private scratch writable, the settings' limits, and the import roots of the interpreter that runs
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..gpu import sandbox_policy as sp
+from ..gpu.isolation import sandbox_policy as sp
 from .executor import Executor
 
 # Triton's cache for the sandboxed runners, one folder per workspace and candidate under it (the

@@ -25,7 +25,7 @@ from typing import Protocol
 import anyio
 
 from ..errors import EnvironmentProblem
-from ..gpu import STAGED, TASK
+from ..gpu import STAGED, TASK, staged_name
 from ..state.storage import named_disk_full
 from ..task import TaskSpec
 
@@ -40,9 +40,8 @@ class StageTarget(Protocol):
     ) -> list[str]: ...
 
 
-# The harness staged to the GPU host (stage/harness/): the runner, the sandbox every agent-code
-# process runs in, and the guarded verify's trusted parent (guard*.py), candidate process
-# (guard_child.py) and replayer.
+# The harness staged to the GPU host (stage/harness/, flat: each file by its basename): the
+# runner, the sandbox every agent-code process runs in, and the guarded verify (gpu/verify/).
 RUNNER_FILES = STAGED
 HARNESS = "harness"
 # Folders of the stage that only the GPU host writes (sandbox scratch, Triton caches): the
@@ -51,11 +50,17 @@ HOST_WRITTEN = ("scratch", "tcache")
 
 
 def runner_source(name: str = "runner.py") -> bytes:
-    return (resources.files("harnesslab.tools.gpu") / name).read_bytes()
+    """The installed package's `name` (a path under tools/gpu/, as RUNNER_FILES names it)."""
+    return resources.files("harnesslab.tools.gpu").joinpath(*name.split("/")).read_bytes()
 
 
 def runner_digest(name: str = "runner.py") -> str:
     return hashlib.sha256(runner_source(name)).hexdigest()
+
+
+def harness_digests() -> dict[str, str]:
+    """The staged harness's sha256 by staged name: what the runner checks before it imports."""
+    return {staged_name(n): runner_digest(n) for n in RUNNER_FILES}
 
 
 class Stage:
@@ -77,7 +82,7 @@ class Stage:
         (self.root / HARNESS).mkdir(parents=True, exist_ok=True)
         for name in RUNNER_FILES:
             src = runner_source(name)
-            target = self.root / HARNESS / name
+            target = self.root / HARNESS / staged_name(name)
             if not target.is_file() or target.read_bytes() != src:
                 target.write_bytes(src)
             # The pristine runner is what runs: check the staged copy against the package's hash.
@@ -147,6 +152,7 @@ __all__ = [
     "HOST_WRITTEN",
     "RUNNER_FILES",
     "Stage",
+    "harness_digests",
     "runner_digest",
     "runner_source",
 ]

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ..errors import ExecutorError
 from ..task import TaskSpec
-
-if TYPE_CHECKING:
-    from .executor import Executor
-    from .launcher import Launcher, Slot, Worker
+from .executor import Executor
+from .slot import Slot, Worker
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +40,34 @@ class Served(NamedTuple):
     exit_code: int | None
 
 
+class Forgets(Protocol):
+    async def forget(self, executor: Executor) -> None: ...
+
+
+class WorkerHost(Protocol):
+    """What a warm worker needs of the launcher (launcher.Launcher is the one): its slots, a
+    worker started, checked and served, and its compile pool's workers forgotten."""
+
+    @property
+    def slots(self) -> list[Slot]: ...
+
+    @property
+    def compile_pool(self) -> Forgets: ...
+
+    def worker_stale(self, worker: Worker, task: TaskSpec, scope: str = "candidates") -> bool: ...
+
+    async def start_worker(
+        self, slot: Slot, mode: str, task: TaskSpec, env: dict[str, str], timeout_s: float,
+        log: str, scope: str = "candidates",
+    ) -> Worker: ...  # fmt: skip
+
+    async def serve(
+        self, worker: Worker, req: dict[str, Any], timeout_s: float, line_in: LineIn
+    ) -> Served: ...
+
+
 async def call_worker(
-    launcher: Launcher,
+    launcher: WorkerHost,
     slot: Slot,
     req: dict[str, Any],
     env: dict[str, str],
@@ -88,7 +112,7 @@ async def call_worker(
 
 
 async def ready_worker(
-    launcher: Launcher,
+    launcher: WorkerHost,
     slot: Slot,
     env: dict[str, str],
     timeout_s: float,
@@ -117,7 +141,7 @@ async def ready_worker(
     return worker
 
 
-async def forget_workers(launcher: Launcher, executor: Executor) -> None:
+async def forget_workers(launcher: WorkerHost, executor: Executor) -> None:
     """Kill (and so reap) every warm worker on `executor`, timing and compile workers alike:
     its connection or allocation was lost, so none of them can serve again."""
     for slot in launcher.slots:
@@ -127,4 +151,4 @@ async def forget_workers(launcher: Launcher, executor: Executor) -> None:
     await launcher.compile_pool.forget(executor)
 
 
-__all__ = ["RETRY_FRESH", "TRANSPORT_LOST", "Served", "call_worker", "forget_workers"]
+__all__ = ["RETRY_FRESH", "TRANSPORT_LOST", "Served", "WorkerHost", "call_worker", "forget_workers"]

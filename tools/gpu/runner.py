@@ -530,6 +530,12 @@ def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def main(argv: list[str] | None = None) -> int:
     global _OUT
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -537,19 +543,13 @@ def main(argv: list[str] | None = None) -> int:
     _OUT = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    interpret_env = os.environ.get("HARNESSLAB_RUNNER_INTERPRET", "auto")
     worker = "--worker" in argv
     env: Env | None = None
 
     def get_env(req: dict[str, Any]) -> Env:
         nonlocal env
         if env is None:
-            want = req.get("interpret", interpret_env)
-            if want == "auto":
-                import torch
-
-                want = not torch.cuda.is_available()
-            env = Env(bool(want) and want != "never")
+            env = Env(timing.wants_interpreter(req, cuda_available))
         return env
 
     if not worker:

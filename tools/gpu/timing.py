@@ -55,6 +55,16 @@ BATCH_STEP, GRAPH_WINDOW_US = 4, 500.0
 # environment (torch is imported lazily so `--help` and errors stay cheap)
 
 
+def wants_interpreter(req: dict[str, Any], cuda_available: Callable[[], bool]) -> bool:
+    """Whether `req` runs on the Triton interpreter: its "interpret" (else the runner's
+    HARNESSLAB_RUNNER_INTERPRET, else "auto"); "never" or a false value is no, "auto" asks
+    `cuda_available` (the runner imports torch for it; guard.prespawn guesses without torch)."""
+    want = req.get("interpret", os.environ.get("HARNESSLAB_RUNNER_INTERPRET", "auto"))
+    if want == "auto":
+        return not cuda_available()
+    return bool(want) and want != "never"
+
+
 class Env:
     """Per-process state: device, versions, copy bandwidth (measured once per process)."""
 

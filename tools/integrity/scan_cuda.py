@@ -24,7 +24,7 @@ intrinsics). What only a gamed kernel needs is refused, each with file:line:
   ...), and `<<<...>>>` launches from device code.
 
 Macros can hide a name from a text scan; the PTX check of what NVRTC actually built
-(tools/gpu/nvrtc.ptx_findings: timers, device globals, external calls) cannot be hidden from,
+(tools/gpu/cuda_cpp/nvrtc.ptx_findings: timers, device globals, external calls) cannot be hidden from,
 and the launcher runs it at every load.
 """
 
@@ -33,8 +33,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ..gpu import cuda_source
-from ..gpu.nvrtc import SPECIAL_REGISTERS
+from ..gpu.cuda_cpp import cuda_source
+from ..gpu.cuda_cpp.nvrtc import SPECIAL_REGISTERS
 
 ALLOWED_INCLUDES = {
     "cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h", "stdint.h", "cstdint", "mma.h",

@@ -1,5 +1,5 @@
 """The guarded verify of a step task, host side: hidden traces from the workspace's secret, the
-runner's "step_verify" mode in a fresh process (gpu/step_guard.py: the candidate's step in a
+runner's "step_verify" mode in a fresh process (gpu/verify/step_guard.py: the candidate's step in a
 sandboxed process of its own over a state the trusted parent owns, every step's logits and the
 KV cache compared there with the reference the parent computed), and the verdict judged HERE
 from the parent's raw records; nothing the candidate's process says is read as a verdict.
@@ -20,7 +20,7 @@ import secrets
 from typing import Any
 
 from ..evaluation import CaseResult, EnvInfo, EvalResult, kernel_request, record
-from ..execution import RUNNER_FILES, Launcher, RunnerCall, runner_digest
+from ..execution import Launcher, RunnerCall, harness_digests
 from ..progress import Progress
 from ..settings import Settings
 from ..state import Workspace, case_set_id, ensure_outside_workspace, workspace_secret
@@ -158,7 +158,7 @@ async def guarded_step_verify(
         "seed": seed,
         "case_set_generation": secret["generation"],
         "traces": traces,
-        "harness_sha256": {n: runner_digest(n)[:16] for n in RUNNER_FILES},
+        "harness_sha256": {n: d[:16] for n, d in harness_digests().items()},
         "input_seed": raw.get("input_seed"),
         "device": env.device,
         "driver": env.driver,

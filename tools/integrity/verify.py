@@ -20,7 +20,7 @@ from typing import Any, Literal
 import anyio
 
 from ..evaluation import CaseResult, EnvInfo, EvalResult, kernel_request, record
-from ..execution import RUNNER_FILES, Launcher, RunnerCall, runner_digest
+from ..execution import Launcher, RunnerCall, harness_digests
 from ..gpu.scores import geomean, order_stats, score_of
 from ..progress import Progress, report
 from ..settings import Settings
@@ -284,7 +284,7 @@ async def guarded_verify(
         "case_set_generation": secret["generation"],
         "cases": [c.model_dump() for c in cases],
         "checks_per_case": checks,
-        "harness_sha256": {n: runner_digest(n)[:16] for n in RUNNER_FILES},
+        "harness_sha256": {n: d[:16] for n, d in harness_digests().items()},
         "scan": {"files": scan.files, "rejects": len(scan.rejects), "warnings": len(scan.warnings)},
     }
     warnings = [{"code": f.code, "detail": f"{f.where()}: {f.detail}"} for f in scan.warnings]

@@ -1,5 +1,5 @@
 """The kernel lab, host side: run the matrix where the GPU is (matrix), judge the claims ledger
-(claims) and write the report (report). The GPU side is gpu/lab.py."""
+(claims) and write the report (report). The GPU side is gpu/kernel_lab/lab.py."""
 
 from .claims import claims_ledger
 from .matrix import LabOptions, run_lab

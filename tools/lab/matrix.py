@@ -1,7 +1,7 @@
 """The kernel lab, host side: run the benchmark matrix where the GPU is, fetch results.json, and
 build the report from it (tools/lab/report.py; claims in tools/lab/claims.py).
 
-The GPU side is tools/gpu/lab.py, self-contained like runner.py: it is staged with runner.py
+The GPU side is tools/gpu/kernel_lab/lab.py, self-contained like runner.py: it is staged with runner.py
 and the task folders (tools/ and tasks/ side by side, the layout it expects) onto the executors
 of the launcher's slots (this machine, GPU hosts over SSH, a Slurm allocation), run there with
 the tasks dealt over every slot, each part under its GPU's lock so no timing run overlaps it,
@@ -16,7 +16,6 @@ import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import EnvironmentProblem, ExecutorError, UsageError
 from ..execution.launcher import Launcher, Slot
-from ..gpu import LAB, wire
+from ..gpu import LAB, copy_flat, wire
 from ..state.storage import atomic_write_text
 from ..task import TaskSpec, kind_of, load_task
 from ..task.spec import tasks_root
@@ -78,10 +77,7 @@ def stage_lab(folder: Path, tasks: list[str]) -> Path:
     folder/tasks/<name>/."""
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "tools").mkdir(parents=True)
-    for name in LAB_FILES:
-        (folder / "tools" / name).write_bytes(
-            (resources.files("harnesslab.tools.gpu") / name).read_bytes()
-        )
+    copy_flat(folder / "tools", LAB_FILES)
     for name in tasks:
         shutil.copytree(
             load_task(name).root,
@@ -111,7 +107,7 @@ async def run_lab(
     *,
     on_progress: ProgressSink | None = None,
 ) -> dict[str, Any]:
-    """Run tools/gpu/lab.py where the GPUs are and return its results (also written to
+    """Run tools/gpu/kernel_lab/lab.py where the GPUs are and return its results (also written to
     out_dir/results.json). With several slots (GPUs of several hosts, or of a Slurm allocation)
     the tasks are dealt over them, one lab process per GPU, and the parts merged; each holds
     its slot's GPU lock for its whole run (minutes of GPU time: about 5 on an H100 for every
@@ -189,7 +185,7 @@ async def _run_part(
     except json.JSONDecodeError as exc:
         raise EnvironmentProblem(
             f"results.json from {executor.host} is not valid JSON ({exc}).",
-            next_step="retry; if it persists, run tools/gpu/lab.py on the host by hand",
+            next_step="retry; if it persists, run tools/gpu/kernel_lab/lab.py on the host by hand",
         ) from exc
     info = results.setdefault("info", {})
     # Where it ran: the machine and GPU the lab process saw (a cluster's node), then the executor.
@@ -224,7 +220,7 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def load_results(path: Path) -> dict[str, Any]:
-    """A results.json written by tools/gpu/lab.py (checked for the fields the report needs)."""
+    """A results.json written by tools/gpu/kernel_lab/lab.py (checked for the fields the report needs)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -234,7 +230,7 @@ def load_results(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or "rows" not in data:
         raise UsageError(
             f"{path} is not a lab results file (schema {SCHEMA}).",
-            next_step="pass the results.json that `harnesslab lab` or gpu/lab.py wrote",
+            next_step="pass the results.json that `harnesslab lab` or gpu/kernel_lab/lab.py wrote",
         )
     return data
 

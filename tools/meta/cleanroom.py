@@ -30,7 +30,7 @@ from ..errors import UsageError
 from ..execution import ProcessGroup
 from ..execution.executor import inherited_env
 from ..gpu import wire
-from ..gpu.sandbox_policy import (
+from ..gpu.isolation.sandbox_policy import (
     Launch,
     Limits,
     Policy,
@@ -147,7 +147,7 @@ def kill_marked(token: str, *, rounds: int = 5) -> list[int]:
 
 # -- the sandbox around the agent's own processes in a clean room ------------------------------
 
-SANDBOX_PY = gpu.FOLDER / "sandbox.py"
+SANDBOX_PY = gpu.FOLDER / "isolation" / "sandbox.py"
 # What the toolkit's own code needs to be imported inside the sandbox (its folders, wherever
 # the installation put them: site-packages, or the source tree of an editable install).
 TOOLKIT_PACKAGES = (
@@ -171,7 +171,7 @@ def sandboxed(
     argv: list[str], room: Path, state_dir: Path, env: dict[str, str], *, python: str,
     require: bool, limits: Limits, shown: Path | None = None,
 ) -> Launch:  # fmt: skip
-    """`argv` run in the sandbox (tools/gpu/sandbox.py): the clean room and its private state dir
+    """`argv` run in the sandbox (tools/gpu/isolation/sandbox.py): the clean room and its private state dir
     writable, nothing else; the toolkit, its import roots, Python and the system read-only; no
     network; only `env` on top of the sandbox's short allowlist; the sandbox's `limits`;
     nothing left running after it. Its first stdout line is the sandbox's report, its last

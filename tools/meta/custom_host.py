@@ -1,7 +1,7 @@
 """The trusted host of a generated server's custom tools: one sandboxed worker per server.
 
 Trusted side of the boundary. It runs in the generated server's process (toolkit code only) and
-never imports the agent's modules: tools/meta/custom_worker.py does, inside tools/gpu/sandbox.py, with
+never imports the agent's modules: tools/meta/custom_worker.py does, inside tools/gpu/isolation/sandbox.py, with
 read access to the workspace (the clean room in qualification), the server's bundle folder and
 the worker's own two files, write access only to the server's declared write set
 (tools/meta/writeset.py: its output folder `.harnesslab/out/<name>/` and the task's editable
@@ -46,7 +46,7 @@ import anyio
 from .. import gpu
 from ..errors import EnvironmentProblem, HarnesslabError, UsageError
 from ..gpu import wire
-from ..gpu.sandbox_policy import (
+from ..gpu.isolation.sandbox_policy import (
     Limits,
     Policy,
     command,
@@ -60,7 +60,7 @@ from ..state import workspace_files as wf
 from .writeset import is_output
 
 HERE = Path(__file__).resolve().parent
-SANDBOX_PY = gpu.FOLDER / "sandbox.py"
+SANDBOX_PY = gpu.FOLDER / "isolation" / "sandbox.py"
 WORKER_PY = HERE / "custom_worker.py"
 WIRE_PY = gpu.FOLDER / "wire.py"
 # The one value the server fills in; `state` (the server's own objects) cannot cross.

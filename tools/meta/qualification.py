@@ -25,7 +25,7 @@ The session, the self-test and the tests run at once, each in its own clean room
 workspace and a private state dir). In the session a generated server's custom tools see what
 they see when served: the clean room mounted at the served workspace's own path, the bundle
 at `<workspace>/.harnesslab/mcp/<name>`, the same environment. The agent's code runs sandboxed
-everywhere (tools/gpu/sandbox.py: the clean room writable and nothing else, no network, the
+everywhere (tools/gpu/isolation/sandbox.py: the clean room writable and nothing else, no network, the
 sandbox's limits, nothing left running): a generated server's custom tools in the sandboxed
 worker its server starts (the server process itself runs toolkit code only; they write only
 their declared write set), the self-test and the own tests wholly inside the sandbox.
@@ -49,7 +49,7 @@ import anyio
 
 from ..errors import UsageError
 from ..gpu import wire
-from ..gpu.sandbox_policy import Limits, import_env, import_roots, python_argv
+from ..gpu.isolation.sandbox_policy import Limits, import_env, import_roots, python_argv
 from ..progress import Progress
 from ..settings import Settings
 from ..state import STATE, Workspace

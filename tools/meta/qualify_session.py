@@ -22,7 +22,7 @@ import anyio
 
 from ..errors import ExecutorError
 from ..execution import CommandResult, LocalExecutor
-from ..gpu.sandbox_policy import Launch, Limits, python_argv
+from ..gpu.isolation.sandbox_policy import Launch, Limits, python_argv
 from .cleanroom import ProtocolSession, describe_sandbox, sandbox_report, sandboxed
 from .genserver import LaunchSpec, Manifest, ManifestTool
 from .qualify_checks import ENV_ALLOW, Cheat, Check, Lane, remaining, shell, verdict_of

@@ -290,7 +290,7 @@ class StepKind(TaskKind):
         return None
 
     def in_lab(self, task: TaskSpec) -> bool:
-        return True  # the lab's decode row: tools/gpu/lab_step.py
+        return True  # the lab's decode row: tools/gpu/kernel_lab/lab_step.py
 
     def score_label(self, task: TaskSpec, mode: str = "final") -> str:
         return "us (sum over the dev traces of the p50 step latency), lower is better"

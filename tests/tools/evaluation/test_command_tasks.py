@@ -19,7 +19,7 @@ import pytest
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.evaluation.command import run_command_objective
 from harnesslab.tools.execution.launcher import Launcher
-from harnesslab.tools.gpu import sandbox
+from harnesslab.tools.gpu.isolation import sandbox
 from harnesslab.tools.integrity.command_verify import command_verify
 from harnesslab.tools.integrity.verdict_view import public_command_verdict
 from harnesslab.tools.loop.driver import start_run

@@ -7,6 +7,7 @@ import pytest
 
 from harnesslab.tools.execution.executor import LocalExecutor
 from harnesslab.tools.execution.staging import HARNESS, RUNNER_FILES, Stage, runner_source
+from harnesslab.tools.gpu import staged_name
 from harnesslab.tools.task.spec import load_task
 
 
@@ -21,8 +22,10 @@ def test_a_tampered_staged_harness_is_replaced_by_the_installed_one(tmp_path):
     (stage.root / HARNESS).mkdir(parents=True)
     (stage.root / HARNESS / "runner.py").write_text("print('not the runner')\n")
     stage.stage_task(task)
-    for name in RUNNER_FILES:
-        assert (stage.root / HARNESS / name).read_bytes() == runner_source(name)
+    for name in RUNNER_FILES:  # flat on the GPU host: each file by its basename
+        assert (stage.root / HARNESS / staged_name(name)).read_bytes() == runner_source(name)
+    staged = sorted(p.name for p in (stage.root / HARNESS).iterdir())
+    assert staged == sorted(staged_name(n) for n in RUNNER_FILES)
     assert (stage.root / "tasks" / task.name / "reference.py").is_file()
 
 

@@ -20,10 +20,12 @@ SKIP_REASON = (
 
 
 def staged(name: str) -> ModuleType:
-    """A staged module (harnesslab_cuda, nvrtc, cuda_source) imported by its plain name. The
-    GPU folder is appended to sys.path, so it never shadows anything else."""
-    if str(gpu.FOLDER) not in sys.path:
-        sys.path.append(str(gpu.FOLDER))
+    """A staged module (harnesslab_cuda, nvrtc, cuda_source, the verify's) imported by its plain
+    name. The GPU folder and its subfolders (flat on the GPU host) are appended to sys.path, so
+    they never shadow anything else."""
+    for folder in (gpu.FOLDER, *sorted(p.parent for p in gpu.FOLDER.glob("*/__init__.py"))):
+        if str(folder) not in sys.path:
+            sys.path.append(str(folder))
     return importlib.import_module(name)
 
 

@@ -1,4 +1,4 @@
-"""Reading CUDA C++ without compiling it (tools/gpu/cuda_source.py): comments and literals
+"""Reading CUDA C++ without compiling it (tools/gpu/cuda_cpp/cuda_source.py): comments and literals
 blanked in place, includes, and a kernel's parameter types (what the launcher passes and the
 recorder records)."""
 

@@ -1,4 +1,4 @@
-"""The guarded verify's handle on a sandboxed child (tools/gpu/guard_kid.py) rule by rule, without
+"""The guarded verify's handle on a sandboxed child (tools/gpu/verify/guard_kid.py) rule by rule, without
 a sandbox: a Kid built on pipes the test holds (its requests, its replies, the sandbox's report
 channel) and a process that stands for the sandbox's outer one. What each way of stopping maps
 to (timeout, candidate_crashed, harness_tampered, a sandbox limit before all of them), what a
@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from harnesslab.tools.gpu import guard_kid as gk
-from harnesslab.tools.gpu import sandbox_policy as sp
 from harnesslab.tools.gpu import wire
+from harnesslab.tools.gpu.isolation import sandbox_policy as sp
+from harnesslab.tools.gpu.verify import guard_kid as gk
 
 TOKEN = "t0ken"
 

@@ -1,4 +1,4 @@
-"""The guarded verify's early start (tools/gpu/guard.py prespawn): on a GPU host the runner
+"""The guarded verify's early start (tools/gpu/verify/guard.py prespawn): on a GPU host the runner
 starts the roles' sandboxed processes before it imports torch, and Verify.candidate_kid takes
 them. The rules: nothing starts where no GPU is guessed; a process started for the GPU is used
 only by a verify that runs on the GPU, for the folder it was started for; any other is closed
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harnesslab.tools.gpu import guard
+from harnesslab.tools.gpu.verify import guard
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""What the recorder (tools/gpu/guard_record.py) writes down of a call, rule by rule, on the CPU:
+"""What the recorder (tools/gpu/verify/guard_record.py) writes down of a call, rule by rule, on the CPU:
 which buffer a pointer names (an input, an allocation of the call, or memory that existed before:
 not replayable), fills as memset steps, a launch's kernel, parameters and scratch, and the
 recording it hands over. A Recorder is built without its __init__ (which wraps Triton's launcher
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from harnesslab.tools.gpu import guard_record as gr
+from harnesslab.tools.gpu.verify import guard_record as gr
 
 
 def recorder(inputs: list[tuple[int, int]] | None = None) -> gr.Recorder:

@@ -1,4 +1,4 @@
-"""The schema check of a candidate's recording before replay (tools/gpu/guard_schema.py) rule by
+"""The schema check of a candidate's recording before replay (tools/gpu/verify/guard_schema.py) rule by
 rule: what a valid recording becomes (exactly the fields the replay uses, nothing else of the
 candidate's), every integer field at both ends of its range and one past each, every list at its
 length limit and one past, each container of the wrong type, and each name the recorder may say
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harnesslab.tools.gpu import guard_schema as gs
+from harnesslab.tools.gpu.verify import guard_schema as gs
 
 FORGED = "forged_recording"
 

@@ -1,4 +1,4 @@
-"""The guarded verify's trusted parent (tools/gpu/guard.py) rule by rule, on the CPU and without
+"""The guarded verify's trusted parent (tools/gpu/verify/guard.py) rule by rule, on the CPU and without
 a sandbox: how one call is judged from the candidate's reply (codes only) and this process's own
 checks, which texts it keeps of what the candidate sent, what a null output must do, which
 inputs a recording depends on, and what an incumbent's failure costs (the comparison, never the
@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import torch
 
-from harnesslab.tools.gpu import correctness, guard
-from harnesslab.tools.gpu.guard_kid import KidFailed
+from harnesslab.tools.gpu import correctness
+from harnesslab.tools.gpu.verify import guard
+from harnesslab.tools.gpu.verify.guard_kid import KidFailed
 
 TOL = {"atol": 1e-3, "rtol": 1e-3}
 RT = types.SimpleNamespace(compare=correctness.compare)

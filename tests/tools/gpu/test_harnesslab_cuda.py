@@ -1,4 +1,4 @@
-"""The CUDA launcher a candidate's kernel.py imports (tools/gpu/harnesslab_cuda.py), on a machine
+"""The CUDA launcher a candidate's kernel.py imports (tools/gpu/cuda_cpp/harnesslab_cuda.py), on a machine
 without a GPU: load compiles with NVRTC, every launch is checked against the kernel's declared
 parameters before anything runs, the one hook (`_launch`) sees every launch and `record_launch`
 turns it into the recorder's format, and running says plainly that it needs a GPU."""

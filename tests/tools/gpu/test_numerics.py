@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -194,10 +193,7 @@ _VARIANTS = textwrap.dedent(
 def test_every_hidden_case_gets_every_size_edge(tmp_path: Path) -> None:
     """Issue 25.7: one size edge drawn per case let a kernel wrong only on odd dims pass 9% of
     verifies; now each case has an odd-dims, a single-row, an empty-batch and a long one."""
-    harness = tmp_path / "stage" / "harness"
-    harness.mkdir(parents=True)
-    for name in gpu.STAGED:
-        shutil.copy(gpu.FOLDER / name, harness / name)
+    harness = gpu.copy_flat(tmp_path / "stage" / "harness")  # as on the GPU host
     cases = [c.model_dump() for c in SPEC.final.draw("numerics")]  # type: ignore[union-attr]
     req = {
         "reference": str(SPEC.reference_path),

@@ -1,4 +1,4 @@
-"""NVRTC through ctypes (tools/gpu/nvrtc.py): real compiles to cubin and PTX on a machine with
+"""NVRTC through ctypes (tools/gpu/cuda_cpp/nvrtc.py): real compiles to cubin and PTX on a machine with
 no GPU, the option allowlist, errors with file:line, the content-hash cache, and the PTX check
 that macros cannot hide from."""
 

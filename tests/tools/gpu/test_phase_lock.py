@@ -1,4 +1,4 @@
-"""The guarded verify's GPU lock (tools/gpu/phase_lock.py): shared while it works, exclusive
+"""The guarded verify's GPU lock (tools/gpu/verify/phase_lock.py): shared while it works, exclusive
 while it times, and a waiter hears once that it waits."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harnesslab.tests.conftest_shared import flock_free
-from harnesslab.tools.gpu.phase_lock import WAITING, PhaseLock
+from harnesslab.tools.gpu.verify.phase_lock import WAITING, PhaseLock
 
 
 @pytest.fixture

@@ -65,7 +65,7 @@ REQUESTS = {  # each op with its fields, and the Replayer call it must become
 
 
 def test_every_replayer_op_reaches_its_method_with_its_fields(staged, monkeypatch):
-    replay = staged("replay")
+    replay = staged("verify.replay")
     monkeypatch.setattr(replay, "Replayer", FakeReplayer)
     monkeypatch.setattr(replay, "SPIN_S", 0.0)
     FakeReplayer.calls = []
@@ -81,7 +81,7 @@ def test_every_replayer_op_reaches_its_method_with_its_fields(staged, monkeypatc
 def test_the_replayer_answers_an_unknown_op_or_a_missing_field_as_an_error_and_exit_ends_it(
     staged, monkeypatch
 ):
-    replay = staged("replay")
+    replay = staged("verify.replay")
     monkeypatch.setattr(replay, "Replayer", FakeReplayer)
     monkeypatch.setattr(replay, "SPIN_S", 0.0)
     FakeReplayer.calls = []
@@ -99,7 +99,7 @@ def test_the_replayer_answers_an_unknown_op_or_a_missing_field_as_an_error_and_e
 
 
 def test_the_candidate_process_dispatches_each_op_and_stops_at_anything_else(staged):
-    guard_child = staged("guard_child")
+    guard_child = staged("verify.guard_child")
     seen: list[Any] = []
     child = guard_child.Child.__new__(guard_child.Child)
     child.load = lambda: seen.append("load")

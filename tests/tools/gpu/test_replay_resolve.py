@@ -1,4 +1,4 @@
-"""The replayer's parsing of a recorded program (tools/gpu/replay.py) without a GPU: scalars packed
+"""The replayer's parsing of a recorded program (tools/gpu/verify/replay.py) without a GPU: scalars packed
 as Triton's launcher packs them, every buffer address checked against its arena (a recorded
 offset never reaches past it), memsets and launch parameters resolved per call binding, and a
 parameter layout the kernel does not take refused. The replay itself on a GPU is
@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from harnesslab.tools.gpu import replay
+from harnesslab.tools.gpu.verify import replay
 
 
 def test_scalars_are_packed_as_tritons_launcher_packs_them() -> None:

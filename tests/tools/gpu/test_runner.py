@@ -193,10 +193,11 @@ def test_runner_module_runs_alone_without_harnesslab(tmp_path):
     siblings timing.py, scores.py and correctness.py by plain name there) must start in an
     isolated interpreter with no site-packages (-I -S), where any import of harnesslab would
     fail."""
-    from harnesslab.tools.execution.launcher import RUNNER_FILES, runner_source
+    from harnesslab.tools.execution.staging import RUNNER_FILES, runner_source
+    from harnesslab.tools.gpu import staged_name
 
-    for name in RUNNER_FILES:
-        (tmp_path / name).write_bytes(runner_source(name))
+    for name in RUNNER_FILES:  # flat, as on the GPU host
+        (tmp_path / staged_name(name)).write_bytes(runner_source(name))
     copy = tmp_path / "runner.py"
     out = subprocess.run(
         [sys.executable, "-I", "-S", str(copy)], capture_output=True, text=True, timeout=60

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harnesslab.tools.gpu import sandbox, sandbox_mounts
-from harnesslab.tools.gpu import sandbox_policy as sp
+from harnesslab.tools.gpu.isolation import sandbox, sandbox_mounts
+from harnesslab.tools.gpu.isolation import sandbox_policy as sp
 
 LOOK = """
 import json, os

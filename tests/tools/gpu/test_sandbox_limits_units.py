@@ -1,4 +1,4 @@
-"""The sandbox's limits and leftovers (tools/gpu/sandbox_limits.py) rule by rule, without a
+"""The sandbox's limits and leftovers (tools/gpu/isolation/sandbox_limits.py) rule by rule, without a
 sandbox: cgroup names and who owns them, the cgroup files read and written (plain folders stand
 in for the cgroup mounts), the rlimits planned, the signal a limit kills with, scratch folders
 and their sweep. The sandbox itself enforcing them is tests/tools/integrity/test_sandbox_limits.py.
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harnesslab.tools.gpu import sandbox_limits as sl
+from harnesslab.tools.gpu.isolation import sandbox_limits as sl
 
 # -- reading cgroup and /proc files ------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The sandbox's policy as it travels (gpu/sandbox_policy.py): a policy frame the sandbox reads
+"""The sandbox's policy as it travels (gpu/isolation/sandbox_policy.py): a policy frame the sandbox reads
 back exactly, a parser that refuses an unknown key or a value of the wrong type (an old sandbox
 never ignores a rule), and the reports on a sandboxed command's stdout, of which only the one
 carrying this launch's token counts as the sandbox's own. Pure functions; nothing is started."""
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harnesslab.tools.gpu import sandbox_policy as sp
+from harnesslab.tools.gpu.isolation import sandbox_policy as sp
 
 
 # -- the policy and its frame --------------------------------------------------------------------

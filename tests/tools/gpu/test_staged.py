@@ -16,10 +16,12 @@ import pytest
 from harnesslab.tools import gpu, meta
 
 GPU = Path(gpu.__path__[0])
-FILES = sorted({*gpu.STAGED, *gpu.LAB, *gpu.TASK})
+FILES = sorted({*gpu.STAGED, *gpu.LAB, *gpu.TASK})  # paths under tools/gpu/
 STANDALONE = [GPU / name for name in FILES] + [Path(meta.__path__[0]) / "custom_worker.py"]
 ALLOWED = set(sys.stdlib_module_names) | {"torch", "triton", "numpy"}
 SIBLINGS = {Path(name).stem for name in FILES}
+# The folders of tools/gpu/ (packages for the host and mypy; the staged folder is flat).
+GROUPS = {p.parent.name for p in GPU.glob("*/__init__.py")}
 
 
 RULE = "TYPE_CHECKING or __package__"
@@ -31,12 +33,17 @@ def rule_blocks(tree: ast.AST, *tests: str) -> list[ast.If]:
 
 
 def sibling_names(body: list[ast.stmt], *, level: int) -> set[str]:
-    """The modules a branch of the rule imports: `from . import x`, `from .x import y` (level
-    1), or `import x`, `from x import y` (level 0)."""
+    """The modules a branch of the rule imports: relative ones (level 1: `from . import x`,
+    `from .x import y`, `from .. import x`, `from ..folder import x`, `from ..x import y`: the
+    source tree's folders), or `import x`, `from x import y` (level 0: the flat staged folder)."""
     names = set()
     for node in body:
-        if isinstance(node, ast.ImportFrom) and node.level == level:
-            names |= {node.module} if node.module else {alias.name for alias in node.names}
+        if isinstance(node, ast.ImportFrom) and min(node.level, 1) == level:
+            module = (node.module or "").split(".")[-1]
+            if module and module not in GROUPS:
+                names.add(module)
+            else:
+                names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.Import) and level == 0:
             names |= {alias.name for alias in node.names}
     return names
@@ -47,7 +54,7 @@ def imported_roots(path: Path) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text())
     allowed = {  # the rule's package branch, or a type-only import: a sibling, relative
         id(node) for block in rule_blocks(tree, RULE, "TYPE_CHECKING") for node in block.body
-        if isinstance(node, ast.ImportFrom) and node.level == 1
+        if isinstance(node, ast.ImportFrom) and node.level >= 1
         and sibling_names([node], level=1) <= SIBLINGS
     }  # fmt: skip
     for node in ast.walk(tree):
@@ -62,7 +69,16 @@ def imported_roots(path: Path) -> list[tuple[int, str]]:
 
 def test_every_staged_file_is_in_the_gpu_package():
     assert all((GPU / name).is_file() for name in FILES)
-    assert {p.name for p in GPU.glob("*.py")} - set(FILES) == {"__init__.py"}
+    modules = {p.relative_to(GPU).as_posix() for p in GPU.rglob("*.py") if p.name != "__init__.py"}
+    assert modules == set(FILES)
+
+
+def test_every_staged_file_has_its_own_basename_since_the_staged_folder_is_flat():
+    """The source tree has folders; the GPU host gets one folder, each file by its basename."""
+    names = [gpu.staged_name(f) for f in FILES]
+    assert len(set(names)) == len(names), sorted(n for n in names if names.count(n) > 1)
+    assert all(gpu.staged_name(f) == Path(f).name for f in FILES)
+    assert GROUPS.isdisjoint(SIBLINGS)  # `from ..x import y`: a folder, or a sibling module
 
 
 @pytest.mark.parametrize("path", STANDALONE, ids=lambda p: p.name)
@@ -101,8 +117,9 @@ def module_level_siblings(path: Path) -> set[str]:
 def test_each_staged_list_holds_every_sibling_its_files_import_when_loaded(name: str):
     """The lab's tree broke when runner.py began to import step_trace and only STAGED had it."""
     files = set(getattr(gpu, name))
+    staged = {gpu.staged_name(f) for f in files}
     missing = sorted(
         f"{f} imports {s}" for f in files for s in module_level_siblings(GPU / f)
-        if f"{s}.py" not in files
+        if f"{s}.py" not in staged
     )  # fmt: skip
     assert not missing, f"add to gpu.{name}: {missing}"

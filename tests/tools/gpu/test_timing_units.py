@@ -368,6 +368,28 @@ def test_a_zero_median_has_no_rate_and_no_interval() -> None:
     assert rec["gbps"] is None and rec["median_ci_rel"] is None
 
 
+@pytest.mark.parametrize(
+    ("want", "cuda", "expected"),
+    [("auto", True, False), ("auto", False, True), (True, True, True), ("always", True, True),
+     ("never", False, False), (False, False, False), ("", False, False)],
+)  # fmt: skip
+def test_a_request_runs_on_the_interpreter_by_its_interpret_field_and_auto_asks_for_cuda(
+    want: object, cuda: bool, expected: bool
+) -> None:
+    """One rule for the runner's Env and the guarded verify's early start (guard.prespawn)."""
+    assert timing.wants_interpreter({"interpret": want}, lambda: cuda) is expected
+
+
+def test_without_an_interpret_field_the_runners_variable_decides_else_auto(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HARNESSLAB_RUNNER_INTERPRET", "never")
+    assert timing.wants_interpreter({}, lambda: False) is False
+    monkeypatch.delenv("HARNESSLAB_RUNNER_INTERPRET")
+    assert timing.wants_interpreter({}, lambda: False) is True
+    assert timing.wants_interpreter({}, lambda: True) is False
+
+
 # -- the batched GPU regimes, the device stood in for ----------------------------------------------
 class FakeCuda:
     """Stands for torch.cuda: a device clock that each enqueued call advances by `call_us` (a

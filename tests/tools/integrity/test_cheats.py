@@ -74,7 +74,7 @@ def expectation(path: Path) -> dict[str, str]:
 def observed_codes() -> set[str]:
     """The codes a candidate's own process may report (guard.CHILD_CODES), read from the staged
     source (guard.py imports its siblings by path, not as harnesslab modules)."""
-    src = (gpu.FOLDER / "guard.py").read_text()
+    src = (gpu.FOLDER / "verify" / "guard.py").read_text()
     block = src[src.index("CHILD_CODES = {") : src.index("}", src.index("CHILD_CODES = {"))]
     return set(re.findall(r'"([a-z_]+)": "', block))
 
@@ -399,7 +399,8 @@ def test_every_code_the_guard_can_give_is_documented() -> None:
     static = {*scan.FORBIDDEN_MODULES.values(), *scan.FORBIDDEN_PREFIXES.values()}
     static |= {"reads_outside_workspace", "env_probe", "mode_sniffing", "forbidden_call"}
     guard_sources = "".join(
-        (gpu.FOLDER / n).read_text() for n in ("guard.py", "guard_gpu.py", "guard_child.py")
+        (gpu.FOLDER / "verify" / n).read_text()
+        for n in ("guard.py", "guard_gpu.py", "guard_child.py")
     )
     runtime = set(re.findall(r'\[\s*"([a-z_]+)",', guard_sources))
     runtime |= set(re.findall(r'KidFailed\(\s*"([a-z_]+)"', guard_sources))

@@ -1,5 +1,5 @@
 """The guarded verify times its cases in one window after every case passed its checks
-(tools/gpu/guard.py `time_cases`). A rejected verify therefore has cases that passed their
+(tools/gpu/verify/guard.py `time_cases`). A rejected verify therefore has cases that passed their
 checks with no timing: that is a rejection, not a runner failure; a verify that rejected
 nothing must have timing for every case."""
 

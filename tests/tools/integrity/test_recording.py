@@ -8,16 +8,11 @@ from __future__ import annotations
 
 import base64
 import struct
-import sys
 from typing import Any
 
 import pytest
 
-from harnesslab.tools import gpu  # the staged files import each other by plain name
-
-sys.path.insert(0, gpu.__path__[0])
-import guard_schema  # noqa: E402
-import replay  # noqa: E402
+from harnesslab.tools.gpu.verify import guard_schema, replay
 
 
 def recording(**over: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ signal a process outside its run (this test's own). It computes the right answer
 attempt failed, so a passing result is the proof; the test also looks for what an attempt that
 worked would have left (a file, a connection, a process). Run through the dev eval, a sweep, the
 numerical probe and the guarded verify (tests/tools/meta/test_genserver.py runs the same attacks as a
-generated server's custom tool). The sandbox itself is tools/gpu/sandbox.py.
+generated server's custom tool). The sandbox itself is tools/gpu/isolation/sandbox.py.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from harnesslab.tools.evaluation.probe import numerical_probe
 from harnesslab.tools.evaluation.sweep import sweep
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.execution.runner_policy import PROFILER_ENV_PREFIXES
-from harnesslab.tools.gpu import sandbox
+from harnesslab.tools.gpu.isolation import sandbox
 from harnesslab.tools.integrity.verify import guarded_verify, judge
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import Workspace, init_workspace

@@ -1,4 +1,4 @@
-"""The sandbox itself (tools/gpu/sandbox.py, started as the toolkit starts it: sandbox_policy's
+"""The sandbox itself (tools/gpu/isolation/sandbox.py, started as the toolkit starts it: sandbox_policy's
 command()): its limits and what decides that one was hit, its seccomp filter, what a target can
 learn of its caller, what it leaves behind, and a policy it does not know.
 
@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from harnesslab.tools.gpu import sandbox
-from harnesslab.tools.gpu import sandbox_limits as sl
-from harnesslab.tools.gpu import sandbox_policy as sp
-from harnesslab.tools.gpu.guard_kid import Kid, KidFailed
+from harnesslab.tools.gpu import copy_flat
+from harnesslab.tools.gpu.isolation import sandbox
+from harnesslab.tools.gpu.isolation import sandbox_limits as sl
+from harnesslab.tools.gpu.isolation import sandbox_policy as sp
+from harnesslab.tools.gpu.verify import guard_kid
+from harnesslab.tools.gpu.verify.guard_kid import Kid, KidFailed
 
 PROBE = sandbox.probe()
 pytestmark = pytest.mark.skipif(
@@ -120,9 +122,13 @@ def test_a_cpu_spin_ends_at_the_cpu_limit(tmp_path: Path) -> None:
     assert end is not None and end["limits_hit"] == ["cpu"], (end, proc.stderr)
 
 
-def test_a_sandbox_that_cannot_set_up_says_why_and_runs_nothing(tmp_path: Path) -> None:
+def test_a_sandbox_that_cannot_set_up_says_why_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A start failure used to leave the guard with "the sandbox did not start" and no cause,
     charged to the candidate (`candidate_crashed`) though none of its code had run."""
+    # The Kid starts its sandbox.py from the flat staged folder, as on the GPU host.
+    monkeypatch.setattr(guard_kid, "HERE", str(copy_flat(tmp_path / "stage" / "harness")))
     blocked, marker = tmp_path / "a-file", tmp_path / "ran"
     blocked.write_text("")
     proc, start, _ = run(f"open({str(marker)!r}, 'w')", tmp_path, scratch_root=str(blocked))
@@ -172,7 +178,7 @@ def test_clone_with_a_new_namespace_is_refused_and_clone3_is_unknown(tmp_path: P
 
 
 def test_the_filter_refuses_what_dockers_default_profile_refuses() -> None:
-    from harnesslab.tools.gpu import sandbox_confine as sc
+    from harnesslab.tools.gpu.isolation import sandbox_confine as sc
 
     for arch in sc.ARCHES.values():
         deny = set(arch["deny"])
@@ -236,7 +242,7 @@ def test_a_sweep_between_a_scratch_locks_creation_and_its_flock_does_not_break_i
 
     def another_sandbox_sweeps_first(fd: int, op: int) -> None:
         if op == sl.fcntl.LOCK_EX and not sweeps:  # the creator's blocking lock, once
-            code = "import sys; from harnesslab.tools.gpu import sandbox_limits as sl; sl.sweep(sys.argv[1])"
+            code = "import sys; from harnesslab.tools.gpu.isolation import sandbox_limits as sl; sl.sweep(sys.argv[1])"
             sweeps.append(subprocess.run([sys.executable, "-c", code, str(root)], check=True))
         flock(fd, op)
 

@@ -1,4 +1,4 @@
-"""The guarded verify of a step task (tools/integrity/step_verify.py, tools/gpu/step_guard.py)
+"""The guarded verify of a step task (tools/integrity/step_verify.py, tools/gpu/verify/step_guard.py)
 against the step corpus (tools/integrity/cheats/step/: caching logits across steps, skipping
 layers on short contexts, reading the KV cache past its length, stale positions, returning the
 previous step's logits, a KV cache the step never writes), each with an honest twin in step/honest/ that must pass. Every file's

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from harnesslab.tools.evaluation import EvalResult
-from harnesslab.tools.gpu import guard
+from harnesslab.tools.gpu.verify import guard
 from harnesslab.tools.integrity import reasons, scan
 from harnesslab.tools.integrity.verdict import Verdict
 from harnesslab.tools.integrity.verdict_view import public_reasons
 
-TOOLS = Path(guard.__file__).resolve().parents[1]
+TOOLS = Path(guard.__file__).resolve().parents[2]  # tools/gpu/verify/guard.py
 
 
 def bare() -> Verdict:
@@ -66,27 +66,27 @@ def test_the_certifies_field_describes_every_claim() -> None:
 # Codes the guarded verify gives outside the tables imported below, by the module that gives
 # them (each still named there: test_every_listed_code_is_still_given).
 GIVEN: dict[str, set[str]] = {
-    "gpu/guard.py": {
+    "gpu/verify/guard.py": {
         "import_failed", "candidate_error", "not_plain_tensor", "output_aliases_input",
         "output_reused", "no_triton_launch", "precision", "wrong_output", "inputs_modified",
     },
-    "gpu/guard_kid.py": {
+    "gpu/verify/guard_kid.py": {
         "harness_tampered", "candidate_crashed", "sandbox_failed", "timeout", "resource_limit",
         "sandbox_unavailable",
     },
-    "gpu/guard_child.py": {
+    "gpu/verify/guard_child.py": {
         "torch_compute", "foreign_kernel", "side_stream", "host_compute", "background_thread",
         "monkey_patch", "introspection", "dynamic_code", "subprocess", "exfiltration",
         "harness_access",
     },
-    "gpu/guard_schema.py": {"unreplayable", "forged_recording"},
+    "gpu/verify/guard_schema.py": {"unreplayable", "forged_recording"},
     "integrity/verify.py": {
         "runner_failed", "forged_result", "wrong_output_timed", "implausible_speed",
         "timing_mismatch", "null_control",
     },
     "integrity/scan.py": {"reads_outside_workspace", "env_probe", "mode_sniffing"},
     "integrity/scan_cuda.py": {"cuda_include", "cuda_timer", "device_state", "cuda_host_code"},
-    "gpu/step_guard.py": {"wrong_shape", "wrong_output", "lengths_modified", "wrong_kv_cache",
+    "gpu/verify/step_guard.py": {"wrong_shape", "wrong_output", "lengths_modified", "wrong_kv_cache",
                           "candidate_error", "import_failed"},
 }  # fmt: skip
 

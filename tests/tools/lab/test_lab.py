@@ -4,11 +4,14 @@ end to end on the Triton interpreter."""
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from typing import Any
 import pytest
 
 from harnesslab.servers.cli import main as cli_main
+from harnesslab.tools import gpu
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.lab.claims import claims_ledger
 from harnesslab.tools.lab.matrix import LabOptions, lab_argv, load_results, stage_lab
@@ -25,9 +29,11 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def _load_lab_gpu() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "_test_lab_gpu", REPO / "tools" / "gpu" / "lab.py"
-    )
+    """lab.py from a flat copy of the lab's files, as `harnesslab lab` stages them (it loads
+    runner.py and its other siblings from beside itself)."""
+    folder = gpu.copy_flat(Path(tempfile.mkdtemp(prefix="hl_test_lab_")), gpu.LAB)
+    atexit.register(shutil.rmtree, folder, True)
+    spec = importlib.util.spec_from_file_location("_test_lab_gpu", folder / "lab.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

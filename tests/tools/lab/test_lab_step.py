@@ -1,4 +1,4 @@
-"""The lab's decode row (issue 32): a step task's strategies over its traces (tools/gpu/lab_step.py),
+"""The lab's decode row (issue 32): a step task's strategies over its traces (tools/gpu/kernel_lab/lab_step.py),
 its rows in the report and the claims ledger (no bandwidth, no TFLOP/s, no ncu)."""
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def test_claim_rows_are_repeated_and_a_repeat_that_fails_fails_the_row(monkeypat
     `repeats` times on the claim trace; a solution right the first time and wrong after fails."""
     import torch
 
-    from harnesslab.tools.gpu import lab_step, runner
+    from harnesslab.tools.gpu import runner
+    from harnesslab.tools.gpu.kernel_lab import lab_step
 
     eager = runner.load_module(REPO / "tasks" / "decode_step" / "workspace" / "kernel.py",
                                "_test_lab_step_eager").step  # fmt: skip

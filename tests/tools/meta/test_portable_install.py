@@ -2,7 +2,7 @@
 environment modules on a cluster) qualifies a generated server, evaluates and verifies: every
 child it starts with `python -I` (the server, its sandboxed self-test and custom tools worker,
 pytest of its tests, the sandboxed runner, the guarded verify's parent and children) gets the
-toolkit's import roots explicitly (tools/gpu/sandbox_policy.py BOOT). On an H100 the
+toolkit's import roots explicitly (tools/gpu/isolation/sandbox_policy.py BOOT). On an H100 the
 same server failed every qualification with "startup: ExceptionGroup" and "own_tests: pytest
 exited 2" (issue 28, item 7)."""
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import harnesslab.tools
-from harnesslab.tools.gpu import sandbox
-from harnesslab.tools.gpu.sandbox_policy import import_roots
+from harnesslab.tools.gpu.isolation import sandbox
+from harnesslab.tools.gpu.isolation.sandbox_policy import import_roots
 from harnesslab.tools.meta.qualification import environment_check
 from harnesslab.tools.meta.qualify_checks import Check
 

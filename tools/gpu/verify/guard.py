@@ -42,14 +42,17 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import numerics, phase_lock, sandbox_limits
-    from . import sandbox_policy as sp
+    from .. import numerics, timing
+    from ..isolation import sandbox_limits
+    from ..isolation import sandbox_policy as sp
+    from . import phase_lock
     from .guard_kid import Kid, KidFailed, close_all, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
     import numerics
     import phase_lock
     import sandbox_limits
     import sandbox_policy as sp
+    import timing
     from guard_kid import Kid, KidFailed, close_all, stage_root
 
 T = TypeVar("T")
@@ -231,8 +234,7 @@ def prespawn(req: dict[str, Any]) -> None:
     their Python start and torch import (guard_child imports it before it reads its cfg) then
     overlap this process's. Nothing of the candidate runs before run() sends "load"; a
     process started for the wrong mode is closed unused (candidate_kid)."""
-    want = req.get("interpret", os.environ.get("HARNESSLAB_RUNNER_INTERPRET", "auto"))
-    if not (want in ("never", False, "") or (want == "auto" and gpu_present())):
+    if timing.wants_interpreter(req, gpu_present):  # the runner's rule, without torch
         return
     _harden()  # before any child exists
     for role, folder in roles(req):

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import wire
-    from .cudadrv import CudaError, Driver, aligned_buffer
+    from .. import wire
+    from ..cudadrv import CudaError, Driver, aligned_buffer
 else:
     import wire
     from cudadrv import CudaError, Driver, aligned_buffer

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import wire
+    from .. import wire
     from .guard_child import child_main, exception_kind, serve_ops
 else:
     import wire

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import guard_record, modelnew, wire
+    from .. import modelnew, wire
+    from . import guard_record
 else:
     import guard_record
     import modelnew

@@ -21,8 +21,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import sandbox_policy as sp
-    from . import wire
+    from .. import wire
+    from ..isolation import sandbox_policy as sp
 else:  # imported by guard.py, from the staged folder on sys.path
     import sandbox_policy as sp
     import wire

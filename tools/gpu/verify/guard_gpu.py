@@ -30,8 +30,9 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import guard, guard_kid, scores
-    from .cudadrv import Driver
+    from .. import scores
+    from ..cudadrv import Driver
+    from . import guard, guard_kid
     from .guard_schema import Bad, validate
 else:  # imported by guard.py, from the staged folder on sys.path (guard is loaded first)
     import guard

@@ -1,4 +1,4 @@
-"""Kernel lab, GPU side, for a step task (issue 32): the decode row of tools/gpu/lab.py.
+"""Kernel lab, GPU side, for a step task (issue 32): the decode row of tools/gpu/kernel_lab/lab.py.
 
 lab.py hands a task of kind "step" here (its run_task, then its own summary and report rows).
 Strategies: torch_eager (the workspace's eager step, the task's baseline), torch_compile (that
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import step_trace
+    from .. import step_trace
 else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)

@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from . import guard, phase_lock, sandbox_limits, step_trace
-    from . import sandbox_policy as sp
+    from .. import step_trace
+    from ..isolation import sandbox_limits
+    from ..isolation import sandbox_policy as sp
+    from . import guard, phase_lock
     from .guard_kid import Kid, KidFailed, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
     import guard

@@ -1,0 +1,14 @@
+"""The guarded verify: how a final score is judged (staged flat with the rest of tools/gpu).
+
+Trusted side: guard.py (the parent: the judged candidate's cases, variants and timing, on the
+CPU path too), guard_kid.py (a sandboxed child process and its socket), guard_gpu.py (the GPU
+path: record in the candidate's process, replay in a clean one, check, time), guard_schema.py
+(a recording is hostile input: its check), replay.py (the replayer's process), phase_lock.py
+(the GPU lock held phase by phase). Untrusted side: guard_child.py (the candidate's process,
+with guard_record.py recording its launches). A step task's guarded verify: step_guard.py (the
+parent) and step_child.py (the candidate's process).
+
+The runner (../runner.py) hands a "verify" request to guard.verify and a "step_verify" one to
+step_guard.verify; these modules import each other and the shared pieces one folder up by the
+sibling import rule (runner.py's docstring).
+"""
