@@ -16,8 +16,8 @@ from harnesslab.tools.gpu.scores import (
     order_stats,
     sample_batches_until_stable,
     sample_until_stable,
-    stable,
     score_of,
+    stable,
 )
 
 NONE = {"median_us": None, "p10_us": None, "p90_us": None, "spread": None}
