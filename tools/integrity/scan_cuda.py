@@ -49,6 +49,8 @@ ATTRIBUTE_CALL = re.compile(r"\b(__align__|alignas|__attribute__|__launch_bounds
 CHAR_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)+'")
 SCOPE_NAMESPACE = re.compile(r'^\s*(?:inline\s+)?(?:namespace\b[\w\s:]*|extern\s*"\s*"\s*)$')
 SCOPE_CLASS = re.compile(r"\b(?:struct|class|union)\b[^()]*$")
+PARAMETER = re.compile(r"(?:[A-Za-z_][\w:]*(?:\s*<[^()]*>)?|[*&\s]|\[[^\]]*\])+")
+TYPE_NAMES = set(cuda_source.SCALAR_TYPES) | cuda_source.TYPE_WORDS | {"void", "const", "auto"}
 OPERATOR_NAME = re.compile(r"\boperator\b\s*(?:\(\s*\)|[^\w\s(]+|\w+)")  # `operator[]`: one name
 
 Finding = tuple[str, int, str]  # (code, line, detail)
@@ -158,10 +160,37 @@ def _statement(stmt: str, offset: int, in_block: bool, end: str, src: str, out: 
         return
     if "__device__" not in words or "__constant__" in words:
         return
-    first = re.search(r"[(;=\[{]", _declarator(stmt) + end)
-    if first is not None and first.group(0) != "(":
+    head = _declarator(stmt) + end
+    first = re.search(r"[(;=\[{]", head)
+    if first is None:
+        return
+    if first.group(0) != "(" or (end == ";" and not _is_parameter_list(head, first.start())):
         out.append(("device_state", line,
                     "a __device__ variable outlives the launch (tables go in __constant__)"))  # fmt: skip
+
+
+def _is_parameter_list(head: str, start: int) -> bool:
+    """Whether the parentheses at `head[start]` hold a parameter list (a function declaration)
+    rather than an initialiser (`int counter(0);`, `int (*fp)(int);`): each parameter, its
+    default argument dropped, is types and names only, with a type word or two names (a single
+    unknown name, `c(N)`, is read as a value: name the parameter, `f(T x)`, to declare one)."""
+    depth, end = 0, len(head)
+    for j in range(start, len(head)):
+        depth += {"(": 1, ")": -1}.get(head[j], 0)
+        if depth == 0:
+            end = j
+            break
+    inner = head[start + 1 : end].strip()
+    if inner in ("", "void"):
+        return True
+    for part in cuda_source.split_top(inner):
+        decl = part.split("=", 1)[0].strip()
+        names = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"<.*>", "", decl)))
+        if decl == "...":
+            continue
+        if PARAMETER.fullmatch(decl) is None or not (names & TYPE_NAMES or len(names) >= 2):
+            return False
+    return True
 
 
 def _declarator(stmt: str) -> str:

@@ -130,3 +130,28 @@ def test_attribute_arguments_are_dropped_whole_whatever_they_hold() -> None:
     assert found("__device__ __align__(sizeof(float4)) float buf[4];\n") == [("device_state", 1)]
     assert found("__device__ __attribute__((optimize(3))) float f(float x) { return x; }\n") == []
     assert found("__device__ int last __attribute__((unused))=int(0);\n") == [("device_state", 1)]
+
+
+def test_a_device_variable_with_a_parenthesised_initialiser_is_refused() -> None:
+    """Rule: `__device__ int counter(0);` is a variable (an expression in the parentheses), not
+    a function declaration; so is a function pointer `(*fp)(int)` and an initialiser naming a
+    value (`(N)`, `(a + 1)`): each one outlives the launch."""
+    for src in ("__device__ int counter(0);\n", "__device__ int (*fp)(int);\n",
+                "__device__ unsigned long long c(N);\n", "__device__ int c(-1), d;\n",
+                "__device__ float v(float(2) + x);\n", "__device__ int c(0), e(1);\n"):  # fmt: skip
+        assert found(src) == [("device_state", 1)], src
+
+
+def test_a_device_function_declaration_is_no_variable() -> None:
+    """Rule: a prototype is a function whatever its parameter list: empty, `void`, types
+    alone, named parameters, pointers, references, arrays, qualified and template types,
+    default arguments, variadic."""
+    src = (
+        "__device__ float f(float);\n__device__ void g();\n__device__ int h(void);\n"
+        "__device__ float dot(const float* __restrict__ a, const float& b, int n = 4);\n"
+        "__device__ void k(unsigned int, long long x[4], int8_t, __half);\n"
+        "__device__ void t(Tile<float, 4> tile, ns::Vec v, int m = (1 + 2));\n"
+        "__device__ int printlike(const char* fmt, ...);\n"
+        "__device__ float f(float x) { return x; }\n"
+    )
+    assert found(src) == []

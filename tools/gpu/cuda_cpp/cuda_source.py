@@ -128,7 +128,7 @@ def _balanced(text: str, start: int, open_: str, close: str) -> int:
     raise ValueError("unbalanced brackets")
 
 
-def _split_top(text: str) -> list[str]:
+def split_top(text: str) -> list[str]:
     parts: list[str] = []
     cur: list[str] = []
     depth = 0
@@ -179,7 +179,7 @@ def kernels(src: str) -> list[KernelDecl]:
             continue
         open_at = text.index("(", j)
         close_at = _balanced(text, open_at, "(", ")")
-        params = _split_top(text[open_at + 1 : close_at - 1])
+        params = split_top(text[open_at + 1 : close_at - 1])
         if params in (["void"], [""]):
             params = []
         start = max(text.rfind(";", 0, m.start()), text.rfind("}", 0, m.start()),
@@ -190,7 +190,7 @@ def kernels(src: str) -> list[KernelDecl]:
         if tm2:
             lt = head.index("<", tm2.start())
             inner = head[lt + 1 : _balanced(head, lt, "<", ">") - 1]
-            for p in _split_top(inner):
+            for p in split_top(inner):
                 decl, _, default = p.partition("=")
                 words = re.findall(r"[A-Za-z_]\w*", decl)
                 if words:
@@ -232,7 +232,7 @@ def signature(
     subs: dict[str, str] = {**_typedefs(src)}
     subs.update({k: str(v) for k, v in (defines or {}).items() if isinstance(v, str)})
     if "<" in expression:
-        args = _split_top(expression[expression.index("<") + 1 : expression.rindex(">")])
+        args = split_top(expression[expression.index("<") + 1 : expression.rindex(">")])
         for i, (pname, default) in enumerate(decl.template):
             value = args[i] if i < len(args) else default
             if value:
