@@ -23,7 +23,9 @@ intrinsics). What only a gamed kernel needs is refused, each with file:line:
   `printf` (allowed in eval for debugging, refused here), runtime API calls (`cudaMalloc`,
   ...), and `<<<...>>>` launches from device code.
 
-Macros can hide a name from a text scan; the PTX check of what NVRTC actually built
+The text is read as the preprocessor's phase 2 leaves it: a backslash-newline joins two lines
+(`clo\\` + `ck64()` is a timer), and findings name the line in the file. Macros can hide a
+name from a text scan; the PTX check of what NVRTC actually built
 (tools/gpu/cuda_cpp/nvrtc.ptx_findings: timers, device globals, external calls) cannot be hidden from,
 and the launcher runs it at every load.
 """
@@ -31,7 +33,7 @@ and the launcher runs it at every load.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..gpu.cuda_cpp import cuda_source
 from ..gpu.cuda_cpp.nvrtc import SPECIAL_REGISTERS
@@ -46,6 +48,7 @@ HEAP_WORD = re.compile(r"\b(new|delete)\b")
 HOST_CALL = re.compile(r"\b(printf|fprintf|puts|cuda[A-Z]\w*|cu[A-Z][a-z]\w*)\s*\(")
 FILE_PROBE = re.compile(r"\b(__has_include|__has_include_next)\b|^[ \t]*#[ \t]*(include_next|import|embed)\b", re.M)  # fmt: skip
 ATTRIBUTE_CALL = re.compile(r"\b(__align__|alignas|__attribute__|__launch_bounds__|__declspec)\s*\(")  # fmt: skip
+SPLICE = re.compile(r"\\[ \t]*\r?\n")
 CHAR_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)+'")
 SCOPE_NAMESPACE = re.compile(r'^\s*(?:inline\s+)?(?:namespace\b[\w\s:]*|extern\s*"\s*"\s*)$')
 SCOPE_CLASS = re.compile(r"\b(?:struct|class|union)\b[^()]*$")
@@ -59,15 +62,21 @@ Finding = tuple[str, int, str]  # (code, line, detail)
 def scan_cuda(rel: str, data: bytes, own_files: Iterable[str] = ()) -> list[Finding]:
     """(code, line, detail) for each rule `rel` breaks. `own_files`: the candidate's files
     (a quoted include must name one of them)."""
-    src = data.decode("utf-8", errors="replace")
+    text = data.decode("utf-8", errors="replace")
+    src, where = _splice(text)  # read as the preprocessor reads it; `where` maps back to `text`
     code = cuda_source.strip_comments(src, strings=True)  # no comment or literal text
     own = {f.rsplit("/", 1)[-1] for f in own_files}
     out: list[Finding] = []
 
-    def add(c: str, offset: int, detail: str) -> None:
-        out.append((c, cuda_source.line_of(src, offset), detail))
+    def line_of(offset: int) -> int:  # the line in the file where src[offset] stands
+        return cuda_source.line_of(text, where[offset])
 
-    for line, target, kind in cuda_source.includes(src):
+    def add(c: str, offset: int, detail: str) -> None:
+        out.append((c, line_of(offset), detail))
+
+    line_starts = [0] + [m.end() for m in re.finditer("\n", src)]
+    for spliced_line, target, kind in cuda_source.includes(src):
+        line = line_of(line_starts[spliced_line - 1])
         if kind == "computed":
             out.append(("cuda_include", line, f"#include {target}: a computed include"))
         elif kind == "quote" and (target not in own or not target.endswith(".cuh")):
@@ -97,8 +106,24 @@ def scan_cuda(rel: str, data: bytes, own_files: Iterable[str] = ()) -> list[Find
         add("cuda_host_code", m.start(), f"calls {name}(): {what}; a .cu holds device code only")
     for m in re.finditer(r"<<<", code):
         add("cuda_host_code", m.start(), "<<<...>>>: a launch from device code")
-    out += _declarations(src, code)
+    out += _declarations(code, line_of)
     return list(dict.fromkeys(out))  # one finding per code, line and detail
+
+
+def _splice(text: str) -> tuple[str, list[int]]:
+    """`text` with every backslash-newline removed (translation phase 2: `clo\\` + newline +
+    `ck64()` is `clock64()`; GCC also joins across spaces before the newline, so this does), and
+    for each character of the result its offset in `text`."""
+    parts: list[str] = []
+    where: list[int] = []
+    at = 0
+    for m in SPLICE.finditer(text):
+        parts.append(text[at : m.start()])
+        where += range(at, m.start())
+        at = m.end()
+    parts.append(text[at:])
+    where += range(at, len(text))
+    return "".join(parts), where
 
 
 def _string_text(src: str) -> tuple[str, list[int]]:
@@ -114,7 +139,7 @@ def _string_text(src: str) -> tuple[str, list[int]]:
     return "".join(text), starts
 
 
-def _declarations(src: str, code: str) -> list[Finding]:
+def _declarations(code: str, line_of: Callable[[int], int]) -> list[Finding]:
     """Scope-aware rules: `__device__` variables outside functions, `static` locals inside
     them, `__host__`-only functions."""
     out: list[Finding] = []
@@ -124,16 +149,14 @@ def _declarations(src: str, code: str) -> list[Finding]:
     while i < len(code):
         ch = code[i]
         if ch == "#":  # a preprocessor line: not a statement
-            end = code.find("\n", i)
-            while end > 0 and code[end - 1] == "\\":
-                end = code.find("\n", end + 1)
+            end = code.find("\n", i)  # continuation lines are spliced already
             i = len(code) if end < 0 else end
             stmt_start = i
             continue
         if ch in "{;}":
             stmt = code[stmt_start:i]
             in_block = "block" in scopes
-            _statement(stmt, stmt_start, in_block, ch, src, out)
+            _statement(stmt, stmt_start, in_block, ch, line_of, out)
             if ch == "{":
                 head = _declarator(stmt).strip()
                 if SCOPE_NAMESPACE.match(head):
@@ -149,9 +172,12 @@ def _declarations(src: str, code: str) -> list[Finding]:
     return out
 
 
-def _statement(stmt: str, offset: int, in_block: bool, end: str, src: str, out: list[Finding]):
+def _statement(
+    stmt: str, offset: int, in_block: bool, end: str, line_of: Callable[[int], int],
+    out: list[Finding],
+) -> None:  # fmt: skip
     words = set(re.findall(r"[A-Za-z_]\w*", stmt))
-    line = cuda_source.line_of(src, offset + len(stmt) - len(stmt.lstrip()))
+    line = line_of(offset + len(stmt) - len(stmt.lstrip()))
     if "__host__" in words and "__device__" not in words:
         out.append(("cuda_host_code", line, "a __host__ function: a .cu holds device code only"))
     if in_block:

@@ -175,3 +175,31 @@ def test_a_timer_register_is_found_on_its_line_after_a_quote_character_literal()
         ' asm("mov.u32 %0, %%smid;" : "=r"(*t)); }\n'
     )
     assert codes(src) == {("cuda_timer", 3)}
+
+
+@pytest.mark.parametrize(
+    ("src", "found"),
+    [
+        ("__device__ long long f() { return clo\\\nck64(); }\n", {("cuda_timer", 1)}),
+        ("__dev\\\nice__ int counter;\n", {("device_state", 1)}),
+        ('__device__ void f(unsigned* t) { asm("mov.u32 %0, %%s\\\nmid;" : "=r"(*t)); }\n',
+         {("cuda_timer", 1)}),
+        ("#incl\\\nude <cuda_runtime.h>\n", {("cuda_include", 1)}),
+        ("__device__ void f() { mal\\  \nloc(4); }\n", {("device_state", 1)}),
+        ("#define SUM(a, b) \\\n  ((a) + \\\n   (b))\n__device__ int x;\n", {("device_state", 4)}),
+        ("__device__ int f() {\\\n static int n; return n; }\n", {("device_state", 2)}),
+    ],
+)  # fmt: skip
+def test_a_backslash_newline_splice_hides_no_name_and_keeps_lines(src: str, found: set) -> None:
+    """Rule: lines joined by a backslash-newline are read joined, as the preprocessor reads
+    them (`clo\\` + `ck64()` is clock64(); a space before the newline, which GCC still joins,
+    too), and a finding reports the line its text starts on in the file."""
+    assert codes(src) == found
+
+
+def test_an_honest_macro_continued_over_lines_passes() -> None:
+    src = (
+        "#define ADD(a, b) \\\n  ((a) + \\\n   (b))\n"
+        "__device__ float f(float x) { return ADD(x, 1.f); }\n" + HONEST
+    )
+    assert codes(src) == set()
