@@ -24,7 +24,8 @@ intrinsics). What only a gamed kernel needs is refused, each with file:line:
   ...), and `<<<...>>>` launches from device code.
 
 The text is read as the preprocessor's phase 2 leaves it: a backslash-newline joins two lines
-(`clo\\` + `ck64()` is a timer), and findings name the line in the file. Macros can hide a
+(`clo\\` + `ck64()` is a timer), and findings name the line in the file; the scope rules skip
+`#if 0` branches (a brace there is never compiled). Macros can hide a
 name from a text scan; the PTX check of what NVRTC actually built
 (tools/gpu/cuda_cpp/nvrtc.ptx_findings: timers, device globals, external calls) cannot be hidden from,
 and the launcher runs it at every load.
@@ -49,6 +50,7 @@ HOST_CALL = re.compile(r"\b(printf|fprintf|puts|cuda[A-Z]\w*|cu[A-Z][a-z]\w*)\s*
 FILE_PROBE = re.compile(r"\b(__has_include|__has_include_next)\b|^[ \t]*#[ \t]*(include_next|import|embed)\b", re.M)  # fmt: skip
 ATTRIBUTE_CALL = re.compile(r"\b(__align__|alignas|__attribute__|__launch_bounds__|__declspec)\s*\(")  # fmt: skip
 SPLICE = re.compile(r"\\[ \t]*\r?\n")
+CONDITIONAL = re.compile(r"[ \t]*#[ \t]*(ifdef|ifndef|if|elif|else|endif)\b(.*)")
 CHAR_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)+'")
 SCOPE_NAMESPACE = re.compile(r'^\s*(?:inline\s+)?(?:namespace\b[\w\s:]*|extern\s*"\s*"\s*)$')
 SCOPE_CLASS = re.compile(r"\b(?:struct|class|union)\b[^()]*$")
@@ -106,7 +108,7 @@ def scan_cuda(rel: str, data: bytes, own_files: Iterable[str] = ()) -> list[Find
         add("cuda_host_code", m.start(), f"calls {name}(): {what}; a .cu holds device code only")
     for m in re.finditer(r"<<<", code):
         add("cuda_host_code", m.start(), "<<<...>>>: a launch from device code")
-    out += _declarations(code, line_of)
+    out += _declarations(_live(code), line_of)
     return list(dict.fromkeys(out))  # one finding per code, line and detail
 
 
@@ -137,6 +139,31 @@ def _string_text(src: str) -> tuple[str, list[int]]:
                 text.append(ch)
                 starts.append(m.start(1) + i)
     return "".join(text), starts
+
+
+def _live(code: str) -> str:
+    """`code` with the text of `#if 0` branches blanked (offsets and lines kept): it is never
+    compiled, and a brace there must not move the scope the declaration rules read. Other
+    conditionals are read whole (which branch is taken is not known here)."""
+    out: list[str] = []
+    stack: list[tuple[bool, bool]] = []  # per open conditional: (dead around it, `#if 0`)
+    dead = False
+    for line in code.splitlines(keepends=True):
+        m = CONDITIONAL.match(line)
+        if m is None:
+            out.append(re.sub(r"[^\n]", " ", line) if dead else line)
+            continue
+        out.append(line)
+        word, cond = m.group(1), m.group(2).strip()
+        if word.startswith("if"):
+            stack.append((dead, word == "if" and cond == "0"))
+            dead = dead or stack[-1][1]
+        elif stack and word == "endif":
+            dead = stack.pop()[0]
+        elif stack and stack[-1][1]:  # `#else`/`#elif` of an `#if 0`: live as far as known
+            dead = stack[-1][0]
+            stack[-1] = (dead, False)
+    return "".join(out)
 
 
 def _declarations(code: str, line_of: Callable[[int], int]) -> list[Finding]:

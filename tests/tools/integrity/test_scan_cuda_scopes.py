@@ -155,3 +155,22 @@ def test_a_device_function_declaration_is_no_variable() -> None:
         "__device__ float f(float x) { return x; }\n"
     )
     assert found(src) == []
+
+
+def test_a_brace_in_a_dead_if_0_branch_moves_no_scope() -> None:
+    """Rule: text in an `#if 0` branch is not compiled, so its braces open and close nothing:
+    a `{` there hides no later __device__ variable, a `}` there ends no function (nested
+    conditionals counted; the `#else` of an `#if 0` is live)."""
+    assert found("#if 0\n{\n#endif\n__device__ int counter;\n") == [("device_state", 4)]
+    src = "__device__ int f() {\n#if 0\n}\n#endif\n static int n; return n++; }\n"
+    assert found(src) == [("device_state", 5)]
+    src = "#if 0\n#if 1\n}\n#endif\n{\n#endif\n__device__ int c;\n"
+    assert found(src) == [("device_state", 7)]
+    assert found("#if 0\n{\n#else\n__device__ int c;\n#endif\n") == [("device_state", 4)]
+    assert found("#if 0\n#else\n{\n#endif\n__device__ int c;\n") == []  # the live `{` counts
+    assert found("#ifdef X\n#if 0\n{\n#endif\n#else\n#endif\n__device__ int c;\n") == [
+        ("device_state", 7)]  # fmt: skip
+
+
+def test_a_declaration_in_a_dead_if_0_branch_is_not_compiled() -> None:
+    assert found("#if 0\n__device__ int debug_counter;\n#endif\n#if 1\n#endif\n") == []
