@@ -1,0 +1,132 @@
+"""Each rule of a telemetry record and of its readers (tools/state/telemetry.py), one test per
+rule: what a record holds, when nothing is written, how segments are named, which lines and
+totals count, and how the per-tool summary adds them up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harnesslab.tools.state import telemetry as tm
+from harnesslab.tools.state.telemetry import Telemetry, read_records, read_totals, summarize
+
+REL = ".harnesslab/telemetry.jsonl"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / ".harnesslab").mkdir()
+    return tmp_path
+
+
+def test_a_record_holds_names_durations_and_codes_never_values(root: Path) -> None:
+    tel = Telemetry(root / REL, "srv", guard=root)
+    rec = tel.record("run", arg_names=["b", "a"], duration_s=0.0123456, status="crash",
+                     result_bytes=7, error="E" * 100)  # fmt: skip
+    assert rec is not None
+    assert {k: v for k, v in rec.items() if k != "time"} == {
+        "server": "srv", "tool": "run", "args": ["a", "b"], "duration_ms": 12.346,
+        "status": "crash", "result_bytes": 7, "error": "E" * 80,
+    }  # fmt: skip
+    assert [{k: v for k, v in r.items() if k != "time"} for r in read_records(root, REL)] == [
+        {k: v for k, v in rec.items() if k != "time"}]  # fmt: skip
+
+
+def test_a_record_names_its_server_and_gpu_work_only_when_told(root: Path) -> None:
+    tel = Telemetry(root / REL, "srv", guard=root)
+    rec = tel.record("t", arg_names=[], duration_s=0, status="ok", server="other", gpu=True)
+    assert rec is not None and rec["server"] == "other" and rec["gpu"] is True
+    plain = tel.record("t", arg_names=[], duration_s=0, status="ok")
+    assert plain is not None and "gpu" not in plain and "error" not in plain
+    assert plain["server"] == "srv" and plain["result_bytes"] == 0
+
+
+def test_nothing_is_written_for_a_deleted_workspace_or_through_a_refused_path(
+    root: Path, tmp_path: Path
+) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    tel = Telemetry(gone / "t.jsonl", "srv", guard=gone)
+    gone.rmdir()
+    assert tel.record("t", arg_names=[], duration_s=0, status="ok") is None
+    assert not gone.exists()  # never recreated
+    (root / ".harnesslab" / "real.jsonl").write_text("")
+    (root / REL).symlink_to(root / ".harnesslab" / "real.jsonl")
+    linked = Telemetry(root / REL, "srv", guard=root)
+    assert linked.record("t", arg_names=[], duration_s=0, status="ok") is None
+    assert (root / ".harnesslab" / "real.jsonl").read_text() == ""
+
+
+def test_segments_are_named_oldest_first_and_totals_beside_them() -> None:
+    assert tm.segment_names("d/tel.jsonl", 2) == ["d/tel.2.jsonl", "d/tel.1.jsonl", "d/tel.jsonl"]
+    assert tm.segment_names("d/tel.jsonl") == ["d/tel.2.jsonl", "d/tel.1.jsonl", "d/tel.jsonl"]
+    assert tm.totals_name("d/tel.jsonl") == "d/tel-totals.json"
+
+
+def test_only_whole_short_object_lines_count() -> None:
+    obj = b'{"tool":"a"}'
+    long = b'{"tool":"' + b"x" * (tm.LINE_MAX - 11) + b'"}'
+    assert len(long) == tm.LINE_MAX
+    data = obj + b"\n\n  \n[1]\n" + long + b"\n" + long[:-1] + b'x"}\n{"tool":'
+    assert [r["tool"][:1] for r in tm.parse_lines(data)] == ["a", "x"]
+    assert tm.parse_lines(obj + b"\n" + obj, skip_first=True) == [{"tool": "a"}]
+
+
+def test_a_segment_read_from_its_tail_skips_the_torn_first_line(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tm, "SEGMENT_BYTES", 16)  # a tail of 32 bytes
+    torn = 'X{"tool": "torn"}\n'  # its last 18 bytes parse: the tail must not read them
+    (root / REL).write_text(torn + '{"tool": "b"}\n')  # 33 bytes
+    assert [r["tool"] for r in read_records(root, REL)] == ["b"]
+    (root / REL).write_text('{"tool": "b"}\n{"tool": "cccc"}\n')  # 32 bytes: read whole
+    assert [r["tool"] for r in read_records(root, REL)] == ["b", "cccc"]
+
+
+def test_totals_keep_only_counts(root: Path) -> None:
+    path = root / ".harnesslab" / "telemetry-totals.json"
+    path.write_text(json.dumps({"calls": 5, "tools": {
+        "a": {"calls": 3, "status": {"ok": 2, "crash": True, "x": -1, "bad_input": 1}},
+        "b": {"calls": True}, "c": {"calls": 0, "status": ["ok"]}, "d": "x",
+    }}))  # fmt: skip
+    assert read_totals(root, REL) == {"calls": 5, "tools": {
+        "a": {"calls": 3, "status": {"ok": 2, "bad_input": 1}},
+        "c": {"calls": 0, "status": {}},
+    }}  # fmt: skip
+    path.write_text(json.dumps({"calls": True, "tools": {}}))
+    assert read_totals(root, REL) == {"calls": 0, "tools": {}}
+    path.write_text(json.dumps({"calls": 1, "tools": []}))
+    assert read_totals(root, REL) == {"calls": 0, "tools": {}}
+    path.write_text(json.dumps([1]))
+    assert read_totals(root, REL) == {"calls": 0, "tools": {}}
+
+
+def test_the_summary_counts_statuses_adds_totals_and_takes_the_upper_median() -> None:
+    recs = [{"tool": "a", "status": "ok", "duration_ms": d} for d in (4.0, 1.0, 3.0, 2.0)]
+    recs.append({"tool": "a", "status": "crash", "duration_ms": 9.0})
+    recs.append({"tool": "b"})
+    totals = {"calls": 7, "tools": {"a": {"calls": 6, "status": {"ok": 6}},
+                                    "z": {"calls": 1, "status": {"crash": 1}}}}  # fmt: skip
+    assert summarize(recs, totals=totals) == {
+        "a": {"calls": 11, "status": {"ok": 10, "crash": 1}, "median_ms": 3.0},
+        "b": {"calls": 1, "status": {"None": 1}, "median_ms": 0.0},
+        "z": {"calls": 1, "status": {"crash": 1}, "median_ms": None},
+    }
+    assert summarize(recs[:4])["a"]["median_ms"] == 3.0  # even count: the upper middle
+    assert list(summarize([{"tool": "b"}, {"tool": "a"}])) == ["a", "b"]
+
+
+def test_rotation_happens_past_the_limit_only(root: Path) -> None:
+    line = len(json.dumps({"tool": "t"}))  # any record is longer than this
+    tel = Telemetry(root / REL, "srv", guard=root, segment_bytes=10 * line)
+    tel.record("t", arg_names=[], duration_s=0, status="ok")
+    size = (root / REL).stat().st_size
+    exact = Telemetry(root / REL, "srv", guard=root, segment_bytes=2 * size)
+    exact.record("t", arg_names=[], duration_s=0, status="ok")  # at the limit: not past it
+    assert (root / REL).stat().st_size == 2 * size
+    assert not (root / ".harnesslab" / "telemetry.1.jsonl").exists()
+    exact.record("t", arg_names=[], duration_s=0, status="ok")
+    assert (root / ".harnesslab" / "telemetry.1.jsonl").stat().st_size == 3 * size
+    assert not (root / REL).exists()
