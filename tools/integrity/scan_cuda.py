@@ -55,7 +55,7 @@ CHAR_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)+'")
 SCOPE_NAMESPACE = re.compile(r'^\s*(?:inline\s+)?(?:namespace\b[\w\s:]*|extern\s*"\s*"\s*)$')
 SCOPE_CLASS = re.compile(r"\b(?:struct|class|union)\b[^()]*$")
 PARAMETER = re.compile(r"(?:[A-Za-z_][\w:]*(?:\s*<[^()]*>)?|[*&\s]|\[[^\]]*\])+")
-TYPE_NAMES = set(cuda_source.SCALAR_TYPES) | cuda_source.TYPE_WORDS | {"void", "const", "auto"}
+TYPE_NAMES = {*cuda_source.SCALAR_TYPES, "void"}  # `int`, `unsigned`, ...: one word of a type
 OPERATOR_NAME = re.compile(r"\boperator\b\s*(?:\(\s*\)|[^\w\s(]+|\w+)")  # `operator[]`: one name
 
 Finding = tuple[str, int, str]  # (code, line, detail)
@@ -146,7 +146,7 @@ def _live(code: str) -> str:
     compiled, and a brace there must not move the scope the declaration rules read. Other
     conditionals are read whole (which branch is taken is not known here)."""
     out: list[str] = []
-    stack: list[tuple[bool, bool]] = []  # per open conditional: (dead around it, `#if 0`)
+    stack: list[bool] = []  # per open conditional: whether the text around it is dead
     dead = False
     for line in code.splitlines(keepends=True):
         m = CONDITIONAL.match(line)
@@ -155,14 +155,13 @@ def _live(code: str) -> str:
             continue
         out.append(line)
         word, cond = m.group(1), m.group(2).strip()
-        if word.startswith("if"):
-            stack.append((dead, word == "if" and cond == "0"))
-            dead = dead or stack[-1][1]
+        if word.startswith("if"):  # `#ifdef 0` is no valid directive: only `#if 0` is dead
+            stack.append(dead)
+            dead = dead or cond == "0"
         elif stack and word == "endif":
-            dead = stack.pop()[0]
-        elif stack and stack[-1][1]:  # `#else`/`#elif` of an `#if 0`: live as far as known
-            dead = stack[-1][0]
-            stack[-1] = (dead, False)
+            dead = stack.pop()
+        elif stack:  # `#else`/`#elif`: live as far as known, unless the text around is dead
+            dead = stack[-1]
     return "".join(out)
 
 
@@ -233,17 +232,15 @@ def _is_parameter_list(head: str, start: int) -> bool:
         if depth == 0:
             end = j
             break
-    inner = head[start + 1 : end].strip()
-    if inner in ("", "void"):
-        return True
-    for part in cuda_source.split_top(inner):
-        decl = part.split("=", 1)[0].strip()
-        names = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"<.*>", "", decl)))
-        if decl == "...":
-            continue
-        if PARAMETER.fullmatch(decl) is None or not (names & TYPE_NAMES or len(names) >= 2):
-            return False
-    return True
+    parts = cuda_source.split_top(head[start + 1 : end])  # `()`: none
+    return all(_is_parameter(part.partition("=")[0].strip()) for part in parts)
+
+
+def _is_parameter(decl: str) -> bool:
+    names = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"<.*>", "", decl)))
+    return decl == "..." or (
+        PARAMETER.fullmatch(decl) is not None and (bool(names & TYPE_NAMES) or len(names) >= 2)
+    )
 
 
 def _declarator(stmt: str) -> str:

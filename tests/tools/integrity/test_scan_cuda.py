@@ -184,6 +184,8 @@ def test_a_timer_register_is_found_on_its_line_after_a_quote_character_literal()
         ("__dev\\\nice__ int counter;\n", {("device_state", 1)}),
         ('__device__ void f(unsigned* t) { asm("mov.u32 %0, %%s\\\nmid;" : "=r"(*t)); }\n',
          {("cuda_timer", 1)}),
+        ('__device__ void f(unsigned* t) { asm("mov.u32 %0, %\\\n%smid;" : "=r"(*t)); }\n',
+         {("cuda_timer", 2)}),
         ("#incl\\\nude <cuda_runtime.h>\n", {("cuda_include", 1)}),
         ("__device__ void f() { mal\\  \nloc(4); }\n", {("device_state", 1)}),
         ("#define SUM(a, b) \\\n  ((a) + \\\n   (b))\n__device__ int x;\n", {("device_state", 4)}),

@@ -151,8 +151,9 @@ def test_a_device_function_declaration_is_no_variable() -> None:
         "__device__ float dot(const float* __restrict__ a, const float& b, int n = 4);\n"
         "__device__ void k(unsigned int, long long x[4], int8_t, __half);\n"
         "__device__ void t(Tile<float, 4> tile, ns::Vec v, int m = (1 + 2));\n"
-        "__device__ int printlike(const char* fmt, ...);\n"
+        "__device__ int printlike(const char* fmt, ...);\n__device__ void z(void*);\n"
         "__device__ float f(float x) { return x; }\n"
+        "template <typename T> __device__ float zero(T) { return 0.f; }\n"  # a definition
     )
     assert found(src) == []
 
@@ -174,3 +175,26 @@ def test_a_brace_in_a_dead_if_0_branch_moves_no_scope() -> None:
 
 def test_a_declaration_in_a_dead_if_0_branch_is_not_compiled() -> None:
     assert found("#if 0\n__device__ int debug_counter;\n#endif\n#if 1\n#endif\n") == []
+
+
+def test_only_if_0_is_dead_and_a_stray_or_nested_directive_keeps_its_place() -> None:
+    """Rule: any other condition is read; a branch nested in a dead one is dead whatever its
+    condition, and its #else too; a #endif pops its own conditional only; a stray #else or
+    #endif breaks nothing."""
+    assert found("#if N > 0\n__device__ int c;\n#endif\n") == [("device_state", 2)]
+    assert found("#if 0\n#if 1\n{\n#endif\n#endif\n__device__ int c;\n") == [("device_state", 6)]
+    src = "#if 0\n#if 0\n#else\n{\n#endif\n#endif\n__device__ int c;\n"
+    assert found(src) == [("device_state", 7)]
+    src = "#if 0\n#ifdef A\n#else\n#endif\n{\n#endif\n__device__ int c;\n"
+    assert found(src) == [("device_state", 7)]
+    assert found("#endif\n#else\n__device__ int c;\n") == [("device_state", 3)]
+
+
+def test_what_the_declarator_reading_drops_ends_where_it_should() -> None:
+    """Rule: a template list ends at its own `>` (a `>` in parentheses compares), and an
+    attribute ends at its own `)`: the `=` right after either is still read."""
+    src = "template <int M = (1 > 0), int K = 2> __device__ float g(float x) { return x; }\n"
+    assert found(src) == []
+    assert found("__device__ int last __attribute__((unused))=(int)2.5f;\n") == [
+        ("device_state", 1)
+    ]
