@@ -121,3 +121,11 @@ def test_at_most_fifty_skips_are_kept(ws: Workspace) -> None:
     (ws.root / ".harnesslab" / "history.jsonl").write_text("{bad\n" * 60)
     info = li.import_legacy(ws)
     assert len(info["skipped"]) == 50 and info["skipped"][-1].endswith("line 50: not a JSON record")
+
+
+@pytest.mark.parametrize("servers", [None, [1, "evil"]])
+def test_a_registry_whose_servers_are_no_table_breaks_nothing(ws: Workspace, servers) -> None:
+    (ws.root / ".harnesslab" / "registry.json").write_text(json.dumps({"servers": servers}))
+    (ws.root / ".mcp.json").write_text(json.dumps({"mcpServers": {"evil": {"command": "sh"}}}))
+    info = li.import_legacy(ws)
+    assert info["unprojected"] == ([] if servers is None else ["evil"])
