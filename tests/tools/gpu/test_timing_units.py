@@ -399,6 +399,10 @@ class FakeCuda:
     def __init__(self, call_us: list[float], flush_us: float = 40.0) -> None:
         self.call_us, self.flush_us = list(call_us), flush_us
         self.clock, self.log, self.sleeps = 0.0, [], []
+        self.tail_us = 0.0  # work left on other streams: a whole-device synchronize waits for it
+        self.indices: list[int] = []  # the input set each call was given
+        self.synced: list[float | None] = []  # when the events synchronized on were recorded
+        self.on_side = False
         cuda = self
 
         class Event:
@@ -412,6 +416,7 @@ class FakeCuda:
 
             def synchronize(self) -> None:
                 cuda.log.append("sync")
+                cuda.synced.append(self.at)
 
             def elapsed_time(self, other: Any) -> float:
                 assert self.at is not None and other.at is not None
@@ -429,13 +434,15 @@ class FakeCuda:
 
     def synchronize(self) -> None:
         self.log.append("sync")
+        self.clock += self.tail_us
 
     def _sleep(self, cycles: int) -> None:
         self.log.append("sleep")
         self.sleeps.append(cycles)
 
     def call(self, i: int) -> None:
-        self.log.append("call")
+        self.log.append("side call" if self.on_side else "call")
+        self.indices.append(i)
         self.clock += self.take()
 
     def flush(self) -> None:
@@ -450,14 +457,16 @@ class FakeCuda:
         self.capturing = False
 
     def Stream(self) -> Any:  # noqa: N802 - torch's name
-        return types.SimpleNamespace(wait_stream=lambda s: None)
+        return types.SimpleNamespace(wait_stream=lambda s: self.log.append("side waits main"))
 
     def current_stream(self) -> Any:
-        return types.SimpleNamespace(wait_stream=lambda s: None)
+        return types.SimpleNamespace(wait_stream=lambda s: self.log.append("main waits side"))
 
     @contextlib.contextmanager
     def stream(self, s: Any) -> Any:
+        self.on_side = True
         yield
+        self.on_side = False
 
 
 def fake_env(cuda: FakeCuda) -> timing.Env:
@@ -535,3 +544,39 @@ def test_isolated_samples_past_the_floor_come_in_steps_with_a_tail_each_batch() 
     times, tails = fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0, cap=19)
     assert len(times) == 19 and len(tails) == 4  # batches of 10, 4, 4 and 1
     assert cuda.log.count("sleep") == 19
+
+
+def test_isolated_samples_start_from_a_flushed_synchronized_warm_device_and_rotate_inputs() -> None:
+    """Rule: the flush buffer is made and the device synchronized, one warm-up call on input
+    set 0 is synchronized, then each sample takes the next input set (0, 1, 2, ...); the tail
+    is the time from the batch's last end event to the whole-device synchronize, in us; without
+    a cap the floor is the cap."""
+    cuda = FakeCuda([30.0])
+    cuda.tail_us = 7.0
+    times, tails = fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0)
+    assert cuda.log[:4] == ["flush", "sync", "call", "sync"]
+    assert cuda.indices == [0, *range(10)]
+    assert times == [30.0] * 10 and tails == [7.0]
+
+
+@pytest.mark.parametrize(("warmup", "warm_calls"), [(0, 2), (3, 3)])
+def test_graph_capture_follows_warm_up_calls_on_a_side_stream(warmup: int, warm_calls: int) -> None:
+    """Rule: at least two warm-up calls (Triton compiles and autotunes there), on a side stream
+    that waited for the current one and that the current one waits for, then a synchronize,
+    then capture; a batch is read by synchronizing on its LAST event; without a cap the floor
+    is the cap."""
+    cuda = FakeCuda([2.0])
+
+    def call(i: int) -> None:
+        if getattr(cuda, "capturing", False):
+            cuda.graph_calls += 1
+        else:
+            cuda.call(i)
+
+    times = fake_env(cuda).graph_times(call, 4, 10, warmup)
+    assert times == [2.0] * 10
+    assert cuda.log[: warm_calls + 4] == [
+        "side waits main", *["side call"] * warm_calls, "main waits side", "sync", "capture"
+    ]  # fmt: skip
+    assert cuda.indices[:warm_calls] == list(range(warm_calls))
+    assert cuda.synced[-1] == cuda.clock  # the last event: every replay of the batch is in

@@ -156,6 +156,17 @@ def test_an_mcp_servers_key_that_is_no_table_is_refused_and_left_alone(tmp_path)
     assert codex.read_text() == 'mcp_servers = "rmsnorm-lab"\n'
 
 
+def test_the_refusal_names_the_first_key_that_is_no_table(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("a = 1\n")
+    with pytest.raises(UsageError, match="config.toml: a is not a table"):
+        write_toml_table(path, ["a", "b", "c"], {"x": 1})
+    assert path.read_text() == "a = 1\n"
+    # Reading through a plain value finds no table, even when the value spells the name.
+    path.write_text('mcp_servers = "rmsnorm-lab"\n')
+    assert read_toml_table(path, ["mcp_servers", "rmsnorm-lab"]) is None
+
+
 def test_skills_are_copied_to_both_clients_and_replaced_whole(tmp_path):
     skill = tmp_path / "src" / "kernel-tips"
     skill.mkdir(parents=True)
