@@ -5,6 +5,7 @@ totals count, and how the per-tool summary adds them up."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,10 @@ def test_the_summary_counts_statuses_adds_totals_and_takes_the_upper_median() ->
     assert list(summarize([{"tool": "b"}, {"tool": "a"}])) == ["a", "b"]
 
 
-def test_rotation_happens_past_the_limit_only(root: Path) -> None:
+def test_rotation_happens_past_the_limit_only(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A record carries time.time(): held still, every record has the same length (a float's
+    # repr drops trailing zeros, so two real timestamps can differ by a byte).
+    monkeypatch.setattr(time, "time", lambda: 1795707551.25)
     line = len(json.dumps({"tool": "t"}))  # any record is longer than this
     tel = Telemetry(root / REL, "srv", guard=root, segment_bytes=10 * line)
     tel.record("t", arg_names=[], duration_s=0, status="ok")
