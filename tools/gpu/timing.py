@@ -6,7 +6,7 @@ of the guarded verify (guard_gpu.py's replay windows use Env.flush_l2 and calls_
 
 Timing (the one implementation): device time from CUDA events. Each sample is a CUDA-graph
 replay of K back-to-back calls rotating over input sets that together exceed 2.5x the L2 size
-(L2 never holds the inputs); K is chosen so one replay lasts ~GRAPH_WINDOW_US. A batch of
+(L2 never holds the inputs); K is chosen so one replay lasts ~WINDOW_US. A batch of
 replays is enqueued with an event between each two and read after one synchronize, so no host
 latency is in any sample (RUNNER_VERSION 2 held the host launch and synchronize latency inside
 each 1 ms window). Host launch latency is measured apart: single eager calls with a whole-device
@@ -46,10 +46,10 @@ RUNNER_VERSION = "3"  # reported in every env block (Env.info)
 # samples keep their fixed count (guard_gpu.time_samples): a candidate must not be able to
 # steer how often it is measured.
 MIN_SAMPLES, RELATIVE_CI = 10, 0.005
-# Samples past the floor are taken BATCH_STEP at a time (one synchronize a batch); a graph
-# replay is about GRAPH_WINDOW_US of device time (the guarded verify's windows are as long:
-# guard_gpu.WINDOW_US).
-BATCH_STEP, GRAPH_WINDOW_US = 4, 500.0
+# Samples past the floor are taken BATCH_STEP at a time (one synchronize a batch); a sample of
+# back-to-back calls (a graph replay here, a replayer's window in the guarded verify) is about
+# WINDOW_US of device time.
+BATCH_STEP, WINDOW_US = 4, 500.0
 
 # ----------------------------------------------------------------------------------------------
 # environment (torch is imported lazily so `--help` and errors stay cheap)
@@ -151,21 +151,17 @@ class Env:
         n = max(2, math.ceil(2.5 * self.l2_bytes / max(nbytes, 1)))
         return min(n, max(2, (4 << 30) // max(nbytes, 1)), 64)
 
-    def calls_per_window(self, nbytes: int, *, floor_us: float, lo: int, hi: int,
-                         window_us: float = 1000.0) -> int:  # fmt: skip
-        """Back-to-back calls that make about `window_us` of device time at copy speed, in
-        [lo, hi]. The runner's graphs (graph_calls) and the guarded verify's replay windows
-        (guard_gpu.time_samples) use 500 us: events only, no host latency in them, and event
-        resolution (~0.5 us) is 0.1% of that."""
+    def calls_per_window(self, nbytes: int, *, floor_us: float, lo: int, hi: int) -> int:
+        """Back-to-back calls that make about WINDOW_US of device time at copy speed, in
+        [lo, hi]: the runner's graphs (graph_calls) and the guarded verify's replay windows
+        (guard_gpu.time_samples). Events alone time them, no host latency in them, and event
+        resolution (~0.5 us) is 0.1% of 500 us."""
         est_us = max(nbytes / (self.copy_gbps() * 1e3), floor_us)
-        return max(lo, min(hi, math.ceil(window_us / est_us)))
+        return max(lo, min(hi, math.ceil(WINDOW_US / est_us)))
 
     def graph_calls(self, nbytes: int, n_sets: int) -> int:
-        """Back-to-back calls per graph: about GRAPH_WINDOW_US of work, a multiple of the
-        rotation."""
-        calls = self.calls_per_window(
-            nbytes, floor_us=1.0, lo=n_sets, hi=2000, window_us=GRAPH_WINDOW_US
-        )
+        """Back-to-back calls per graph: about WINDOW_US of work, a multiple of the rotation."""
+        calls = self.calls_per_window(nbytes, floor_us=1.0, lo=n_sets, hi=2000)
         return math.ceil(calls / n_sets) * n_sets
 
     def sync(self) -> None:
@@ -227,7 +223,7 @@ class Env:
         call(0)
         torch.cuda.synchronize()
         tails: list[float] = []
-        drawn = [0]
+        index = itertools.count()  # each sample the next input set
 
         def batch(n: int) -> list[float]:
             pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -237,8 +233,7 @@ class Env:
                 self.flush_l2()
                 torch.cuda._sleep(sleep_cycles)
                 start.record()
-                call(drawn[0])
-                drawn[0] += 1
+                call(next(index))
                 end.record()
             torch.cuda.synchronize()
             after_sync.record()

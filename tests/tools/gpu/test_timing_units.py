@@ -57,13 +57,14 @@ def test_sets_needed(nbytes: int, l2: int, sets: int) -> None:
     assert env(l2_bytes=l2).sets_needed(nbytes) == sets
 
 
-def test_calls_per_window_make_about_one_millisecond_by_default() -> None:
-    """Rule: ceil(1000 us / the call's time at copy speed), the call's time at least floor_us,
-    the count within [lo, hi]."""
+def test_calls_per_window_make_about_half_a_millisecond() -> None:
+    """Rule: ceil(WINDOW_US (500 us) / the call's time at copy speed), the call's time at least
+    floor_us, the count within [lo, hi]: the runner's graphs and the guarded verify's windows."""
+    assert timing.WINDOW_US == 500.0
     e = env(1000.0)
-    assert e.calls_per_window(3_000_000, floor_us=1.0, lo=1, hi=2000) == 334  # 3 us a call
-    assert e.calls_per_window(1_000, floor_us=1.0, lo=1, hi=2000) == 1000  # the floor: 1 us
-    assert e.calls_per_window(1_000, floor_us=4.0, lo=1, hi=2000) == 250
+    assert e.calls_per_window(3_000_000, floor_us=1.0, lo=1, hi=2000) == 167  # 3 us a call
+    assert e.calls_per_window(1_000, floor_us=1.0, lo=1, hi=2000) == 500  # the floor: 1 us
+    assert e.calls_per_window(1_000, floor_us=4.0, lo=1, hi=2000) == 125
     assert e.calls_per_window(1_000, floor_us=0.1, lo=1, hi=2000) == 2000  # capped at hi
     assert e.calls_per_window(10**10, floor_us=1.0, lo=3, hi=2000) == 3  # raised to lo
 
@@ -445,6 +446,13 @@ class FakeCuda:
         self.indices.append(i)
         self.clock += self.take()
 
+    def graph_call(self, i: int) -> None:
+        """A call as graph_times makes it: counted into the graph while capturing, else run."""
+        if getattr(self, "capturing", False):
+            self.graph_calls += 1
+        else:
+            self.call(i)
+
     def flush(self) -> None:
         self.log.append("flush")
         self.clock += self.flush_us
@@ -484,13 +492,7 @@ def test_graph_samples_are_device_time_read_once_a_batch() -> None:
     cuda = FakeCuda([2.0])
     e = fake_env(cuda)
 
-    def call(i: int) -> None:
-        if getattr(cuda, "capturing", False):
-            cuda.graph_calls += 1
-        else:
-            cuda.call(i)
-
-    times = e.graph_times(call, 4, 10, 2, cap=30)
+    times = e.graph_times(cuda.graph_call, 4, 10, 2, cap=30)
     assert times == [2.0] * 10  # a constant device: stable at the floor, one batch
     timed = cuda.log[cuda.log.index("capture") :]
     after = timed[timed.index("replay") + 2 :]  # past the replay that follows the capture
@@ -503,13 +505,7 @@ def test_graph_samples_past_the_floor_come_in_steps() -> None:
     cuda = FakeCuda([1.0, 3.0, 1.0, 1.0] * 40)
     e = fake_env(cuda)
 
-    def call(i: int) -> None:
-        if getattr(cuda, "capturing", False):
-            cuda.graph_calls += 1
-        else:
-            cuda.call(i)
-
-    times = e.graph_times(call, 2, 10, 2, cap=19)
+    times = e.graph_times(cuda.graph_call, 2, 10, 2, cap=19)
     assert len(times) == 19
     syncs = cuda.log[cuda.log.index("capture") :].count("sync")
     # the replay after capture (1 sync), the floor's batch, then steps of 4, 4 and the last 1
@@ -567,13 +563,7 @@ def test_graph_capture_follows_warm_up_calls_on_a_side_stream(warmup: int, warm_
     is the cap."""
     cuda = FakeCuda([2.0])
 
-    def call(i: int) -> None:
-        if getattr(cuda, "capturing", False):
-            cuda.graph_calls += 1
-        else:
-            cuda.call(i)
-
-    times = fake_env(cuda).graph_times(call, 4, 10, warmup)
+    times = fake_env(cuda).graph_times(cuda.graph_call, 4, 10, warmup)
     assert times == [2.0] * 10
     assert cuda.log[: warm_calls + 4] == [
         "side waits main", *["side call"] * warm_calls, "main waits side", "sync", "capture"

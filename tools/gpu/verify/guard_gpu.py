@@ -46,7 +46,6 @@ if TYPE_CHECKING:  # the replayer's request types (it runs in its own process)
 SAMPLES = 12  # timed samples per role and case, at most
 MIN_SAMPLES = 8  # ... and at least: then each role's median is within STABLE of its CI
 STABLE = 0.005  # the median's ~95% confidence half-width, relative (scores.median_ci_halfwidth)
-WINDOW_US = 500.0  # device time per sample: its replayer's events alone time it
 CHECKED = 16  # calls per sample whose outputs and inputs are compared (drawn after the replay)
 MAX_CALLS = 128  # calls per sample (one CUDA graph)
 MAX_ARENA = 6 << 30  # bytes per arena (inputs + allocations + scratch of K calls)
@@ -342,7 +341,7 @@ def time_samples(vf: guard.Verify, kids: list, case: dict[str, Any], idx: int, f
     per_call = sum(in_bytes) + sum(
         n for k, n in recordings[kids[0].role][sig]["sizes"].items() if not k.startswith("in")
     )
-    calls = env.calls_per_window(nbytes, floor_us=2.0, lo=2, hi=MAX_CALLS, window_us=WINDOW_US)
+    calls = env.calls_per_window(nbytes, floor_us=2.0, lo=2, hi=MAX_CALLS)  # timing.WINDOW_US
     calls = max(2, min(calls, (MAX_ARENA // 2) // max(per_call, 1)))
     state = {}
     out: dict[str, Any] = {}
