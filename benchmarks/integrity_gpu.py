@@ -15,7 +15,9 @@ Prints one table per part (run it on an H100/H200 host with harnesslab importabl
   corpus instead (tools/integrity/cheats/gpu/cuda/<name>/: kernel.py + kernel.cu in a CUDA
   workspace; `gpu:` with the scan enforced, `runtime:` without; `harmless` passes count; the
   honest twin of a cheat whose code runs verifies first and is its incumbent).
-- honest: baseline, tasks' solutions and tools/integrity/cheats/honest/ must all pass.
+- honest: baseline, the task's solutions (and for rmsnorm_gate tools/integrity/cheats/honest/)
+  must all pass; each verify's phases print. --task names the task of honest, repeat, fresh,
+  concurrent and cost (default rmsnorm_gate; the corpus is rmsnorm_gate's).
 - repeat: --repeats guarded verifies of solutions/fast.py: false rejections must be 0; score
   spread across repeats.
 - fresh: --repeats guarded verifies of solutions/fast.py, each in a fresh state dir: all pass.
@@ -81,8 +83,8 @@ class Bench:
 
     def workspace(self, kernel: Path) -> Workspace:
         self.n += 1
-        ws = init_workspace("rmsnorm_gate", self.tmp / f"ws{self.n}", self.settings)
-        shutil.copy(kernel, ws.root / "kernel.py")
+        ws = init_workspace(SPEC.name, self.tmp / f"ws{self.n}", self.settings)
+        shutil.copy(kernel, ws.root / SPEC.entry_file)
         return ws
 
     async def verify(self, ws: Workspace, **kw: Any) -> tuple[Any, float]:
@@ -219,9 +221,10 @@ async def cuda_corpus(b: Bench, out: dict[str, Any], only: str) -> None:
 
 
 def honest_kernels() -> dict[str, Path]:
-    found = {"baseline": SPEC.workspace_template / "kernel.py"}
+    found = {"baseline": SPEC.workspace_template / SPEC.entry_file}
     found |= {f"solution_{n}": p for n, p in SPEC.solutions().items()}
-    found |= {f"honest_{p.stem}": p for p in sorted((CORPUS / "honest").glob("*.py"))}
+    if SPEC.name == "rmsnorm_gate":  # the corpus's honest twins are rmsnorm_gate kernels
+        found |= {f"honest_{p.stem}": p for p in sorted((CORPUS / "honest").glob("*.py"))}
     return found
 
 
@@ -243,7 +246,8 @@ async def honest(b: Bench, out: dict[str, Any]) -> None:
         )
         print(
             f"{name:28s} {v.verdict:8s} {v.score_us or 0:10.1f} "
-            f"{v.geomean_pct_of_copy_bw or 0:7.1f} {wall:7.1f} {','.join(codes(v))[:60]}",
+            f"{v.geomean_pct_of_copy_bw or 0:7.1f} {wall:7.1f} {','.join(codes(v))[:60]}"
+            f"\n  phases {b.phases}",
             flush=True,
         )
 
@@ -384,6 +388,9 @@ async def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="corpus,honest,repeat,cost")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument(
+        "--task", default="rmsnorm_gate", help="honest/repeat/fresh/concurrent/cost on this task"
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--cheats", default="", help="comma-separated corpus names (default: all)")
     ap.add_argument("--cuda", action="store_true", help="corpus: the CUDA C++ cheats")
@@ -391,6 +398,10 @@ async def main(argv: list[str]) -> int:
         "--budget-s", type=float, help="stop starting verifies after this; partial tables print"
     )
     args = ap.parse_args(argv)
+    if "corpus" in args.parts.split(",") and args.task != "rmsnorm_gate":
+        ap.error("the corpus is rmsnorm_gate's: run --parts corpus without --task")
+    global SPEC
+    SPEC = load_task(args.task)
     import torch
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (interpreter)"

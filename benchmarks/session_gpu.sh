@@ -6,7 +6,7 @@
 #   PARTS=gputests,corpus,honest bash benchmarks/session_gpu.sh          (~9 min on an H100)
 #   PARTS=sweep,objective,variants,repeat bash benchmarks/session_gpu.sh (~9 min)
 #   PARTS=kernelbench,cuda,hg bash benchmarks/session_gpu.sh             (~8 min)
-# TESTS_K selects tests/gpu tests by keyword (-k).
+# TESTS_K selects tests/gpu tests by keyword (-k); TASK the task of honest, repeat, fresh, concurrent.
 # Parts:
 #   gputests     pytest -m gpu tests/gpu (the guarded verify, CUDA in the sandbox, CUDA kernels)
 #   corpus       every cheat of tools/integrity/cheats/ through the guarded verify (integrity_gpu.py)
@@ -44,7 +44,7 @@ for part in corpus honest repeat fresh concurrent; do
   if has $part; then
     el "== integrity: $part"
     limit_var="${part^^}_S"; limit=${!limit_var:-300}
-    timeout "$limit" python3 benchmarks/integrity_gpu.py --parts $part --repeats "${REPEATS:-8}" --cheats "${CHEATS:-}" \
+    timeout "$limit" python3 benchmarks/integrity_gpu.py --parts $part --repeats "${REPEATS:-8}" --cheats "${CHEATS:-}" --task "${TASK:-rmsnorm_gate}" \
       --budget-s $(( limit - 40 )) --json "$OUT/integrity_$part.json" 2>"$OUT/integrity_$part.err" | tail -60
     echo "$part rc=${PIPESTATUS[0]}"; tail -3 "$OUT/integrity_$part.err"
   fi

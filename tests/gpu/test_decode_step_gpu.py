@@ -6,10 +6,13 @@ task.toml's GPU sizes. benchmarks/decode_step_gpu.py times real sizes."""
 
 from __future__ import annotations
 
+import ast
+import re
 from importlib import resources
 from pathlib import Path
 
 import anyio
+import pytest
 import torch
 
 from harnesslab.tools.evaluation import run_step_objective
@@ -113,3 +116,27 @@ def test_the_triton_solution_on_a_gpu_replays_its_graphs_correctly_and_passes_th
     verdict = _step_verify(tmp_path, solution)
     assert verdict.verdict == "passed", verdict.reasons
     print("solution:", [c.max_abs_err for c in verdict.result.cases])
+
+
+STEP_CORPUS = Path(str(resources.files("harnesslab.tools.integrity"))) / "cheats" / "step"
+
+
+def _expect(path: Path) -> str:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return re.search(r"^expect: (\S+)", doc, re.M).group(1)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("path", sorted(STEP_CORPUS.glob("*.py")), ids=lambda p: p.stem)
+def test_every_step_cheat_is_rejected_with_its_code_at_the_gpu_sizes(tmp_path, path: Path):
+    """The step corpus at task.toml's GPU sizes (the CPU tests run the interpreter's tiny
+    config): each cheat is rejected with the reason its docstring names."""
+    v = _step_verify(tmp_path, path)
+    assert v.verdict == "rejected" and _expect(path) in {r["code"] for r in v.reasons}, v.reasons
+
+
+@pytest.mark.parametrize(
+    "path", sorted((STEP_CORPUS / "honest").glob("*.py")), ids=lambda p: p.stem
+)
+def test_every_honest_step_twin_passes_at_the_gpu_sizes(tmp_path, path: Path):
+    v = _step_verify(tmp_path, path)
+    assert v.verdict == "passed", v.reasons
