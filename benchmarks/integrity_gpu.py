@@ -307,9 +307,9 @@ async def fresh(b: Bench, out: dict[str, Any], n: int) -> None:
         finally:
             shutil.rmtree(one.tmp, ignore_errors=True)
         rows.append({"run": i, "verdict": v.verdict, "codes": codes(v), "score_us": v.score_us,
-                     "wall_s": wall})  # fmt: skip
+                     "wall_s": wall, "phases_s": one.phases})  # fmt: skip
         print(f"fresh {i:2d}: {v.verdict:8s} {v.score_us or 0:8.1f} us {wall:6.1f} s "
-              f"{','.join(codes(v))}", flush=True)  # fmt: skip
+              f"{','.join(codes(v))} phases {one.phases}", flush=True)  # fmt: skip
     if not rows:
         raise OutOfBudget
     walls = [r["wall_s"] for r in rows]

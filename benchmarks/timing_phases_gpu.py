@@ -6,9 +6,16 @@ methods wrapped in wall clocks: the single eager calls (`window`), the CUDA-grap
 without timing (correctness only) for comparison.
 
     python benchmarks/timing_phases_gpu.py [--task rmsnorm_gate] [--entry fast.py:rmsnorm_gate]
-                                           [--rounds 3] [--repeats 30]
+                                           [--rounds 3] [--repeats 30] [--gpu-dir DIR]
+                                           [--keep-cache]
 
-No harnesslab install: the staged files are imported from tools/gpu/ by name, as on a GPU host.
+The correctness-only run is split by the runner's own phases: inputs (draw, reference,
+snapshot, poison), check (the candidate's call and the comparison) and the rest (the case's
+allocator release). --keep-cache turns the per-case torch.cuda.empty_cache() into a no-op, to
+show what the allocator release costs.
+
+No harnesslab install: the staged files are imported from tools/gpu/ by name, as on a GPU host
+(--gpu-dir: from another flat folder of them instead, e.g. an older commit's, for an A/B).
 Prints one row per case (median over the rounds); writes $OUT/timing_phases.json when OUT is set.
 """
 
@@ -26,7 +33,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "gpu"))  # the staged layout: siblings import by name
+if "--gpu-dir" in sys.argv:
+    GPU_DIR = Path(sys.argv[sys.argv.index("--gpu-dir") + 1]).resolve()
+else:
+    GPU_DIR = ROOT / "tools" / "gpu"
+sys.path.insert(0, str(GPU_DIR))  # the staged layout: siblings import by name
 
 import runner  # noqa: E402
 
@@ -58,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--entry", default="fast.py:rmsnorm_gate")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=30, help="the cap of adaptive sampling")
+    ap.add_argument("--gpu-dir", type=Path, help="import runner.py and its siblings from here")
+    ap.add_argument("--keep-cache", action="store_true", help="no per-case empty_cache()")
     args = ap.parse_args(argv)
+    print(f"runner from {GPU_DIR.name}, keep cache {args.keep_cache}")
     env = runner.Env(interpret=False)
     if env.interpret:
         print("no CUDA GPU here: this benchmark needs one", file=sys.stderr)
@@ -71,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     ev = runner.Evaluator(env, req)
     fn, cand_dir = ev.load_candidate(str(ROOT / "tasks" / args.task / "solutions"))
     env.copy_gbps()  # measured once per process, outside every case
+    if args.keep_cache:
+        env.torch.cuda.empty_cache = lambda: None
     spent: dict[str, float] = collections.defaultdict(float)
     wrap(env, spent)
     cases = [{"name": c["name"], "dtype": c["dtype"], "shape": c["shape"]}
@@ -78,13 +94,18 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for _ in range(args.rounds):
         for i, case in enumerate(cases):
+            before = dict(ev.phases)
             t0 = time.perf_counter()
             ev.run_case(fn, case, i, cand_dir, timing=False)
             check_s = time.perf_counter() - t0
+            split = {k: ev.phases.get(k, 0.0) - before.get(k, 0.0)
+                     for k in ("inputs", "correctness")}  # fmt: skip
             spent.clear()
             t0 = time.perf_counter()
             res = ev.run_case(fn, case, i, cand_dir, timing=True)
             rows[case["name"]].append({"total_s": time.perf_counter() - t0, "check_s": check_s,
+                                       "inputs_s": split["inputs"],
+                                       "compare_s": split["correctness"],
                                        **{f"{k}_s": spent[k] for k in WRAPPED[:3]},
                                        "samples": res.get("samples"),
                                        "method": res.get("timing_method"),
@@ -93,24 +114,29 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{env.info()['device']}, torch {env.torch.__version__}; median of {args.rounds} rounds, ms"
     )
-    head = f"{'case':18} {'method':10} {'samples':>7} {'calls':>5} {'median us':>9} | {'total':>7} {'check':>7} {'singles':>7} {'graph':>7} {'isolated':>8}"
+    head = f"{'case':18} {'method':10} {'samples':>7} {'calls':>5} {'median us':>9} | {'total':>7} {'check':>7} {'singles':>7} {'graph':>7} {'isolated':>8} | {'inputs':>7} {'compare':>7}"
     print(head)
     sums: dict[str, float] = collections.defaultdict(float)
     for name, rs in rows.items():
         med = {k: statistics.median(r[k] for r in rs) for k in ("total_s", "check_s", "window_s",
-                                                               "graph_times_s", "isolated_times_s")}  # fmt: skip
+                                                               "graph_times_s", "isolated_times_s",
+                                                               "inputs_s", "compare_s")}  # fmt: skip
         for k, v in med.items():
             sums[k] += v
         last = rs[-1]
         print(f"{name:18} {str(last['method'])[:10]:10} {last['samples']!s:>7} {last['calls']!s:>5} "
               f"{last['median_us'] or 0:9.2f} | {med['total_s'] * 1e3:7.1f} {med['check_s'] * 1e3:7.1f} "
-              f"{med['window_s'] * 1e3:7.1f} {med['graph_times_s'] * 1e3:7.1f} {med['isolated_times_s'] * 1e3:8.1f}")  # fmt: skip
+              f"{med['window_s'] * 1e3:7.1f} {med['graph_times_s'] * 1e3:7.1f} {med['isolated_times_s'] * 1e3:8.1f}"
+              f" | {med['inputs_s'] * 1e3:7.1f} {med['compare_s'] * 1e3:7.1f}")  # fmt: skip
     print(f"{'sum':18} {'':10} {'':>7} {'':>5} {'':>9} | {sums['total_s'] * 1e3:7.1f} {sums['check_s'] * 1e3:7.1f} "
-          f"{sums['window_s'] * 1e3:7.1f} {sums['graph_times_s'] * 1e3:7.1f} {sums['isolated_times_s'] * 1e3:8.1f}")  # fmt: skip
+          f"{sums['window_s'] * 1e3:7.1f} {sums['graph_times_s'] * 1e3:7.1f} {sums['isolated_times_s'] * 1e3:8.1f}"
+          f" | {sums['inputs_s'] * 1e3:7.1f} {sums['compare_s'] * 1e3:7.1f}")  # fmt: skip
     if os.environ.get("OUT"):
         path = Path(os.environ["OUT"]) / "timing_phases.json"
         path.write_text(
-            json.dumps({"info": env.info(), "args": vars(args), "rows": rows}, indent=1)
+            json.dumps(
+                {"info": env.info(), "args": vars(args), "rows": rows}, indent=1, default=str
+            )
         )
         print(f"wrote {path}")
     return 0
