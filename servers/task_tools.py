@@ -473,8 +473,12 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "outliers, near-overflow, subnormals, signed zeros, ties) at a dev case's shape. "
             "Per probe: tolerance_ratio (worst error in tolerances), max abs/rel error, worst "
             "element, NaN/Inf count, which inputs a family changed, and why a failure "
-            "matters. Writes nothing. Costs a few GPU seconds. Next: fix the first failing "
-            "probe, then run_objective."
+            "matters. On a step task (decode_step) the probes are decode-step traces instead: "
+            "long_context (prompts filling the KV cache to max_seq), ragged_contexts (empty to "
+            "full prompts in one batch), large_embeddings and large_values (states scaled "
+            "toward fp16 overflow), every step's logits checked; context says the longest "
+            "context a step attended. Writes nothing. Costs a few GPU seconds. Next: fix the "
+            "first failing probe, then run_objective."
         ),
         input_model=ProbeIn,
         output_model=ProbeOut,

@@ -61,13 +61,14 @@ if __name__ == "__main__":  # the staged runner (not a module the lab loads by p
     # the hash-checked source): the harness imports its siblings from source, -B writes none.
     shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
 if TYPE_CHECKING or __package__:  # the sibling import rule (above)
-    from . import correctness, failures, scores, step_trace, timing
+    from . import correctness, failures, scores, step_probe, step_trace, timing
 else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import correctness
     import failures
     import scores
+    import step_probe
     import step_trace
     import timing
 
@@ -375,7 +376,12 @@ class Evaluator:
     def probe(self) -> dict[str, Any]:
         """Numerical edge cases against the candidate: the task's reference.PROBES (fixed
         shapes), then the generic suite (numerics.py: size edges and value families) at the
-        first dev case of each dtype. A task probe of the same name as a suite edge wins."""
+        first dev case of each dtype. A task probe of the same name as a suite edge wins. A step
+        task's probes are traces at its decode step's edges (step_probe.py)."""
+        if "step" in self.req:
+            fn, cand_dir = self.load_candidate(self.req["candidate_dir"])
+            return step_probe.run(self.torch, self.ref, fn, self.req, interpret=self.interpret,
+                                  device=self.env.device, emit=emit, candidate_dir=cand_dir)  # fmt: skip
         import numerics  # noqa: PLC0415 - staged sibling (the host imports this module too)
 
         torch = self.torch

@@ -29,6 +29,8 @@ GENERIC_TOOLS = frozenset(
     {"inspect_context", "run_objective", "guarded_final_verify", "rank_history",
      "restore_best_checkpoint", "remote_health_check"}
 )  # fmt: skip
+# The runner's tools built for a step task's decode step too (the rest refuse it, saying so).
+STEP_TOOLS = frozenset({"numerical_probe"})
 
 
 class TaskKind:
@@ -263,15 +265,21 @@ class StepKind(TaskKind):
     """A decode step `step(state, tokens) -> logits` over a resident KV cache (issue 32): the
     runner's step mode runs it over the dev traces of task.toml's `[step]` table (per-bucket
     latency, every step checked); the guarded verify is its own (tools/integrity/step_verify.py:
-    outputs on hidden traces, no score). The kernel tools (sweep, probe, profile) and the kernel
-    verify are not built for it: require_runner refuses them, and require_final_score the loop,
-    whose score is a final verify's, saying what the scores mean."""
+    outputs on hidden traces, no score); numerical_probe runs its probes (the runner's probe
+    mode, tools/gpu/step_probe.py: long contexts, extreme activations). The other kernel tools
+    (sweep, profile) and the kernel verify are not built for it: require_runner refuses them,
+    and require_final_score the loop, whose score is a final verify's, saying what the scores
+    mean."""
 
     name = "step"
     full_case_set = "all"  # run_objective over every dev trace
 
+    def applies(self, tool: str) -> bool:
+        return tool in GENERIC_TOOLS or tool in STEP_TOOLS
+
     def require_runner(self, task: TaskSpec, what: str) -> None:
-        raise self._not_built(task, what)
+        if what not in STEP_TOOLS:
+            raise self._not_built(task, what)
 
     def require_final_score(self, task: TaskSpec, what: str) -> None:
         raise self._not_built(task, f"{what} (scored by the guarded verify)")
@@ -279,11 +287,12 @@ class StepKind(TaskKind):
     @staticmethod
     def _not_built(task: TaskSpec, what: str) -> UsageError:
         return UsageError(
-            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): sweeps, "
-            f"probes and profiles of a decode step, and a timed final score, are still to come. "
+            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): sweeps "
+            f"and profiles of a decode step, and a timed final score, are still to come. "
             f"Meanwhile {STEP_SCORE_MEANS}.",
-            next_step="use run_objective (per-bucket latency table), guarded_final_verify "
-            "(outputs on hidden traces), rank_history and restore_best_checkpoint",
+            next_step="use run_objective (per-bucket latency table), numerical_probe (long "
+            "contexts, extreme activations), guarded_final_verify (outputs on hidden traces), "
+            "rank_history and restore_best_checkpoint",
         )
 
     def require_steps(self, task: TaskSpec, what: str) -> None:
@@ -327,6 +336,7 @@ __all__ = [
     "GENERIC_TOOLS",
     "KINDS",
     "STEP_SCORE_MEANS",
+    "STEP_TOOLS",
     "CommandKind",
     "KernelKind",
     "StepKind",

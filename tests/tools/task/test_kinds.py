@@ -159,10 +159,14 @@ def test_a_step_task_refuses_the_kernel_tools_and_the_guarded_verify_saying_why(
     kind = kind_of(task)
     assert kind.applies("run_objective") and kind.applies("rank_history")
     assert not kind.applies("sweep_kernel_config") and not kind.applies("profile_kernel")
-    for what in ("guarded_final_verify", "sweep_kernel_config", "numerical_probe"):
+    assert kind.applies("numerical_probe")  # the step probes (tools/gpu/step_probe.py)
+    kind.require_runner(task, "numerical_probe")
+    for what in ("guarded_final_verify", "sweep_kernel_config", "profile_kernel"):
         with pytest.raises(UsageError, match=f"{what} is not built for step tasks yet") as err:
             kind.require_runner(task, what)
         assert "dev feedback" in str(err.value) and "run_objective" in err.value.next_step
+        assert "probes" not in str(err.value)  # built: the refusal no longer lists them
+        assert "numerical_probe" in err.value.next_step
     with pytest.raises(UsageError, match="is a step task"):
         kind.require_objective(task, "command_verify", "guarded_verify")
     kernel = load_task("rmsnorm_gate")
