@@ -178,7 +178,8 @@ async def _step_objective(
 
 async def _sweep(state: ServerState, args: SweepIn, ctx: Context | None) -> SweepOut:
     ws = state.workspace
-    check_cases(state, args.cases)
+    if ws.task.step is None:  # a step task's trace names: select_traces checks them
+        check_cases(state, args.cases)
     for knob, wanted in (args.space or {}).items():
         allowed = ws.task.space.get(knob, [])
         bad = [v for v in wanted if isinstance(v, bool) and not any(a is v for a in allowed)]
@@ -451,7 +452,10 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "ok / compile_error / wrong_result / timeout, and one bad config never fails the "
             "sweep. apply=true writes the best correct config (the old files are checkpointed). "
             "Costs ~1.2 s per config (H200, rmsnorm_gate's 9 dev cases: 32 configs in 38 s; "
-            "minutes for the full space). Progress per config. "
+            "minutes for the full space). Progress per config. On a step task (decode_step) "
+            "the knobs are those of the step's kernels and each config is scored by the step "
+            "objective over the dev traces `cases` names (sum of p50 step latency, every step "
+            "checked; per_case_us per trace), each trace's checked and timed passes per config. "
             "Next: run_objective after apply, then guarded_final_verify."
         ),
         input_model=SweepIn,

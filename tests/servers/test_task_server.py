@@ -331,7 +331,7 @@ async def test_a_step_task_serves_its_trace_table_and_its_verify_and_refuses_the
         }  # fmt: skip
         rank = await call(client, "rank_history")
         assert rank.structured_content["best"]["candidate"] == out["candidate"]
-        for tool in ("sweep_kernel_config", "profile_kernel"):  # numerical_probe: its own test
+        for tool in ("profile_kernel",):  # the probe and the sweep: test_task_server_step.py
             refused = await call(client, tool)
             assert refused.is_error and "kernel tasks" in text_of(refused), text_of(refused)
         verify = await call(client, "guarded_final_verify")

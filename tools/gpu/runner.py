@@ -319,13 +319,14 @@ class Evaluator:
             "phases_s": dict(self.phases),
         }
 
-    def step_traces(self) -> dict[str, Any]:
+    def step_traces(self, config: dict[str, Any] | None = None) -> dict[str, Any]:
         """A step task's dev traces (step_trace.objective): the candidate's step(state, tokens)
-        run over the task's [step] traces, every step checked against the reference."""
+        run over the task's [step] traces, every step checked against the reference. With
+        `config`, a private copy of the candidate gets that launch config (a sweep)."""
         started = time.perf_counter()
         try:
             with self.phases("load"):
-                fn, cand_dir = self.load_candidate(self.req["candidate_dir"])
+                fn, cand_dir = self.load_candidate(self.req["candidate_dir"], config)
         except Exception as exc:
             reason = f"import failed: {failures.one_line(exc, str(self.req['candidate_dir']))}"
             rows = [{"name": t["name"], "dtype": t["dtype"], "passed": False, "status": "error",
@@ -346,7 +347,7 @@ class Evaluator:
         """Evaluate every config in req['configs']; one bad config never fails the sweep.
         Ranking needs fewer samples than a score: unless the request says otherwise, each
         case takes SWEEP_MIN_SAMPLES to SWEEP_REPEATS samples (adaptive) after SWEEP_WARMUP
-        calls."""
+        calls. A step task's config is scored by the step objective over its dev traces."""
         self.req.setdefault("warmup", SWEEP_WARMUP)
         self.req.setdefault("repeats", SWEEP_REPEATS)
         self.req.setdefault("min_samples", SWEEP_MIN_SAMPLES)
@@ -354,7 +355,10 @@ class Evaluator:
         compile_only = bool(self.req.get("compile_only"))
         for i, config in enumerate(self.req["configs"]):
             t0 = time.perf_counter()
-            res = self.evaluate(self.req["candidate_dir"], config, timing=not compile_only)
+            if "step" in self.req:
+                res = self.step_traces(config)
+            else:
+                res = self.evaluate(self.req["candidate_dir"], config, timing=not compile_only)
             entry = {
                 "config": config,
                 "status": res["status"],

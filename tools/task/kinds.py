@@ -30,7 +30,7 @@ GENERIC_TOOLS = frozenset(
      "restore_best_checkpoint", "remote_health_check"}
 )  # fmt: skip
 # The runner's tools built for a step task's decode step too (the rest refuse it, saying so).
-STEP_TOOLS = frozenset({"numerical_probe"})
+STEP_TOOLS = frozenset({"numerical_probe", "sweep_kernel_config"})
 
 
 class TaskKind:
@@ -266,8 +266,9 @@ class StepKind(TaskKind):
     runner's step mode runs it over the dev traces of task.toml's `[step]` table (per-bucket
     latency, every step checked); the guarded verify is its own (tools/integrity/step_verify.py:
     outputs on hidden traces, no score); numerical_probe runs its probes (the runner's probe
-    mode, tools/gpu/step_probe.py: long contexts, extreme activations). The other kernel tools
-    (sweep, profile) and the kernel verify are not built for it: require_runner refuses them,
+    mode, tools/gpu/step_probe.py: long contexts, extreme activations) and sweep_kernel_config
+    scores launch configs with the step objective (the runner's sweep mode over the traces).
+    profile_kernel and the kernel verify are not built for it: require_runner refuses them,
     and require_final_score the loop, whose score is a final verify's, saying what the scores
     mean."""
 
@@ -287,12 +288,13 @@ class StepKind(TaskKind):
     @staticmethod
     def _not_built(task: TaskSpec, what: str) -> UsageError:
         return UsageError(
-            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): sweeps "
-            f"and profiles of a decode step, and a timed final score, are still to come. "
+            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): profiles "
+            f"of a decode step and a timed final score are still to come. "
             f"Meanwhile {STEP_SCORE_MEANS}.",
             next_step="use run_objective (per-bucket latency table), numerical_probe (long "
-            "contexts, extreme activations), guarded_final_verify (outputs on hidden traces), "
-            "rank_history and restore_best_checkpoint",
+            "contexts, extreme activations), sweep_kernel_config (launch knobs by the step "
+            "objective), guarded_final_verify (outputs on hidden traces), rank_history and "
+            "restore_best_checkpoint",
         )
 
     def require_steps(self, task: TaskSpec, what: str) -> None:
@@ -300,6 +302,9 @@ class StepKind(TaskKind):
 
     def in_lab(self, task: TaskSpec) -> bool:
         return True  # the lab's decode row: tools/gpu/kernel_lab/lab_step.py
+
+    def reads_launch_config(self, task: TaskSpec) -> bool:
+        return bool(task.config_file)  # the launch knobs sweep_kernel_config tunes
 
     def score_label(self, task: TaskSpec, mode: str = "final") -> str:
         return "us (sum over the dev traces of the p50 step latency), lower is better"
@@ -317,6 +322,8 @@ class StepKind(TaskKind):
         if task.step is None:
             return [*out, "step tasks need a [step] table (model, interpreter, traces)"]
         out += [f"no tolerance for dtype {d}" for d in task.dtypes if d not in task.tolerances]
+        if task.config_file and task.config_file not in task.editable:
+            out.append(f"editable must list the launch config {task.config_file}")
         out += [
             f"step.traces {t.name!r}: dtype {t.dtype} is not one of the task's dtypes"
             for t in task.step.traces

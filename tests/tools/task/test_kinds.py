@@ -123,7 +123,7 @@ ANSWERS = {
                "contract_baseline": ("workspace/kernel.py", "rmsnorm_gate")},
     "command": {"reads_launch_config": False, "in_lab": False, "tries_cheats": False,
                 "contract_baseline": None},
-    "step": {"reads_launch_config": False, "in_lab": True, "tries_cheats": False,
+    "step": {"reads_launch_config": True, "in_lab": True, "tries_cheats": False,
              "contract_baseline": None},
 }  # fmt: skip
 
@@ -158,15 +158,17 @@ def test_a_step_task_refuses_the_kernel_tools_and_the_guarded_verify_saying_why(
     task = load_task("decode_step")
     kind = kind_of(task)
     assert kind.applies("run_objective") and kind.applies("rank_history")
-    assert not kind.applies("sweep_kernel_config") and not kind.applies("profile_kernel")
-    assert kind.applies("numerical_probe")  # the step probes (tools/gpu/step_probe.py)
-    kind.require_runner(task, "numerical_probe")
-    for what in ("guarded_final_verify", "sweep_kernel_config", "profile_kernel"):
+    assert not kind.applies("profile_kernel") and not kind.applies("guarded_verify")
+    for built in ("numerical_probe", "sweep_kernel_config"):  # step_probe.py; the step sweep
+        assert kind.applies(built)
+        kind.require_runner(task, built)
+    for what in ("guarded_final_verify", "profile_kernel", "a kernel task's guarded verify"):
         with pytest.raises(UsageError, match=f"{what} is not built for step tasks yet") as err:
             kind.require_runner(task, what)
         assert "dev feedback" in str(err.value) and "run_objective" in err.value.next_step
-        assert "probes" not in str(err.value)  # built: the refusal no longer lists them
+        assert "probes" not in str(err.value) and "sweeps" not in str(err.value)  # built
         assert "numerical_probe" in err.value.next_step
+        assert "sweep_kernel_config" in err.value.next_step
     with pytest.raises(UsageError, match="is a step task"):
         kind.require_objective(task, "command_verify", "guarded_verify")
     kernel = load_task("rmsnorm_gate")
