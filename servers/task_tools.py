@@ -385,7 +385,9 @@ async def _restore(state: ServerState, args: RestoreIn, ctx: Context | None) -> 
 async def _profile(state: ServerState, args: ProfileIn, ctx: Context | None) -> ProfileReport:
     task = state.workspace.task
     case = args.case
-    check_cases(state, [case] if case else None, "case")
+    if task.step is not None:  # a dev trace (profile_step checks the name)
+        case = case or task.step.traces[0].name
+    check_cases(state, [case] if case and task.step is None else None, "case")
     if case is None:
         case = max(
             task.dev_cases, key=lambda c: c.shape.get("rows", 1) * c.shape.get("dim", 1)
@@ -553,7 +555,12 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "duration, DRAM throughput % and GB/s, SM throughput %, achieved occupancy, registers "
             "per thread, local-memory spills, and a one-line bottleneck classification "
             "(memory-, compute-, latency/occupancy- or launch-bound). Needs a CUDA GPU and ncu. "
-            "Costs ~10-30 s. Next: act on the bottleneck, then run_objective."
+            "Costs ~10-30 s. On a step task (decode_step) `case` names a dev trace and the "
+            "result is a per-kernel breakdown of one decode step (torch.profiler over the "
+            "trace's last `repeats` steps after the rest warmed up, the steps checked): each "
+            "kernel's launches, total_us and share_pct per step, the dominant one first; on the "
+            "CPU interpreter it runs but is not meaningful (torch operators by CPU time). "
+            "Next: act on the bottleneck, then run_objective."
         ),
         input_model=ProfileIn,
         output_model=ProfileReport,

@@ -145,3 +145,36 @@ def test_the_step_probes_pass_the_baseline_and_the_solution_at_the_task_toml_siz
         assert rep.status == "passed", (name, rep.failing, rep.reason)
         longest = [r for r in rep.results if r.probe == "long_context"]
         assert longest and all(r.context == 2048 for r in longest)
+
+
+def test_the_step_profile_names_the_solutions_kernels_and_the_sweep_scores_its_knobs(tmp_path):
+    """profile_kernel and sweep_kernel_config on a decode_step workspace holding the shipped
+    Triton solution, on a GPU at task.toml's sizes: the profile's rows are device kernels
+    (CUPTI sees the CUDA graph's replays) with the solution's attention among them, and two
+    block_n configs both pass the step objective with a score each. Prints both."""
+    from harnesslab.tools.evaluation.profiling import profile_kernel
+    from harnesslab.tools.evaluation.sweep import sweep
+    from harnesslab.tools.task import load_task
+
+    settings = Settings(state_dir=tmp_path / "state")
+    ws = init_workspace("decode_step", tmp_path / "ws", settings)
+    (ws.root / "kernel.py").write_text(load_task("decode_step").solutions()["triton"].read_text())
+
+    async def go():
+        launcher = Launcher(settings)
+        try:
+            with anyio.fail_after(600):
+                profiled = await profile_kernel(ws, launcher, case="fixed_fp16", repeats=3)
+                swept = await sweep(ws, launcher, space={"block_n": [32, 64]},
+                                    cases=["fixed_fp16"])  # fmt: skip
+                return profiled, swept
+        finally:
+            await launcher.aclose()
+
+    profiled, swept = anyio.run(go)
+    print(profiled.model_dump_json(indent=1))
+    print([(r.config, r.status, r.score_us) for r in swept.results])
+    assert profiled.meaningful and profiled.profiler == "torch.profiler"
+    names = [k.kernel for k in [profiled.main, *profiled.others]]
+    assert any("_attend" in n for n in names), names
+    assert swept.ok == 2 and swept.meaningful

@@ -31,13 +31,14 @@ def test_a_command_task_refuses_the_kernel_tools_and_verifies_with_its_own_objec
     assert refused(command) == {"sweep_kernel_config", "numerical_probe", "profile_kernel"}
 
 
-def test_a_step_task_refuses_only_the_profile_and_names_a_dev_trace():
+def test_a_step_task_refuses_no_tool_and_names_a_dev_trace():
     step = load_task("decode_step")
-    assert refused(step) == {"profile_kernel"}
+    assert refused(step) == set()
     args = {tool: a for tool, a, *_ in steps(step)}
     assert args["run_objective"] == {"cases": ["fixed_fp16"]}
     assert args["sweep_kernel_config"]["cases"] == ["fixed_fp16"]
     assert args["sweep_kernel_config"]["space"] == {"block_n": [16, 32]}
+    assert args["profile_kernel"] == {"case": "fixed_fp16"}
 
 
 @pytest.mark.anyio

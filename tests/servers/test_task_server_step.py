@@ -146,3 +146,32 @@ async def test_the_sweep_runs_the_shipped_solutions_knobs_in_the_interpreter(tmp
     out = res.structured_content
     assert out["ok"] == 2, out["results"]
     assert {r["config"]["block_n"] for r in out["results"]} == {16, 64}
+
+
+async def test_the_profile_breaks_a_step_down_per_kernel_and_says_it_is_not_meaningful_here(
+    tmp_path,
+):
+    res, _ = await _call(tmp_path, "profile_kernel", {"case": "dynamic_fp16", "repeats": 2})
+    assert not res.is_error, text_of(res)
+    out = res.structured_content
+    assert out["profiler"] == "torch.profiler" and out["meaningful"] is False
+    assert out["case"] == "dynamic_fp16" and 0 < out["context"] <= 64 and out["metrics"] == []
+    main, others = out["main"], out["others"]
+    assert main["share_pct"] >= max((k["share_pct"] for k in others), default=0) > 0
+    assert sum(k["share_pct"] for k in [main, *others]) <= 100.0 + 1e-6
+    assert out["step_us"] >= main["total_us"] > 0
+    assert out["bottleneck"].startswith(f"{main['kernel']} dominates the step")
+    assert "CPU interpreter" in out["bottleneck"]
+
+
+async def test_the_profile_refuses_a_failing_step_and_an_unknown_trace(tmp_path):
+    res, _ = await _call(
+        tmp_path,
+        "profile_kernel",
+        {},
+        lambda s: s.replace(MASK, "raise RuntimeError('boom')\n    " + MASK),
+    )
+    assert res.is_error and "the step failed under the profiler on fixed_fp16" in text_of(res)
+    assert "boom" in text_of(res)
+    res, _ = await _call(tmp_path / "2", "profile_kernel", {"case": "nope"})
+    assert res.is_error and "unknown trace 'nope'" in text_of(res)

@@ -61,7 +61,7 @@ if __name__ == "__main__":  # the staged runner (not a module the lab loads by p
     # the hash-checked source): the harness imports its siblings from source, -B writes none.
     shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
 if TYPE_CHECKING or __package__:  # the sibling import rule (above)
-    from . import correctness, failures, scores, step_probe, step_trace, timing
+    from . import correctness, failures, scores, step_probe, step_profile, step_trace, timing
 else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
@@ -69,6 +69,7 @@ else:
     import failures
     import scores
     import step_probe
+    import step_profile
     import step_trace
     import timing
 
@@ -521,6 +522,10 @@ def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
             result = ev.probe()
         elif mode == "profile_target":
             result = ev.profile_target()
+        elif mode == "step_profile":  # a step task's per-kernel breakdown (step_profile.py)
+            fn, cand_dir = ev.load_candidate(req["candidate_dir"])
+            result = step_profile.profile(env.torch, ev.ref, fn, req, interpret=env.interpret,
+                                          device=env.device, candidate_dir=cand_dir)  # fmt: skip
         elif mode == "verify":  # guarded: the candidate runs in a child process (guard.py)
             import guard
 

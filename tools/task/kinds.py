@@ -30,7 +30,7 @@ GENERIC_TOOLS = frozenset(
      "restore_best_checkpoint", "remote_health_check"}
 )  # fmt: skip
 # The runner's tools built for a step task's decode step too (the rest refuse it, saying so).
-STEP_TOOLS = frozenset({"numerical_probe", "sweep_kernel_config"})
+STEP_TOOLS = frozenset({"numerical_probe", "sweep_kernel_config", "profile_kernel"})
 
 
 class TaskKind:
@@ -266,10 +266,11 @@ class StepKind(TaskKind):
     runner's step mode runs it over the dev traces of task.toml's `[step]` table (per-bucket
     latency, every step checked); the guarded verify is its own (tools/integrity/step_verify.py:
     outputs on hidden traces, no score); numerical_probe runs its probes (the runner's probe
-    mode, tools/gpu/step_probe.py: long contexts, extreme activations) and sweep_kernel_config
-    scores launch configs with the step objective (the runner's sweep mode over the traces).
-    profile_kernel and the kernel verify are not built for it: require_runner refuses them,
-    and require_final_score the loop, whose score is a final verify's, saying what the scores
+    mode, tools/gpu/step_probe.py: long contexts, extreme activations), sweep_kernel_config
+    scores launch configs with the step objective (the runner's sweep mode over the traces) and
+    profile_kernel breaks a step down per kernel (the runner's step_profile mode). The kernel
+    verify is not built for it (its own verify is): require_runner refuses it, and
+    require_final_score the loop, whose score is a final verify's, saying what the scores
     mean."""
 
     name = "step"
@@ -288,13 +289,13 @@ class StepKind(TaskKind):
     @staticmethod
     def _not_built(task: TaskSpec, what: str) -> UsageError:
         return UsageError(
-            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): profiles "
-            f"of a decode step and a timed final score are still to come. "
+            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): a timed "
+            f"final score of a decode step is still to come. "
             f"Meanwhile {STEP_SCORE_MEANS}.",
             next_step="use run_objective (per-bucket latency table), numerical_probe (long "
             "contexts, extreme activations), sweep_kernel_config (launch knobs by the step "
-            "objective), guarded_final_verify (outputs on hidden traces), rank_history and "
-            "restore_best_checkpoint",
+            "objective), profile_kernel (which kernel dominates a step), guarded_final_verify "
+            "(outputs on hidden traces), rank_history and restore_best_checkpoint",
         )
 
     def require_steps(self, task: TaskSpec, what: str) -> None:

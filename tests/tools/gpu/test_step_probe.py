@@ -2,7 +2,9 @@
 eager baseline at the interpreter's sizes: which contexts each probe's trace reaches, that the
 edits reach both states (so the reference answers the same inputs), that the worst error over
 the steps is what comes back, that the honest baseline passes every probe with room, and that
-a step whose RMSNorm squares in fp16 fails the large-embedding probe in fp16 alone."""
+a step whose RMSNorm squares in fp16 fails the large-embedding probe in fp16 alone. Then the
+step profile's rules (tools/gpu/step_profile.py): per-step shares biggest first, the profiled
+steps checked, the reference's operators kept out of the breakdown."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import importlib.util
 import pytest
 import torch
 
-from harnesslab.tools.gpu import step_probe
+from harnesslab.tools.gpu import step_probe, step_profile
 from harnesslab.tools.task import load_task
 
 TASK = load_task("decode_step")
@@ -111,3 +113,44 @@ def test_an_unknown_probe_name_fails_that_probe_alone(tmp_path):
     nope, longest = out["probes"]
     assert not nope["passed"] and "unknown step probe 'nope'" in nope["reason"]
     assert longest["passed"]
+
+
+# -- the step profile (tools/gpu/step_profile.py) ----------------------------------------------
+
+
+class _Event:
+    def __init__(self, key: str, count: int, cpu_us: float) -> None:
+        self.key, self.count, self.self_cpu_time_total = key, count, cpu_us
+        self.device_type, self.self_device_time_total = torch.autograd.DeviceType.CPU, 0.0
+
+
+def test_the_profile_adds_steps_and_reports_per_step_shares_biggest_first():
+    totals: dict[str, list[float]] = {}
+    step_profile.add(torch, [_Event("mm", 3, 30.0), _Event("idle", 1, 0.0)], False, totals)
+    step_profile.add(torch, [_Event("mm", 3, 30.0), _Event("softmax", 2, 40.0)], False, totals)
+    rows, total = step_profile.rows(totals, repeats=2)
+    assert total == pytest.approx(50.0)  # (30 + 30 + 40) us over 2 steps
+    assert [r["kernel"] for r in rows] == ["mm", "softmax"]  # no-time events dropped
+    assert rows[0]["launches"] == 3 and rows[0]["total_us"] == pytest.approx(30.0)
+    assert rows[0]["share_pct"] == pytest.approx(60.0) and rows[1]["share_pct"] == pytest.approx(
+        40.0
+    )
+
+
+def test_the_profile_of_the_eager_step_checks_the_profiled_steps_and_leaves_the_reference_out(
+    tmp_path,
+):
+    request = {"step": TASK.step.request(["fixed_fp16"]), "repeats": 2, "seed": 1,
+               "tolerances": {k: v.model_dump() for k, v in TASK.tolerances.items()}}  # fmt: skip
+    out = step_profile.profile(torch, REF, _step(tmp_path), request, interpret=True, device="cpu")
+    assert out["status"] == "passed" and out["meaningful"] is False, out
+    assert out["trace"] == "fixed_fp16" and out["steps_profiled"] == 2
+    assert out["context"] == 20 + 6  # the interpreter's fixed trace: prompt 20, 6 steps
+    names = [k["kernel"] for k in out["kernels"]]
+    assert "aten::_softmax" not in names and "aten::bmm" not in names  # the reference's ops
+    assert any("scaled_dot_product" in n for n in names)  # the eager step's attention
+    assert sum(k["share_pct"] for k in out["kernels"]) <= 100.0 + 1e-6
+    wrong = BASELINE.replace("<= pos[:, None])", "<= pos[:, None] + 1)")
+    out = step_profile.profile(torch, REF, _step(tmp_path, wrong), request, interpret=True,
+                               device="cpu")  # fmt: skip
+    assert out["status"] == "failed" and out["reason"].startswith("logits at step 0")
