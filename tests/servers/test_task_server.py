@@ -329,6 +329,9 @@ async def test_a_step_task_serves_its_trace_table_and_its_verify(
         assert task["kind"] == "step" and set(task["dev_traces"]) == {
             "fixed_fp16", "dynamic_fp16", "dynamic_bf16"
         }  # fmt: skip
+        assert set(task["launch_space"]) == {"block_n", "num_warps", "splits"}
+        assert ctx.structured_content["config"] == {"block_n": 32, "num_warps": 4,
+                                                    "splits": 8}  # fmt: skip
         rank = await call(client, "rank_history")
         assert rank.structured_content["best"]["candidate"] == out["candidate"]
         verify = await call(client, "guarded_final_verify")
