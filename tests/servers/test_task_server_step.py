@@ -134,7 +134,7 @@ async def test_the_sweep_refuses_an_unknown_trace_and_knob_with_the_known_ones(t
     assert "block_n, num_warps, splits" in text_of(res)
 
 
-@pytest.mark.slow  # the shipped solution in the Triton interpreter: ~1 min on a loaded machine
+@pytest.mark.slow  # the shipped solution in the Triton interpreter: ~20 s on a loaded machine
 async def test_the_sweep_runs_the_shipped_solutions_knobs_in_the_interpreter(tmp_path):
     solution = load_task("decode_step").solutions()["triton"].read_text()
     res, _ = await _call(
@@ -148,6 +148,7 @@ async def test_the_sweep_runs_the_shipped_solutions_knobs_in_the_interpreter(tmp
     assert {r["config"]["block_n"] for r in out["results"]} == {16, 64}
 
 
+@pytest.mark.slow  # ~7 s on a loaded 2-core machine (the profiler's start per step)
 async def test_the_profile_breaks_a_step_down_per_kernel_and_says_it_is_not_meaningful_here(
     tmp_path,
 ):
