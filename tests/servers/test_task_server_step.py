@@ -176,3 +176,33 @@ async def test_the_profile_refuses_a_failing_step_and_an_unknown_trace(tmp_path)
     assert "boom" in text_of(res)
     res, _ = await _call(tmp_path / "2", "profile_kernel", {"case": "nope"})
     assert res.is_error and "unknown trace 'nope'" in text_of(res)
+
+
+ESCAPES = """
+
+def _escape():
+    try:
+        with open({outside!r}, "w") as fh:
+            fh.write("escaped")
+    except OSError:
+        pass
+
+
+_escape()
+"""
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [("numerical_probe", {"probes": ["long_context"], "dtypes": ["float16"]}),
+     ("sweep_kernel_config", {"space": {"block_n": [16]}, "cases": ["fixed_fp16"]}),
+     ("profile_kernel", {"repeats": 1})],
+)  # fmt: skip
+async def test_each_step_tool_runs_the_candidate_inside_the_sandbox(tmp_path, tool, args):
+    """The step tools import agent code: each starts it inside the sandbox like every dev mode,
+    so a candidate that writes outside its folder at import leaves nothing behind (and the tool
+    still answers)."""
+    outside = tmp_path / "escaped.txt"
+    res, _ = await _call(tmp_path, tool, args, lambda s: s + ESCAPES.format(outside=str(outside)))
+    assert not res.is_error, text_of(res)
+    assert not outside.exists(), f"{tool} ran the candidate outside the sandbox"
