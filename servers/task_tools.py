@@ -457,7 +457,8 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "minutes for the full space). Progress per config. On a step task (decode_step) "
             "the knobs are those of the step's kernels and each config is scored by the step "
             "objective over the dev traces `cases` names (sum of p50 step latency, every step "
-            "checked; per_case_us per trace), each trace's checked and timed passes per config. "
+            "checked; per_case_us per trace): each config costs about one run_objective on those "
+            "traces, so name one or two and keep max_configs small. "
             "Next: run_objective after apply, then guarded_final_verify."
         ),
         input_model=SweepIn,

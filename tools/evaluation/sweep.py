@@ -221,7 +221,8 @@ async def sweep(
             {**request, "configs": shares[i]},
             task=ws.task,
             on_event=on_event,
-            timeout_s=launcher.settings.eval_timeout_s * 4,
+            # A step task's config is a whole step objective (run_objective's timeout each).
+            timeout_s=launcher.settings.eval_timeout_s * max(4, len(shares[i]) if step else 0),
             slot=slots[i] if len(slots) > 1 else None,
         )
 
