@@ -15,11 +15,11 @@ reference's alike: `Edited` wraps the task's reference module), at the sizes the
   long_context      every sequence's prompt fills the cache up to max_seq - steps: the last
                     step attends over all max_seq slots
   ragged_contexts   one batch holding an empty prompt, a one-slot prompt, half the cache and a
-                    full one: per-sequence bounds, not the batch's longest or shortest
-  large_embeddings  the embedding table scaled up (the residual stream's magnitude): RMSNorm's
-                    sum of squares overflows a 16-bit type
-  large_values      the prompts' values scaled up: an attention accumulator kept in fp16
-                    overflows
+                    nearly full one: per-sequence bounds, not the batch's longest or shortest
+  large_embeddings  the embedding table scaled up (the residual stream's magnitude): in fp16
+                    its squares overflow a 16-bit type; in bf16 it is past fp16's range
+  large_values      the prompts' values scaled up: attention outputs, and the residual they
+                    feed, in the hundreds to thousands
 Scales are powers of two (exact in every dtype). Measured at the interpreter's sizes, seed 3: the
 eager baseline's worst tolerance ratio over these probes is 0.23, the shipped Triton solution's
 0.33 (bf16 long_context). Not among them: large attention scores (keys scaled or offset). A
@@ -51,11 +51,14 @@ NOTES: dict[str, str] = {
     "ragged_contexts": "One batch holds an empty prompt, a one-slot prompt, half the cache and a "
     "nearly full one: fails when a bound is the batch's longest or shortest length instead of "
     "each sequence's own, or an empty context divides by zero.",
-    "large_embeddings": "The embedding table scaled by 256 (fp16) or 2^40 (bf16): the residual "
-    "stream's squares overflow a 16-bit type, so fails when RMSNorm's mean of squares is not "
-    "taken in fp32.",
-    "large_values": "The prompts' values scaled by 1024: fails when attention's weighted sum "
-    "of values is accumulated in fp16 (it passes 65504 before it is normalized).",
+    "large_embeddings": "The embedding table scaled by 256 (fp16) or 2^40 (bf16): in fp16 the "
+    "residual stream's squares overflow, so fails when RMSNorm's mean of squares is not taken "
+    "in fp32; in bf16 the residual is past fp16's range, so fails when anything casts it to "
+    "fp16.",
+    "large_values": "The prompts' values scaled by 1024: attention's outputs and the residual "
+    "they feed reach the hundreds to thousands, so fails when a later RMSNorm squares in a "
+    "16-bit type, or attention's weighted sum of values is kept in fp16 (an unnormalized sum "
+    "over a long, flat context passes 65504).",
 }
 NAMES = tuple(NOTES)
 # Edited's scales per probe and dtype (embedding table, prompt values); absent: as drawn.
