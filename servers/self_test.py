@@ -33,6 +33,8 @@ def steps(task: Any) -> list[tuple[str, dict[str, Any], Check, tuple[str, ...]]]
     A tool that does not apply to the task's kind works when it refuses (servers/runtime.py)."""
     kind = kind_of(task)
     case = task.dev_cases[0].name if task.dev_cases else None
+    if task.step is not None:  # a step task's `cases` name its dev traces
+        case = task.step.traces[0].name
     knob, values = next(iter(task.space.items())) if task.space else ("", [])
     out: list[tuple[str, dict[str, Any], Check, tuple[str, ...]]] = [
         ("inspect_context", {}, lambda r: _ok_if("next_step" in r, "no next_step"), ()),

@@ -110,9 +110,13 @@ class RestoreIn(BaseModel):
 
 class ProfileIn(BaseModel):
     case: CaseName | None = Field(
-        default=None, description="dev case to profile (default: the largest dev case)"
+        default=None,
+        description="dev case to profile (default: the largest dev case); a step task: a dev "
+        "trace (default: its first)",
     )
-    repeats: int = Field(default=3, ge=1, le=20, description="profiled launches")
+    repeats: int = Field(
+        default=3, ge=1, le=20, description="profiled launches (a step task: profiled steps)"
+    )
 
 
 class HealthIn(BaseModel):

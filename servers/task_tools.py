@@ -178,7 +178,8 @@ async def _step_objective(
 
 async def _sweep(state: ServerState, args: SweepIn, ctx: Context | None) -> SweepOut:
     ws = state.workspace
-    check_cases(state, args.cases)
+    if ws.task.step is None:  # a step task's trace names: select_traces checks them
+        check_cases(state, args.cases)
     for knob, wanted in (args.space or {}).items():
         allowed = ws.task.space.get(knob, [])
         bad = [v for v in wanted if isinstance(v, bool) and not any(a is v for a in allowed)]
@@ -384,7 +385,9 @@ async def _restore(state: ServerState, args: RestoreIn, ctx: Context | None) -> 
 async def _profile(state: ServerState, args: ProfileIn, ctx: Context | None) -> ProfileReport:
     task = state.workspace.task
     case = args.case
-    check_cases(state, [case] if case else None, "case")
+    if task.step is not None:  # a dev trace (profile_step checks the name)
+        case = case or task.step.traces[0].name
+    check_cases(state, [case] if case and task.step is None else None, "case")
     if case is None:
         case = max(
             task.dev_cases, key=lambda c: c.shape.get("rows", 1) * c.shape.get("dim", 1)
@@ -451,7 +454,11 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "ok / compile_error / wrong_result / timeout, and one bad config never fails the "
             "sweep. apply=true writes the best correct config (the old files are checkpointed). "
             "Costs ~1.2 s per config (H200, rmsnorm_gate's 9 dev cases: 32 configs in 38 s; "
-            "minutes for the full space). Progress per config. "
+            "minutes for the full space). Progress per config. On a step task (decode_step) "
+            "the knobs are those of the step's kernels and each config is scored by the step "
+            "objective over the dev traces `cases` names (sum of p50 step latency, every step "
+            "checked; per_case_us per trace): each config costs about one run_objective on those "
+            "traces, so name one or two and keep max_configs small. "
             "Next: run_objective after apply, then guarded_final_verify."
         ),
         input_model=SweepIn,
@@ -473,8 +480,12 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "outliers, near-overflow, subnormals, signed zeros, ties) at a dev case's shape. "
             "Per probe: tolerance_ratio (worst error in tolerances), max abs/rel error, worst "
             "element, NaN/Inf count, which inputs a family changed, and why a failure "
-            "matters. Writes nothing. Costs a few GPU seconds. Next: fix the first failing "
-            "probe, then run_objective."
+            "matters. On a step task (decode_step) the probes are decode-step traces instead: "
+            "long_context (prompts filling the KV cache to max_seq), ragged_contexts (empty to "
+            "full prompts in one batch), large_embeddings and large_values (states scaled "
+            "toward fp16 overflow), every step's logits checked; context says the longest "
+            "context a step attended. Writes nothing. Costs a few GPU seconds. Next: fix the "
+            "first failing probe, then run_objective."
         ),
         input_model=ProbeIn,
         output_model=ProbeOut,
@@ -545,7 +556,12 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
             "duration, DRAM throughput % and GB/s, SM throughput %, achieved occupancy, registers "
             "per thread, local-memory spills, and a one-line bottleneck classification "
             "(memory-, compute-, latency/occupancy- or launch-bound). Needs a CUDA GPU and ncu. "
-            "Costs ~10-30 s. Next: act on the bottleneck, then run_objective."
+            "Costs ~10-30 s. On a step task (decode_step) `case` names a dev trace and the "
+            "result is a per-kernel breakdown of one decode step (torch.profiler over the "
+            "trace's last `repeats` steps after the rest warmed up, the steps checked): each "
+            "kernel's launches, total_us and share_pct per step, the dominant one first; on the "
+            "CPU interpreter it runs but is not meaningful (torch operators by CPU time). "
+            "Next: act on the bottleneck, then run_objective."
         ),
         input_model=ProfileIn,
         output_model=ProfileReport,

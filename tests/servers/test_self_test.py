@@ -31,6 +31,16 @@ def test_a_command_task_refuses_the_kernel_tools_and_verifies_with_its_own_objec
     assert refused(command) == {"sweep_kernel_config", "numerical_probe", "profile_kernel"}
 
 
+def test_a_step_task_refuses_no_tool_and_names_a_dev_trace():
+    step = load_task("decode_step")
+    assert refused(step) == set()
+    args = {tool: a for tool, a, *_ in steps(step)}
+    assert args["run_objective"] == {"cases": ["fixed_fp16"]}
+    assert args["sweep_kernel_config"]["cases"] == ["fixed_fp16"]
+    assert args["sweep_kernel_config"]["space"] == {"block_n": [16, 32]}
+    assert args["profile_kernel"] == {"case": "fixed_fp16"}
+
+
 @pytest.mark.anyio
 async def test_the_self_test_passes_on_a_command_task(tmp_path: Path):
     task = make_task(tmp_path / "task")

@@ -160,10 +160,13 @@ def _command_fields(t: TaskSpec) -> dict[str, Any]:
 
 
 def _step_fields(t: TaskSpec) -> dict[str, Any]:
-    """What an agent needs of a step task: its entry, tolerances, sizes and dev traces."""
+    """What an agent needs of a step task: its entry, tolerances, sizes, dev traces and the
+    launch knobs sweep_kernel_config tunes."""
     step = t.step
     return dict(
         entry=t.entry,
+        config_file=t.config_file,
+        launch_space=t.space,
         tolerances={k: f"atol={v.atol:g} rtol={v.rtol:g}" for k, v in t.tolerances.items()},
         model=step.model.model_dump() if step else None,
         interpreter_model=step.interpreter.model_dump() if step else None,
@@ -279,7 +282,11 @@ def _next_kernel(best_dev: dict[str, Any] | None, best_final: dict[str, Any] | N
 
 # After a passing evaluation, what to do next, per task kind (tools/task/kinds.py KINDS).
 def _next_step(best_dev: dict[str, Any] | None, best_final: dict[str, Any] | None) -> str:
-    return "edit kernel.py (fuse, capture CUDA graphs per bucket) and call run_objective"
+    return (
+        "edit kernel.py (fuse, capture CUDA graphs per bucket) and call run_objective; "
+        "profile_kernel names the kernel that dominates a step, sweep_kernel_config tunes "
+        "its launch knobs"
+    )
 
 
 NEXT_BY_KIND = {"kernel": _next_kernel, "command": _next_command, "step": _next_step}

@@ -4,7 +4,9 @@ zero rows, saturating gates, odd shapes, at fixed shapes) and the generic suite 
 gets (tools/gpu/numerics.py: odd dims, a single row, an empty batch, a long reduction; offsets,
 per-column and per-row scales, outliers, near-overflow, subnormals, signed zeros, ties), at a dev
 case's shape per dtype: the same families the guarded verify runs on the hidden cases. Each
-failing probe comes back with its numbers and a note on why it matters.
+failing probe comes back with its numbers and a note on why it matters. A step task's probes are
+decode-step traces at its edges (tools/gpu/step_probe.py: long and ragged contexts, large
+embeddings and values), every step's logits checked, in the same request and result shape.
 
 Probe names are read from reference.py's source (its PROBES dict) without importing it, so
 validating a request costs no torch import in the server.
@@ -23,6 +25,7 @@ from pydantic import BaseModel, Field
 from ..errors import UsageError
 from ..execution import Launcher
 from ..gpu.numerics import NAMES as SUITE_NAMES
+from ..gpu.step_probe import NAMES as STEP_PROBES
 from ..progress import Progress
 from ..state import Workspace
 from ..task import TaskSpec, kind_of
@@ -46,6 +49,9 @@ class ProbeResult(BaseModel):
     )
     family: str | None = Field(
         default=None, description="the generic edge or value family this probe ran"
+    )
+    context: int | None = Field(
+        default=None, description="a step task's probe: the longest context a step attended"
     )
     inputs: list[int] | None = Field(
         default=None, description="positions of the inputs the family transformed"
@@ -73,7 +79,9 @@ class ProbeReport(BaseModel):
 def probe_names(task: TaskSpec) -> list[str]:
     """The task's own probes (the names in reference.py's PROBES dict literal, in order; a
     declared task has none), then the generic suite's edges and families the task does not
-    skip ([numerics] in task.toml) and does not name itself."""
+    skip ([numerics] in task.toml) and does not name itself. A step task: the step probes."""
+    if task.step is not None:
+        return list(STEP_PROBES)
     own: list[str] = []
     if task.declare is None:
         try:
@@ -142,15 +150,19 @@ async def numerical_probe(
     kind_of(ws.task).require_runner(ws.task, "numerical_probe")
     wanted, wanted_dtypes = check_probe_request(ws.task, probes, dtypes)
     candidate = ws.snapshot()
+    # The generic edges run at a dev case's shape per dtype; a step task's at its [step] sizes.
+    at: dict[str, Any] = {"cases": ws.task.dev_cases}
+    if ws.task.step is not None:
+        at = {"step": ws.task.step.request()}
     request = kernel_request(
         ws,
         launcher,
         candidate,
         "probe",
-        cases=ws.task.dev_cases,  # the generic edges run at a dev case's shape per dtype
         seed=secrets.randbelow(2**31),
         probes=wanted,
         dtypes=wanted_dtypes,
+        **at,
     )
     total = len(wanted) * len(wanted_dtypes)
     call = await launcher.call(
@@ -195,6 +207,7 @@ def _probe_result(r: dict[str, Any]) -> ProbeResult:
         shape=r.get("shape"),
         tolerance_ratio=r.get("tolerance_ratio"),
         family=r.get("family"),
+        context=r.get("context"),
         inputs=r.get("inputs"),
         level=r.get("level"),
         not_applicable=r.get("not_applicable"),

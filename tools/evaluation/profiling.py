@@ -6,13 +6,19 @@ candidate's steady-state launches (no compile, no reference, no input generation
 CSV into a log file on the executor; it is read back, parsed into compact metrics per kernel and
 a one-line bottleneck classification. `--clock-control none` keeps the GPU's normal boost
 clocks, so durations match what run_objective measures.
+
+On a step task (decode_step) it is a per-kernel time breakdown of one decode step instead
+(`profile_step`): the runner's step_profile mode (tools/gpu/step_profile.py) profiles a dev
+trace's last steps with torch.profiler after the earlier ones warmed up, and the report names the
+kernel that dominates the step. On the CPU the interpreter's breakdown has the result's shape
+only (meaningful is false): torch's operators, no interpreted Triton kernel among them.
 """
 
 from __future__ import annotations
 
 import statistics
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -22,6 +28,7 @@ from ..gpu.ncu import NCU_METRICS, parse_ncu_csv
 from ..progress import Progress
 from ..state import Workspace
 from ..task import kind_of
+from .request import kernel_request, select_traces
 
 _FIND_NCU = (
     "command -v ncu || for p in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; "
@@ -64,6 +71,12 @@ class KernelProfile(BaseModel):
     )
     grid_size: float | None = None
     block_size: float | None = None
+    total_us: float | None = Field(
+        default=None, description="a step task's profile: this kernel's device time per step"
+    )
+    share_pct: float | None = Field(
+        default=None, description="a step task's profile: its share of the step's time"
+    )
 
 
 class ProfileReport(BaseModel):
@@ -73,6 +86,19 @@ class ProfileReport(BaseModel):
     main: KernelProfile = Field(description="the kernel with the largest total time")
     others: list[KernelProfile] = Field(default_factory=list)
     metrics: list[str] = Field(default=list(NCU_METRICS), description="ncu metrics collected")
+    profiler: Literal["ncu", "torch.profiler"] = Field(
+        default="ncu", description="ncu on one kernel case; torch.profiler on a decode step"
+    )
+    meaningful: bool = Field(
+        default=True, description="false on the CPU interpreter: the breakdown's shape only"
+    )
+    step_us: float | None = Field(
+        default=None, description="a step task's profile: the profiled time per step"
+    )
+    context: int | None = Field(
+        default=None,
+        description="a step task's profile: the longest context a profiled step attended",
+    )
 
 
 def _metric(launch: dict[str, Any], name: str, scaled: bool = False) -> float | None:
@@ -177,6 +203,8 @@ async def profile_kernel(
     progress: Progress | None = None,
 ) -> ProfileReport:
     kind_of(ws.task).require_runner(ws.task, "profile_kernel")
+    if ws.task.step is not None:
+        return await profile_step(ws, launcher, trace=case, repeats=repeats, progress=progress)
     selected = ws.task.dev_case(case)
     if launcher.probably_interpreted():
         raise EnvironmentProblem(
@@ -253,6 +281,72 @@ async def profile_kernel(
     )
 
 
+async def profile_step(
+    ws: Workspace,
+    launcher: Launcher,
+    *,
+    trace: str,
+    repeats: int = 3,
+    progress: Progress | None = None,
+) -> ProfileReport:
+    """A step task's profile: the per-kernel breakdown of one step of `trace` (a dev trace),
+    `repeats` steps profiled (the trace's last), in the runner's sandboxed process."""
+    (selected,) = select_traces(ws, [trace])
+    candidate = ws.snapshot()
+    step = ws.task.step.request([selected.name]) if ws.task.step is not None else {}
+    request = kernel_request(ws, launcher, candidate, "step_profile", seed=0, step=step,
+                             repeats=repeats)  # fmt: skip
+    if progress is not None:
+        maybe = progress(0, 1, f"torch.profiler on {trace} ({repeats} steps)")
+        if maybe is not None:
+            await maybe
+    call = await launcher.call(request, task=ws.task)
+    if (fault := call.fault()) is not None:  # killed from outside: not the candidate's
+        raise fault
+    result = call.result or {}
+    if result.get("status") != "passed":
+        raise UsageError(
+            f"the step failed under the profiler on {trace}: "
+            f"{result.get('reason') or call.failure()}",
+            next_step="fix it with run_objective first; profile a passing step",
+        )
+    kernels = [KernelProfile(kernel=k["kernel"], launches=round(k["launches"]),
+                             duration_us=k["total_us"] / k["launches"] if k["launches"] else None,
+                             total_us=k["total_us"], share_pct=k["share_pct"])
+               for k in result.get("kernels") or []]  # fmt: skip
+    if not kernels:
+        raise EnvironmentProblem(
+            f"torch.profiler recorded no kernel in a step of {trace}.",
+            next_step="check that the step launches its work where the profiler sees it "
+            "(torch.profiler with CUDA activity); meanwhile use run_objective's buckets",
+        )
+    if progress is not None:
+        maybe = progress(1, 1, "profiled")
+        if maybe is not None:
+            await maybe
+    env = result.get("env") or {}
+    meaningful = bool(result.get("meaningful"))
+    top = kernels[0]
+    line = (
+        f"{top.kernel} dominates the step: {top.share_pct:.0f}% of {result.get('step_us', 0):.1f}"
+        f" us per step ({top.launches} launches, {top.total_us:.1f} us)"
+    )
+    if not meaningful:
+        line += "; CPU interpreter: torch's operators by CPU time, not the GPU's kernels"
+    return ProfileReport(
+        case=trace,
+        host=str(env.get("host") or ""),
+        bottleneck=line,
+        main=top,
+        others=kernels[1:8],
+        metrics=[],
+        profiler="torch.profiler",
+        meaningful=meaningful,
+        step_us=result.get("step_us"),
+        context=result.get("context"),
+    )
+
+
 __all__ = [
     "NCU_METRICS",
     "KernelProfile",
@@ -260,4 +354,5 @@ __all__ = [
     "classify",
     "parse_ncu_csv",
     "profile_kernel",
+    "profile_step",
 ]

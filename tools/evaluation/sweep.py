@@ -8,6 +8,11 @@ slots (GPUs of several hosts, or of a Slurm allocation), dealt over all of them,
 GPU, each config's result naming the host and GPU it was timed on. Every config gets a
 structured status; one bad config never fails the sweep. apply=True writes the best correct
 config into kernel_config.json after checkpointing the current files.
+
+On a step task (decode_step) the knobs are those of any kernel in the step, and each config is
+scored by the step objective (the sum over the dev traces named by `cases` of the p50 step
+latency, every step checked: a config that breaks a step is wrong_result) in the runner's step
+mode. Its configs skip phase 1: compiles happen inside each trace's first steps.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from ..state import Checkpoints, Workspace
 from ..state import workspace_files as wf
 from ..task import kind_of
 from .progress import case_events_progress
-from .request import kernel_request, select_cases
+from .request import kernel_request, select_cases, select_traces
 
 ConfigStatus = Literal["ok", "compile_error", "wrong_result", "timeout", "error"]
 
@@ -172,22 +177,18 @@ async def sweep(
     candidate = ws.snapshot()
     base = ws.read_config(candidate)
     configs = expand_space(ws, space, max_configs, base)
-    selected = select_cases(ws, cases)
+    step = ws.task.step
+    selected = select_cases(ws, cases) if step is None else select_traces(ws, cases)
     seed = secrets.randbelow(2**31)
+    # A kernel's configs run on its dev cases; a step's on its dev traces (the step objective).
+    at: dict[str, Any] = {"cases": selected} if step is None else {"step": step.request(cases)}
     request = kernel_request(
-        ws,
-        launcher,
-        candidate,
-        "sweep",
-        cases=selected,
-        seed=seed,
-        warmup=warmup,
-        repeats=repeats,
+        ws, launcher, candidate, "sweep", seed=seed, warmup=warmup, repeats=repeats, **at
     )
     compile_s = 0.0
     compiled: dict[str, dict[str, Any]] = {}  # config key -> the pool's entry for it
     interpreted = launcher.probably_interpreted()
-    if (not interpreted or compile_workers) and len(configs) > 1:
+    if step is None and (not interpreted or compile_workers) and len(configs) > 1:
         # Phase 1: compile (and check) on the launcher's warm compile workers, in parallel,
         # without the GPU lock; Triton's on-disk cache carries the binaries to phase 2.
         t0 = anyio.current_time()
@@ -220,7 +221,8 @@ async def sweep(
             {**request, "configs": shares[i]},
             task=ws.task,
             on_event=on_event,
-            timeout_s=launcher.settings.eval_timeout_s * 4,
+            # A step task's config is a whole step objective (run_objective's timeout each).
+            timeout_s=launcher.settings.eval_timeout_s * max(4, len(shares[i]) if step else 0),
             slot=slots[i] if len(slots) > 1 else None,
         )
 

@@ -46,9 +46,10 @@ EventSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 
 
 # Modes that import agent code run inside the sandbox ("step": a step task's dev traces, the
-# candidate's step called in the runner's process); "verify" and "step_verify" are the trusted
-# parents, which sandbox their own children.
-SANDBOXED_MODES = ("evaluate", "step", "sweep", "probe", "profile_target")
+# candidate's step called in the runner's process; "step_profile": its torch.profiler breakdown,
+# in-process, so the full sandbox, not profile_target's relaxed one for ncu's injection);
+# "verify" and "step_verify" are the trusted parents, which sandbox their own children.
+SANDBOXED_MODES = ("evaluate", "step", "sweep", "probe", "profile_target", "step_profile")
 
 
 def sandbox_level(report: dict[str, Any]) -> str:

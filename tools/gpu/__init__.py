@@ -19,7 +19,7 @@ trusted up to the exec of its target; runner.py (dev modes; with timing.py, scor
 failures.py) runs inside sandbox.py with the candidate; verify/ is the guarded verify (its
 docstring says which of its files are trusted: all but the candidate's process guard_child.py,
 guard_record.py and step_child.py); step_trace.py is a step task's dev objective (the runner's
-step mode), run inside sandbox.py with the candidate's step like the runner, so what it reports
+step mode; step_probe.py its probes, step_profile.py its profile), run inside sandbox.py with the candidate's step like the runner, so what it reports
 is dev feedback, never a verdict; modelnew.py (a KernelBench `ModelNew` class as the entry) and
 cuda_cpp/harnesslab_cuda.py (with nvrtc.py and cuda_source.py, imported by a CUDA kernel.py)
 run where the candidate runs.
@@ -38,6 +38,8 @@ STAGED = (
     "numerics.py",
     "modelnew.py",
     "step_trace.py",  # a step task's dev traces (the runner's step mode)
+    "step_probe.py",  # a step task's numerical probes (the runner's probe mode)
+    "step_profile.py",  # a step task's per-kernel breakdown (the runner's step_profile mode)
     "wire.py",
     "cudadrv.py",  # the CUDA driver API (ctypes): the replay, the recorder, harnesslab_cuda
     # The sandbox every agent-code process runs in (isolation/__init__.py).
@@ -63,6 +65,7 @@ STAGED = (
     "cuda_cpp/cuda_source.py",
 )
 LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "failures.py", "step_trace.py",
+       "step_probe.py", "step_profile.py",
        "modelnew.py", "cudadrv.py", "ncu.py", "kernel_lab/lab.py", "kernel_lab/lab_step.py",
        "cuda_cpp/harnesslab_cuda.py", "cuda_cpp/nvrtc.py", "cuda_cpp/cuda_source.py")  # fmt: skip
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any

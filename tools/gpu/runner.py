@@ -61,13 +61,15 @@ if __name__ == "__main__":  # the staged runner (not a module the lab loads by p
     # the hash-checked source): the harness imports its siblings from source, -B writes none.
     shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
 if TYPE_CHECKING or __package__:  # the sibling import rule (above)
-    from . import correctness, failures, scores, step_trace, timing
+    from . import correctness, failures, scores, step_probe, step_profile, step_trace, timing
 else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import correctness
     import failures
     import scores
+    import step_probe
+    import step_profile
     import step_trace
     import timing
 
@@ -318,13 +320,14 @@ class Evaluator:
             "phases_s": dict(self.phases),
         }
 
-    def step_traces(self) -> dict[str, Any]:
+    def step_traces(self, config: dict[str, Any] | None = None) -> dict[str, Any]:
         """A step task's dev traces (step_trace.objective): the candidate's step(state, tokens)
-        run over the task's [step] traces, every step checked against the reference."""
+        run over the task's [step] traces, every step checked against the reference. With
+        `config`, a private copy of the candidate gets that launch config (a sweep)."""
         started = time.perf_counter()
         try:
             with self.phases("load"):
-                fn, cand_dir = self.load_candidate(self.req["candidate_dir"])
+                fn, cand_dir = self.load_candidate(self.req["candidate_dir"], config)
         except Exception as exc:
             reason = f"import failed: {failures.one_line(exc, str(self.req['candidate_dir']))}"
             rows = [{"name": t["name"], "dtype": t["dtype"], "passed": False, "status": "error",
@@ -345,7 +348,7 @@ class Evaluator:
         """Evaluate every config in req['configs']; one bad config never fails the sweep.
         Ranking needs fewer samples than a score: unless the request says otherwise, each
         case takes SWEEP_MIN_SAMPLES to SWEEP_REPEATS samples (adaptive) after SWEEP_WARMUP
-        calls."""
+        calls. A step task's config is scored by the step objective over its dev traces."""
         self.req.setdefault("warmup", SWEEP_WARMUP)
         self.req.setdefault("repeats", SWEEP_REPEATS)
         self.req.setdefault("min_samples", SWEEP_MIN_SAMPLES)
@@ -353,7 +356,10 @@ class Evaluator:
         compile_only = bool(self.req.get("compile_only"))
         for i, config in enumerate(self.req["configs"]):
             t0 = time.perf_counter()
-            res = self.evaluate(self.req["candidate_dir"], config, timing=not compile_only)
+            if "step" in self.req:
+                res = self.step_traces(config)
+            else:
+                res = self.evaluate(self.req["candidate_dir"], config, timing=not compile_only)
             entry = {
                 "config": config,
                 "status": res["status"],
@@ -375,7 +381,12 @@ class Evaluator:
     def probe(self) -> dict[str, Any]:
         """Numerical edge cases against the candidate: the task's reference.PROBES (fixed
         shapes), then the generic suite (numerics.py: size edges and value families) at the
-        first dev case of each dtype. A task probe of the same name as a suite edge wins."""
+        first dev case of each dtype. A task probe of the same name as a suite edge wins. A step
+        task's probes are traces at its decode step's edges (step_probe.py)."""
+        if "step" in self.req:
+            fn, cand_dir = self.load_candidate(self.req["candidate_dir"])
+            return step_probe.run(self.torch, self.ref, fn, self.req, interpret=self.interpret,
+                                  device=self.env.device, emit=emit, candidate_dir=cand_dir)  # fmt: skip
         import numerics  # noqa: PLC0415 - staged sibling (the host imports this module too)
 
         torch = self.torch
@@ -511,6 +522,10 @@ def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
             result = ev.probe()
         elif mode == "profile_target":
             result = ev.profile_target()
+        elif mode == "step_profile":  # a step task's per-kernel breakdown (step_profile.py)
+            fn, cand_dir = ev.load_candidate(req["candidate_dir"])
+            result = step_profile.profile(env.torch, ev.ref, fn, req, interpret=env.interpret,
+                                          device=env.device, candidate_dir=cand_dir)  # fmt: skip
         elif mode == "verify":  # guarded: the candidate runs in a child process (guard.py)
             import guard
 

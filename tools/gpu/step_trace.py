@@ -202,8 +202,10 @@ class _Clock:
 
 
 def _one_pass(torch, ref, step, states, trace, variant: int, *, kind: str, tol, clock: _Clock,
-              sleep_cycles: int, failures: list[dict[str, Any]]) -> list[dict[str, Any]]:  # fmt: skip
-    """One pass over the trace; returns per-step records and appends to `failures`."""
+              sleep_cycles: int, failures: list[dict[str, Any]], observe=None
+              ) -> list[dict[str, Any]]:  # fmt: skip
+    """One pass over the trace; returns per-step records and appends to `failures`.
+    `observe(step_index, out, want)` sees every step's logits and the reference's."""
     state, truth = states
     config, device = truth.config, truth.kv_cache.device
     cache_ptr = state.kv_cache.data_ptr()
@@ -238,6 +240,8 @@ def _one_pass(torch, ref, step, states, trace, variant: int, *, kind: str, tol, 
         ok, reason, _ = correctness.compare(
             torch, out, want, tol, want.shape, config.torch_dtype, (tokens,)
         )
+        if observe is not None:
+            observe(index, out, want)
         if not ok:
             fail("logits", reason)
         if state.host_lengths != expected or state.lengths.tolist() != expected:
@@ -297,26 +301,32 @@ def _row(name, checked: list[dict[str, Any]], bad: set[int], latency: list[dict[
 
 
 def run_trace(torch, ref, step, config, trace: dict[str, Any], *, device: str = "cpu",
-              weight_seed: int = 0, tolerance: dict[str, float] | None = None) -> dict[str, Any]:  # fmt: skip
+              weight_seed: int = 0, tolerance: dict[str, float] | None = None,
+              check_only: bool = False, observe=None) -> dict[str, Any]:  # fmt: skip
     """Run `step` over `trace` (passes in the module docstring); the per-bucket latency table
-    and the correctness verdict. `ref` is the task's reference module, `config` its Config."""
+    and the correctness verdict. `ref` is the task's reference module (or a view of it that
+    edits the states it makes: step_probe.py), `config` its Config. `check_only`: the check
+    pass alone (nothing timed; numerical_probe), `observe` handed to every pass."""
     threads = torch.get_num_threads()
     if device == "cpu":  # tiny tensors: a loaded 2-core machine ran a 64-step trace in 107 s
         torch.set_num_threads(1)  # with torch's default threads, in 3 s with one
+    kinds = (
+        ["check"] if check_only else ["check", "latency"] + (["device"] if device == "cuda" else [])
+    )
     try:
         return _run(torch, ref, step, config, trace, device, weight_seed,
-                    tolerance or ref.TOLERANCES[config.dtype])  # fmt: skip
+                    tolerance or ref.TOLERANCES[config.dtype], kinds, observe)  # fmt: skip
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(torch, ref, step, config, trace, device, weight_seed, tol) -> dict[str, Any]:
+def _run(torch, ref, step, config, trace, device, weight_seed, tol, kinds, observe
+         ) -> dict[str, Any]:  # fmt: skip
     states = (ref.new_state(config, seed=weight_seed, device=device),
               ref.new_state(config, seed=weight_seed, device=device))  # fmt: skip
     clock = _Clock(torch, device)
     failures: list[dict[str, Any]] = []
     passes: dict[str, list[dict[str, Any]]] = {}
-    kinds = ["check", "latency"] + (["device"] if device == "cuda" else [])
     for variant, kind in enumerate(kinds):
         sleep_cycles = 0
         if kind == "device":  # cover the host's enqueue of a whole step: ~2 GHz SM clock
@@ -324,7 +334,8 @@ def _run(torch, ref, step, config, trace, device, weight_seed, tol) -> dict[str,
             sleep_cycles = int(min(max(3 * host + 50, 100), 20000) * 2000)
         before = len(failures)
         passes[kind] = _one_pass(torch, ref, step, states, trace, variant, kind=kind, tol=tol,
-                                 clock=clock, sleep_cycles=sleep_cycles, failures=failures)  # fmt: skip
+                                 clock=clock, sleep_cycles=sleep_cycles, failures=failures,
+                                 observe=observe)  # fmt: skip
         if len(failures) > before and kind == "check":
             break  # a wrong step's timings mean nothing
     check, latency, dev = (passes.get(k, []) for k in ("check", "latency", "device"))

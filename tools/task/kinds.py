@@ -29,6 +29,8 @@ GENERIC_TOOLS = frozenset(
     {"inspect_context", "run_objective", "guarded_final_verify", "rank_history",
      "restore_best_checkpoint", "remote_health_check"}
 )  # fmt: skip
+# The runner's tools built for a step task's decode step too (the rest refuse it, saying so).
+STEP_TOOLS = frozenset({"numerical_probe", "sweep_kernel_config", "profile_kernel"})
 
 
 class TaskKind:
@@ -263,15 +265,23 @@ class StepKind(TaskKind):
     """A decode step `step(state, tokens) -> logits` over a resident KV cache (issue 32): the
     runner's step mode runs it over the dev traces of task.toml's `[step]` table (per-bucket
     latency, every step checked); the guarded verify is its own (tools/integrity/step_verify.py:
-    outputs on hidden traces, no score). The kernel tools (sweep, probe, profile) and the kernel
-    verify are not built for it: require_runner refuses them, and require_final_score the loop,
-    whose score is a final verify's, saying what the scores mean."""
+    outputs on hidden traces, no score); numerical_probe runs its probes (the runner's probe
+    mode, tools/gpu/step_probe.py: long contexts, extreme activations), sweep_kernel_config
+    scores launch configs with the step objective (the runner's sweep mode over the traces) and
+    profile_kernel breaks a step down per kernel (the runner's step_profile mode). The kernel
+    verify is not built for it (its own verify is): require_runner refuses it, and
+    require_final_score the loop, whose score is a final verify's, saying what the scores
+    mean."""
 
     name = "step"
     full_case_set = "all"  # run_objective over every dev trace
 
+    def applies(self, tool: str) -> bool:
+        return tool in GENERIC_TOOLS or tool in STEP_TOOLS
+
     def require_runner(self, task: TaskSpec, what: str) -> None:
-        raise self._not_built(task, what)
+        if what not in STEP_TOOLS:
+            raise self._not_built(task, what)
 
     def require_final_score(self, task: TaskSpec, what: str) -> None:
         raise self._not_built(task, f"{what} (scored by the guarded verify)")
@@ -279,10 +289,12 @@ class StepKind(TaskKind):
     @staticmethod
     def _not_built(task: TaskSpec, what: str) -> UsageError:
         return UsageError(
-            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): sweeps, "
-            f"probes and profiles of a decode step, and a timed final score, are still to come. "
+            f"{what} is not built for step tasks yet ({task.name!r} is one; issue 32): a timed "
+            f"final score of a decode step is still to come. "
             f"Meanwhile {STEP_SCORE_MEANS}.",
-            next_step="use run_objective (per-bucket latency table), guarded_final_verify "
+            next_step="use run_objective (per-bucket latency table), numerical_probe (long "
+            "contexts, extreme activations), sweep_kernel_config (launch knobs by the step "
+            "objective), profile_kernel (which kernel dominates a step), guarded_final_verify "
             "(outputs on hidden traces), rank_history and restore_best_checkpoint",
         )
 
@@ -291,6 +303,9 @@ class StepKind(TaskKind):
 
     def in_lab(self, task: TaskSpec) -> bool:
         return True  # the lab's decode row: tools/gpu/kernel_lab/lab_step.py
+
+    def reads_launch_config(self, task: TaskSpec) -> bool:
+        return bool(task.config_file)  # the launch knobs sweep_kernel_config tunes
 
     def score_label(self, task: TaskSpec, mode: str = "final") -> str:
         return "us (sum over the dev traces of the p50 step latency), lower is better"
@@ -308,6 +323,8 @@ class StepKind(TaskKind):
         if task.step is None:
             return [*out, "step tasks need a [step] table (model, interpreter, traces)"]
         out += [f"no tolerance for dtype {d}" for d in task.dtypes if d not in task.tolerances]
+        if task.config_file and task.config_file not in task.editable:
+            out.append(f"editable must list the launch config {task.config_file}")
         out += [
             f"step.traces {t.name!r}: dtype {t.dtype} is not one of the task's dtypes"
             for t in task.step.traces
@@ -327,6 +344,7 @@ __all__ = [
     "GENERIC_TOOLS",
     "KINDS",
     "STEP_SCORE_MEANS",
+    "STEP_TOOLS",
     "CommandKind",
     "KernelKind",
     "StepKind",

@@ -29,14 +29,20 @@ depends on a step's values. A new State (new addresses) captures afresh.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-_BLOCK_N = 32  # cache slots per iteration of _attend's loop
+# Launch knobs (task.toml [space]; sweep_kernel_config tunes them): kernel_config.json beside
+# this file in a workspace; the lab runs this file alone, with these defaults.
+CONFIG = {"block_n": 32, "num_warps": 4, "splits": 8}
+if (_config_file := Path(__file__).with_name("kernel_config.json")).is_file():
+    CONFIG.update(json.loads(_config_file.read_text()))
 
 
 @triton.jit
@@ -157,9 +163,10 @@ def _norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def _split_len(bucket: int, device: torch.device) -> int:
-    """Slots per attention split: on a GPU ~8 splits per sequence and kv head at the bucket's
-    longest context (at least 64 slots each); in the interpreter 32, so tiny traces split too."""
-    return 32 if device.type != "cuda" else max(64, bucket // 8)
+    """Slots per attention split: on a GPU CONFIG["splits"] splits per sequence and kv head at
+    the bucket's longest context (at least 64 slots each); in the interpreter 32, so tiny traces
+    split too."""
+    return 32 if device.type != "cuda" else max(64, bucket // CONFIG["splits"])
 
 
 def _bucket(state) -> int:
@@ -189,7 +196,8 @@ def _eager(state, tokens: torch.Tensor, bucket: int) -> torch.Tensor:
             HEADS=c.heads, KV_HEADS=c.kv_heads, ROWS_P=rows_p, HALF=hd // 2)  # fmt: skip
         _attend[(batch, c.kv_heads, splits)](
             q, keys, values, state.lengths, m, s, acc, c.max_seq, split_len, 1.0 / math.sqrt(hd),
-            KV_HEADS=c.kv_heads, GROUP=group, GROUP_P=group_p, HEAD_DIM=hd, BLOCK_N=_BLOCK_N)  # fmt: skip
+            KV_HEADS=c.kv_heads, GROUP=group, GROUP_P=group_p, HEAD_DIM=hd, BLOCK_N=CONFIG["block_n"],
+            num_warps=CONFIG["num_warps"])  # fmt: skip
         _combine[(batch,)](
             m, s, acc, attn, splits, KV_HEADS=c.kv_heads, GROUP=group, GROUP_P=group_p,
             HEAD_DIM=hd, HEADS_P=triton.next_power_of_2(c.heads),

@@ -10,6 +10,10 @@ unfused: ~15 kernel launches per layer, so small batches are bound by the host's
 keys (after rotary) and values at slot lengths[b] of every layer, attends over slots
 [0, lengths[b]], and leaves `lengths` alone (the harness advances them). `state.scratch` is
 yours (e.g. captured CUDA graphs, one per sequence-length bucket).
+
+kernel_config.json holds launch knobs (task.toml's [space]) for the kernels you write: read it
+beside this file, and sweep_kernel_config scores each config with the step objective. This
+eager step reads none.
 """
 
 import math

@@ -123,7 +123,7 @@ ANSWERS = {
                "contract_baseline": ("workspace/kernel.py", "rmsnorm_gate")},
     "command": {"reads_launch_config": False, "in_lab": False, "tries_cheats": False,
                 "contract_baseline": None},
-    "step": {"reads_launch_config": False, "in_lab": True, "tries_cheats": False,
+    "step": {"reads_launch_config": True, "in_lab": True, "tries_cheats": False,
              "contract_baseline": None},
 }  # fmt: skip
 
@@ -154,15 +154,22 @@ def test_the_decode_step_task_is_a_step_task_with_gpu_and_interpreter_sizes():
     assert kind.score_label(task, "dev").startswith("us (sum over the dev traces of the p50")
 
 
-def test_a_step_task_refuses_the_kernel_tools_and_the_guarded_verify_saying_why():
+def test_a_step_task_takes_the_kernel_tools_and_refuses_the_kernel_verify_saying_why():
     task = load_task("decode_step")
     kind = kind_of(task)
     assert kind.applies("run_objective") and kind.applies("rank_history")
-    assert not kind.applies("sweep_kernel_config") and not kind.applies("profile_kernel")
-    for what in ("guarded_final_verify", "sweep_kernel_config", "numerical_probe"):
+    assert not kind.applies("guarded_verify")
+    # step_probe.py, the step sweep, step_profile.py
+    for built in ("numerical_probe", "sweep_kernel_config", "profile_kernel"):
+        assert kind.applies(built)
+        kind.require_runner(task, built)
+    for what in ("guarded_final_verify", "a kernel task's guarded verify"):
         with pytest.raises(UsageError, match=f"{what} is not built for step tasks yet") as err:
             kind.require_runner(task, what)
         assert "dev feedback" in str(err.value) and "run_objective" in err.value.next_step
+        for built in ("probe", "sweep", "profile"):
+            assert built not in str(err.value).split("Meanwhile")[0]  # the refusal says what is not
+            assert built in err.value.next_step  # and names the built ones as next steps
     with pytest.raises(UsageError, match="is a step task"):
         kind.require_objective(task, "command_verify", "guarded_verify")
     kernel = load_task("rmsnorm_gate")
