@@ -111,10 +111,13 @@ ARCHES: dict[str, dict[str, Any]] = {
 # What Python, torch, triton (its compiler runs ptxas and a C compiler) and CUDA read.
 SYSTEM_READ = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/proc"]
 # /sys on a GPU host: the CUDA driver and NVML read the CPU and NUMA topology, the PCI devices
-# (reached through /sys/bus/pci/devices links into /sys/devices/pci*) and the driver modules.
+# (reached through /sys/bus/pci/devices links into /sys/devices/pci*) and the driver modules;
+# torch.profiler's CUPTI (a step task's profile_kernel) lists the clock sources, read-only: a
+# clock's name, nothing a candidate could time or change with.
 SYS_GPU_READ = [
     "/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/bus/pci", "/sys/module/nvidia",
     "/sys/module/nvidia_uvm", "/sys/kernel/mm/transparent_hugepage",
+    "/sys/devices/system/clocksource",
 ]  # fmt: skip
 ETC_READ = [
     "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
