@@ -1,6 +1,9 @@
 """Issue 20: the sweep's fan-out over the GPUs of one host (local executor, `--gpus 0,1`).
 
-    python benchmarks/multi_gpu.py --gpus-sets "0;0,1" --configs 64 [--json OUT.json]
+    python benchmarks/multi_gpu.py --gpus-sets "0;0,1" --configs 64 [--ssh] [--json OUT.json]
+
+--ssh: the same over SSH (issue 30: the fan-out over SSH), the in-process asyncssh server on
+loopback (bench_ssh_e2e.py's) as the GPU host: the launcher's slots are that host's GPUs.
 
 One workspace of rmsnorm_gate, one state dir (so one Triton cache): a first sweep on the first
 GPU set warms the compile pool's cache, then each GPU set sweeps the same 64 configs with warm
@@ -29,6 +32,7 @@ def main() -> int:
     ap.add_argument("--gpus-sets", default="0;0,1")
     ap.add_argument("--configs", type=int, default=64)
     ap.add_argument("--json", default="")
+    ap.add_argument("--ssh", action="store_true", help="over the loopback asyncssh server")
     args = ap.parse_args()
 
     from harnesslab.tools.evaluation.sweep import sweep
@@ -38,12 +42,20 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="multigpu-"))
     state = tmp / "state"
+    remote: dict[str, Any] = {}
+    if args.ssh:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_ssh_e2e import start_ssh_server
+
+        proc, info = start_ssh_server(tmp / "remote", tmp / "remote_triton")
+        remote = {"gpu_host": f"{info['user']}@{info['host']}:{info['port']}",
+                  "ssh_key": info["client_key"], "known_hosts": info["known_hosts"]}  # fmt: skip
     ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=state))
     sets = [s for s in args.gpus_sets.split(";") if s]
     rows: list[dict[str, Any]] = []
 
     async def one(gpus: str, label: str) -> None:
-        launcher = Launcher(Settings(state_dir=state, gpus=gpus))
+        launcher = Launcher(Settings(state_dir=state, gpus=gpus, **remote))
         try:
             t0 = time.perf_counter()
             res = await sweep(ws, launcher, max_configs=args.configs)
@@ -71,7 +83,11 @@ def main() -> int:
         for gpus in sets:
             await one(gpus, f"{len(gpus.split(','))} GPU")
 
-    anyio.run(go)
+    try:
+        anyio.run(go)
+    finally:
+        if args.ssh:
+            proc.terminate()
     base = next(r for r in rows if r["run"] == "1 GPU")
     print("\nrun | wall s | compile s | timing s | configs/min | speed-up (wall, timing) | per GPU")
     for r in rows[1:]:
