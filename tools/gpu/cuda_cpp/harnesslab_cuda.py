@@ -37,10 +37,13 @@ import struct
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cuda_source
-import nvrtc
+if TYPE_CHECKING or __package__:  # the sibling import rule (tools/gpu/runner.py's docstring)
+    from . import cuda_source, nvrtc
+else:  # staged flat: the candidate imports this module, and it its siblings, by plain name
+    import cuda_source
+    import nvrtc
 
 DEFAULT_ARCH = "sm_90"  # the lent GPU hosts' H100/H200, when no GPU is here to ask
 MAX_SOURCE_BYTES = 1 << 20
