@@ -230,7 +230,7 @@ def init_workspace(
     elif kind.copies_task_files and task.root.resolve() != root:  # whatever the folder's layout
         task_files.write_tree(dest, task_files.workspace_template(task))
     brief = task.brief_path()
-    if brief.is_file():
+    if brief.is_file() and brief.resolve() != root / "task.md":  # not a task's own folder's
         shutil.copy2(brief, dest / "task.md")
     for junk in dest.rglob("__pycache__"):
         shutil.rmtree(junk, ignore_errors=True)
