@@ -1,6 +1,6 @@
 """A HarnessGym-shaped task (tests/harnessgym/task: benchmark.py and verifier.py printing JSON with
 best_us, --mode dev|final, its own Triton kernel on the interpreter) through every command:
-init, eval, verify, the task server, run (exec and autopilot), compare (autopilot, 3 trials a
+init, eval, verify, the task server, run (exec and autopilot), compare (autopilot, 2 trials a
 side), and `harnesslab import harnessgym` of the same files laid out as HarnessGym's example.
 
 Each objective run imports torch in a fresh sandboxed process (~3-6 s on a loaded 2-core box);
@@ -175,7 +175,7 @@ def test_the_autopilot_builds_a_server_that_qualifies_and_registers(harnessed, s
 
 
 @pytest.mark.timeout(900)
-def test_compare_plain_and_harnessed_autopilot_three_trials_a_side(tmp_path, settings, harnessed):
+def test_compare_plain_and_harnessed_autopilot_two_trials_a_side(tmp_path, settings, harnessed):
     config = CompareConfig(
         task=str(TASK),
         out=tmp_path / "cmp",
@@ -183,14 +183,16 @@ def test_compare_plain_and_harnessed_autopilot_three_trials_a_side(tmp_path, set
             Arm(name="plain", agent_args=["--max-configs", "0"]),
             Arm(name="harnessed", agent_args=["--max-configs", "0"], servers_from=harnessed),
         ],
-        trials=3,
+        # Two a side, not three: what is asserted holds per trial, and the interval's verdict
+        # needs no third (the CPU's timings give none; tests/tools/loop/test_compare.py pins it).
+        trials=2,
         require_harness_tool_use=True,
     )
     report = anyio.run(compare, config, settings)
     by_arm: dict[str, list[Any]] = {"plain": [], "harnessed": []}
     for t in report.trials:
         by_arm[t.arm].append(t)
-    assert [len(v) for v in by_arm.values()] == [3, 3]
+    assert [len(v) for v in by_arm.values()] == [2, 2]
     # Every trial was scored independently on one shared hidden case set.
     assert report.case_set.startswith("final-")
     assert all(t.valid and t.score is not None for t in report.trials), report.trials
@@ -203,7 +205,7 @@ def test_compare_plain_and_harnessed_autopilot_three_trials_a_side(tmp_path, set
     assert diff["ci95"][0] <= diff["value"] <= diff["ci95"][1]
     out = tmp_path / "cmp"
     saved = json.loads((out / "report.json").read_text())
-    assert saved["arms"][0]["valid"] == 3 and len(saved["trials"]) == 6
+    assert saved["arms"][0]["valid"] == 2 and len(saved["trials"]) == 4
     md = (out / "report.md").read_text()
     assert "| plain | autopilot |" in md and "95% bootstrap interval" in md
     assert (out / "scores.png").read_bytes()[:4] == b"\x89PNG"

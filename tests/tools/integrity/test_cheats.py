@@ -38,7 +38,8 @@ from harnesslab.tools.integrity.scan import scan_workspace
 from harnesslab.tools.integrity.verify import REASONS, Verdict, guarded_verify, judge_case
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.secrets_store import ensure_outside_workspace, workspace_secret
-from harnesslab.tools.state.workspace import Workspace, init_workspace
+from harnesslab.tools.state.trusted_store import workspace_key
+from harnesslab.tools.state.workspace import Workspace, init_workspace, open_workspace
 from harnesslab.tools.task.spec import load_task
 
 HERE = Path(__file__).parent
@@ -155,6 +156,32 @@ def codes(v: Verdict) -> set[str]:
     return {r["code"] for r in v.reasons}
 
 
+@pytest.fixture(scope="module")
+def verified_baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, Verdict]:
+    """The baseline's passed guarded verify, done once per module (a verify is 10-25 s of CPU):
+    the tests that only read it share it, the ones that verify more in its workspace take a
+    `clone` of it."""
+    tmp_path = tmp_path_factory.mktemp("verified-baseline")
+    ws = workspace(tmp_path, BASELINE)
+    return ws, verify(ws, tmp_path / "state")
+
+
+def clone(verified: tuple[Workspace, Verdict], tmp_path: Path) -> Workspace:
+    """A copy of a verified workspace at tmp_path/ws with its state at tmp_path/state: the same
+    files, checkpoints, best and hidden case set (the state dir keys a workspace by its path)."""
+    ws, _ = verified
+    state, root = ws.store.root.parent.parent, tmp_path / "ws"
+    shutil.copytree(ws.root, root)
+    shutil.copytree(state, tmp_path / "state")
+    old, new = workspace_key(ws.root), workspace_key(root)
+    (tmp_path / "state" / "workspaces" / old).rename(tmp_path / "state" / "workspaces" / new)
+    secrets = tmp_path / "state" / "secrets"
+    (secrets / f"{old}.json").rename(secrets / f"{new}.json")
+    binding = tmp_path / "state" / "workspaces" / new / "binding.json"
+    binding.write_text(json.dumps(json.loads(binding.read_text()) | {"workspace": str(root)}))
+    return open_workspace(root, Settings(state_dir=tmp_path / "state"))
+
+
 def test_every_corpus_file_names_a_known_reason_code() -> None:
     assert len(CHEATS) >= 20
     for path in CHEATS:
@@ -247,11 +274,17 @@ SLOW_HONEST = {
         for n in sorted(HONEST)
     ],
 )
-def test_honest_kernel_passes_every_check(tmp_path: Path, name: str) -> None:
+def test_honest_kernel_passes_every_check(
+    tmp_path: Path, request: pytest.FixtureRequest, name: str
+) -> None:
     kernel, config = HONEST[name]
-    ws = workspace(tmp_path, kernel, config)
-    assert scan_workspace(ws).rejects == []
-    v = verify(ws, tmp_path / "state")
+    if name == "baseline":  # the verify the incumbent and hidden-case tests build on
+        ws, v = request.getfixturevalue("verified_baseline")
+        assert scan_workspace(ws).rejects == []
+    else:
+        ws = workspace(tmp_path, kernel, config)
+        assert scan_workspace(ws).rejects == []
+        v = verify(ws, tmp_path / "state")
     assert v.verdict == "passed", v.reasons
     assert v.reasons == []
     checks = v.evidence["checks"]
@@ -260,9 +293,10 @@ def test_honest_kernel_passes_every_check(tmp_path: Path, name: str) -> None:
     assert v.score_us is not None and not v.meaningful  # the interpreter says nothing of speed
 
 
-def test_incumbent_is_compared_in_the_same_layout(tmp_path: Path) -> None:
-    ws = workspace(tmp_path, BASELINE)
-    first = verify(ws, tmp_path / "state")
+def test_incumbent_is_compared_in_the_same_layout(
+    tmp_path: Path, verified_baseline: tuple[Workspace, Verdict]
+) -> None:
+    ws, first = clone(verified_baseline, tmp_path), verified_baseline[1]
     assert first.verdict == "passed" and first.incumbent is None
     shutil.copy(CORPUS / "honest" / "row_tile.py", ws.root / "kernel.py")
     second = verify(ws, tmp_path / "state")
@@ -285,12 +319,15 @@ DYING = {
 
 @pytest.mark.parametrize("when", sorted(DYING))
 def test_an_incumbent_that_dies_loses_the_comparison_not_the_verdict(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    verified_baseline: tuple[Workspace, Verdict],
+    when: str,
 ) -> None:
     """An incumbent whose process dies before its first call (its staged copy exits at import)
     used to reject the candidate as `candidate_crashed`."""
-    ws = workspace(tmp_path, BASELINE)
-    assert verify(ws, tmp_path / "state").verdict == "passed"
+    ws = clone(verified_baseline, tmp_path)
+    assert verified_baseline[1].verdict == "passed"
     shutil.copy(CORPUS / "honest" / "row_tile.py", ws.root / "kernel.py")
     call = verify_mod._call_quietly
 
@@ -314,9 +351,10 @@ def test_an_incumbent_that_dies_loses_the_comparison_not_the_verdict(
     assert second.incumbent["speedup"] is None
 
 
-def test_hidden_cases_stay_out_of_the_workspace(tmp_path: Path) -> None:
-    ws = workspace(tmp_path, BASELINE)
-    v = verify(ws, tmp_path / "state")
+def test_hidden_cases_stay_out_of_the_workspace(
+    verified_baseline: tuple[Workspace, Verdict],
+) -> None:
+    ws, v = verified_baseline
     hidden = [c["shape"] for c in v.evidence["cases"]]
     assert hidden and v.verdict == "passed"
     text = "\n".join(p.read_text(errors="replace") for p in ws.root.rglob("*") if p.is_file())

@@ -175,6 +175,7 @@ async def test_hung_agent_is_killed_with_its_child_and_its_work_still_scored_and
         stop_score=1e12,
         build="auto",
         optimization_mode=False,
+        score_baseline=False,  # the attempt's own score reaches the stop score, not the baseline's
     )
     summary = await run(config, settings)
     it = summary["iterations"][0]
@@ -297,6 +298,9 @@ async def test_a_good_server_is_registered_and_a_broken_one_quarantined_after_on
         small_task,
         {"attempt": ["noop"], "build": ["two_servers"], "repair": ["noop"]},
         build="always",
+        # what is asserted is the build, qualify and repair turns: no baseline or final verify
+        score_baseline=False,
+        final_verify=False,
     )
     summary = await run(config, settings)
     it = summary["iterations"][0]
