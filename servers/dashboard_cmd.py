@@ -17,7 +17,6 @@ from harnesslab.tools.errors import UsageError
 from harnesslab.tools.settings import Settings
 
 from .cli_support import command, run_async
-from .dashboard_app import dashboard_app
 from .serve_cmd import TOKEN_ENV, is_loopback, listening_socket
 
 
@@ -67,6 +66,8 @@ def cmd_dashboard(args: argparse.Namespace, settings: Settings) -> int:
     source = Source(
         args.workspace, settings, labs=args.lab, compares=args.compare, runs=args.run or None
     )
+    from .dashboard_app import dashboard_app  # Starlette and mcp.server: only when serving
+
     app = dashboard_app(source, host=args.host, token=token)
     run_async(serve, app, args.host, args.port)
     return 0

@@ -11,19 +11,18 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harnesslab.tools.authoring import (
-    TaskRow,
-    check_baselines,
-    import_kernelbench,
-    plan_new,
-    record_check,
-    write_task,
-)
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.task import list_tasks, load_task
 
 from .cli_support import add_executor_args, command, run_async
+
+if TYPE_CHECKING:
+    from harnesslab.tools.authoring import TaskRow
+
+# tools.authoring is imported by the commands that write tasks, not with the CLI: it loads torch
+# (KernelBench's sizes run the user's file), ~2 s of every other command's start-up.
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -116,6 +115,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _new(args: argparse.Namespace, dtypes: list[str]) -> TaskRow:
+    from harnesslab.tools.authoring import TaskRow, plan_new, write_task
+
     started = time.perf_counter()
     plan = plan_new(
         args.name,
@@ -144,6 +145,8 @@ def _new(args: argparse.Namespace, dtypes: list[str]) -> TaskRow:
 
 def _check(rows: list[TaskRow], settings: Settings) -> None:
     """Each written task's baseline against its reference, kept in the task folder."""
+    from harnesslab.tools.authoring import check_baselines, record_check
+
     written = [r for r in rows if r.status == "written"]
     results = run_async(check_baselines, [Path(r.folder) for r in written], settings)
     for row, result in zip(written, results, strict=True):
@@ -206,6 +209,8 @@ def cmd_task(args: argparse.Namespace, settings: Settings) -> int:
     if args.task_command == "new":
         rows = [_new(args, dtypes)]
     else:
+        from harnesslab.tools.authoring import import_kernelbench
+
         rows = import_kernelbench(
             args.source, args.out, dtypes=dtypes, force=args.force, mode=args.module_mode
         )

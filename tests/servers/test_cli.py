@@ -174,3 +174,14 @@ def test_a_step_workspace_evals_one_trace_and_verifies_its_outputs_on_hidden_tra
     assert cli_main(["verify", "-w", ws]) == 0
     out = capsys.readouterr().out
     assert "verdict: passed (certifies: step_outputs)" in out and "final1_float16" in out
+
+
+def test_the_cli_starts_without_torch_triton_or_the_mcp_server():
+    """Every `harnesslab` command pays the CLI's imports: torch (2 s of CPU), triton and
+    mcp.server load only in the commands that use them (task new/import-kernelbench through
+    tools.authoring, the dashboard), not at start-up."""
+    probe = "import sys, harnesslab.servers.cli; print([m for m in HEAVY if m in sys.modules])"
+    heavy = ("torch", "triton", "mcp.server")
+    out = subprocess.run([sys.executable, "-c", f"HEAVY = {heavy!r}; {probe}"],
+                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stdout
