@@ -62,7 +62,7 @@ def gen(seed: int = 1) -> torch.Generator:
 # -- evaluate -----------------------------------------------------------------------------------
 def test_an_expression_is_arithmetic_over_dims_and_nothing_else() -> None:
     ev = package_copy.evaluate
-    assert ev(7, {}) == 7 and ev(2.5, {}) == 2.5
+    assert ev(7, {}) == 7 and ev(2.5, {}) == 2.5 and ev(math.inf, {}) == math.inf
     dims = {"a": 7, "b": 2}
     assert [ev(e, dims) for e in ("a+b", "a-b", "a*b", "a//b", "a/b", "a**b", "a%b", "-a")] == [
         9, 5, 14, 3, 3.5, 49, 1, -7,
@@ -95,6 +95,8 @@ def test_inputs_take_their_shape_dtype_and_device_and_the_case_dtype_by_default(
     assert x.shape == (4, 10) and x.dtype == torch.float16
     assert i.shape == (3, 5) and i.dtype == torch.int64 and b.dtype == torch.bool
     assert x.is_contiguous() and x.device.type == "cpu"
+    (x, _, _), _ = ref.make_inputs({"n": 4, "m": 5}, torch.float16, "meta", gen())
+    assert x.is_meta and x.dtype == torch.float16  # drawn where the generator is, then moved
     assert ref.FIXED_DTYPES == {
         "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
         "float64": torch.float64, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
@@ -103,6 +105,10 @@ def test_inputs_take_their_shape_dtype_and_device_and_the_case_dtype_by_default(
 
 def test_the_same_generator_draws_the_same_inputs(tmp_path) -> None:
     ref = function_task(tmp_path)
+    shape = ref._shape({"shape": [64]}, {})
+    for dist in ("randint", "uniform", "normal"):
+        d = {"distribution": dist, "high": 1000}
+        assert torch.equal(ref._draw(d, shape, gen(5)), ref._draw(d, shape, gen(5))), dist
     a, _ = ref.make_inputs({"n": 8, "m": 8}, torch.float32, "cpu", gen(3))
     b, _ = ref.make_inputs({"n": 8, "m": 8}, torch.float32, "cpu", gen(3))
     c, _ = ref.make_inputs({"n": 8, "m": 8}, torch.float32, "cpu", gen(4))
@@ -230,6 +236,7 @@ def test_the_reference_runs_on_fp32_copies_and_returns_fp32(tmp_path) -> None:
     assert torch.equal(out, x.float() + 2.0 * y.float())
     x64, y64 = x.double(), y.double()
     assert ref.reference(x64, y64).dtype == torch.float64  # fp64 stays fp64
+    assert torch.equal(ref.reference(2.0, y), 2.0 + y.float())  # a number is passed as is
     i = torch.arange(4)
     assert ref.reference(i, i, alpha=1).dtype == torch.int64  # integers are not made floats
 
@@ -302,7 +309,8 @@ def test_a_module_reference_is_built_once_under_its_seed_its_parameters_the_last
     expected = (lin - lin.mean(0)) / torch.sqrt(lin.var(0, unbiased=False) + 1e-5)
     assert torch.allclose(out, expected, atol=1e-5)  # train mode: the batch's statistics
     ref.reference(x, w, b, **kwargs)
-    (model,) = ref._MODULES.values()  # built once
+    (model,) = ref._MODULES.values()  # built once, in fp32 for fp32 inputs
+    assert model.lin.weight.dtype == torch.float32
     assert int(model.bn.num_batches_tracked) == 0  # each call starts from the Model's buffers
     assert float(model.bn.running_mean.abs().max()) == 0.0
     torch.manual_seed(7)
@@ -331,6 +339,10 @@ def test_an_eval_mode_module_keeps_its_running_statistics(tmp_path) -> None:
     (x, w, b), kwargs = ref.make_inputs(dims, torch.float32, "cpu", gen(1))
     out = ref.reference(x, w, b, **kwargs)
     assert torch.allclose(out, (x @ w.T + b) / math.sqrt(1 + 1e-5), atol=1e-5)
+    (model,) = ref._MODULES.values()
+    assert not model.training
+    torch.manual_seed(0)  # the default seed
+    assert torch.equal(model.lin.weight, torch.nn.Linear(5, 3).weight)
 
 
 def test_fp64_inputs_get_an_fp64_model(tmp_path) -> None:
@@ -347,8 +359,7 @@ def test_fp64_inputs_get_an_fp64_model(tmp_path) -> None:
 def test_a_drawn_parameter_follows_its_distribution_not_the_initialiser(tmp_path) -> None:
     decl = {
         "inputs": [{"name": "x", "shape": ["batch", "n_in"]},
-                   {"name": "w", "shape": ["n_out", "n_in"], "distribution": "uniform",
-                    "low": 5, "high": 6},
+                   {"name": "w", "shape": ["n_out", "n_in"], "distribution": "init"},
                    {"name": "b", "shape": ["n_out"], "distribution": "uniform", "low": 5,
                     "high": 6}],
         "output": {"shape": "reference"},
@@ -358,7 +369,8 @@ def test_a_drawn_parameter_follows_its_distribution_not_the_initialiser(tmp_path
     }  # fmt: skip
     ref = staged(tmp_path, decl, {"model.py": MODEL})
     (_, w, b), _ = ref.make_inputs({"batch": 2, "n_in": 5, "n_out": 3}, torch.float32, "cpu", gen())
-    assert float(w.min()) >= 5 and float(b.min()) >= 5
+    assert float(w.abs().max()) <= 1 / math.sqrt(5)  # the initialiser's
+    assert float(b.min()) >= 5  # as declared
 
 
 # -- the output ---------------------------------------------------------------------------------
@@ -392,6 +404,7 @@ def test_a_derived_output_is_the_references_on_meta_tensors(tmp_path) -> None:
         "import torch\n"
         "def pick(x, i, rows):\n"
         "    assert x.dtype == torch.float32 and i.dtype == torch.int64 and rows == i.shape[0]\n"
+        "    assert x.is_meta and i.is_meta  # no memory for the shape\n"
         "    return x.t()[:rows]\n"
     )
     ref = staged(tmp_path, decl, {"ref.py": text})
@@ -448,3 +461,15 @@ def test_the_batch_dim_is_the_first_inputs_first_axis_when_it_names_a_dim(tmp_pa
             tmp_path, inputs=[{"name": "x", "shape": first}, {"name": "y", "shape": ["n"]}]
         )
         assert ref.BATCH_DIM is None, first
+
+
+def test_the_reference_file_is_a_module_by_its_name(tmp_path) -> None:
+    text = (
+        "from __future__ import annotations\nimport dataclasses\n"
+        "@dataclasses.dataclass\nclass Scale:\n    k: float = 3.0\n"
+        "def scale(x):\n    return x * Scale().k\n"
+    )
+    decl = {"inputs": [{"name": "x", "shape": ["n"]}], "output": {"shape": ["n"]},
+            "reference": {"entry": "ref.py:scale"}}  # fmt: skip
+    ref = staged(tmp_path, decl, {"ref.py": text})  # a dataclass needs its module registered
+    assert torch.equal(ref.reference(torch.ones(2)), torch.full((2,), 3.0))
