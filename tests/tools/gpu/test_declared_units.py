@@ -67,7 +67,7 @@ def test_an_expression_is_arithmetic_over_dims_and_nothing_else() -> None:
     assert [ev(e, dims) for e in ("a+b", "a-b", "a*b", "a//b", "a/b", "a**b", "a%b", "-a")] == [
         9, 5, 14, 3, 3.5, 49, 1, -7,
     ]  # fmt: skip
-    assert ev("3", dims) == 3 and ev("2*a - -b", dims) == 16
+    assert ev("3", dims) == 3 and ev("2*a - -b", dims) == 16 and ev("0.5 * a", dims) == 3.5
     for bad in ("len(a)", "a.real", "a[0]", "+a", "'a'", "a if b else 1", "a << b"):
         with pytest.raises(ValueError, match="unsupported expression"):
             ev(bad, dims)
@@ -182,6 +182,12 @@ def test_inputs_from_runs_the_files_function_at_the_cases_dims(tmp_path) -> None
     again, _ = ref.make_inputs({"n": 4}, torch.float16, "cpu", gen(1))
     other, _ = ref.make_inputs({"n": 4}, torch.float16, "cpu", gen(2))
     assert torch.equal(a, again[0]) and not torch.equal(a, other[0])  # seeded by the generator
+    # the file's draws come from torch's generator seeded with the case generator's next draw
+    g = gen(1)
+    seed = int(torch.randint(0, 2**62, (1,), generator=g))
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        assert torch.equal(a, torch.rand(4, 12).half())
     ref.make_inputs({"n": 5}, torch.float32, "cpu", gen(1))
     assert len(ref._INPUT_FNS) == 2  # one load per set of constants
     ref.make_inputs({"n": 4}, torch.float32, "cpu", gen(1))
@@ -215,6 +221,8 @@ def test_load_source_replaces_a_constant_right_after_the_file_assigns_it(tmp_pat
     assert mod.__file__ == str(path)
     plain = package_copy.load_source(path, f"_m_{uuid.uuid4().hex}")
     assert (plain.a, plain.b, plain.e) == (1, 10, 5)
+    path.write_text(DATACLASS)  # a dataclass needs its module registered
+    assert package_copy.load_source(path, f"_m_{uuid.uuid4().hex}").scale(2.0) == 6.0
 
 
 def test_assigned_names_are_what_a_statement_binds_at_module_level() -> None:
@@ -463,13 +471,50 @@ def test_the_batch_dim_is_the_first_inputs_first_axis_when_it_names_a_dim(tmp_pa
         assert ref.BATCH_DIM is None, first
 
 
+DATACLASS = (
+    "from __future__ import annotations\nimport dataclasses\n"
+    "@dataclasses.dataclass\nclass Scale:\n    k: float = 3.0\n"
+    "def scale(x):\n    return x * Scale().k\n"
+)
+
+
 def test_the_reference_file_is_a_module_by_its_name(tmp_path) -> None:
-    text = (
-        "from __future__ import annotations\nimport dataclasses\n"
-        "@dataclasses.dataclass\nclass Scale:\n    k: float = 3.0\n"
-        "def scale(x):\n    return x * Scale().k\n"
-    )
+    text = DATACLASS
     decl = {"inputs": [{"name": "x", "shape": ["n"]}], "output": {"shape": ["n"]},
             "reference": {"entry": "ref.py:scale"}}  # fmt: skip
     ref = staged(tmp_path, decl, {"ref.py": text})  # a dataclass needs its module registered
     assert torch.equal(ref.reference(torch.ones(2)), torch.full((2,), 3.0))
+
+
+def test_a_reference_that_is_no_python_file_cannot_be_loaded(tmp_path) -> None:
+    decl = {"inputs": [{"name": "x", "shape": ["n"]}], "output": {"shape": ["n"]},
+            "reference": {"entry": "ref.txt:scale"}}  # fmt: skip
+    with pytest.raises(ImportError, match="cannot load the reference ref.txt"):
+        staged(tmp_path, decl, {"ref.txt": DATACLASS})
+
+
+MASKED = MODEL.replace("def forward(self, x):", "def forward(self, x, mask):").replace(
+    "return self.bn(self.lin(x))", "return self.bn(self.lin(x)) * mask[:, None]"
+)
+
+
+def test_one_fp64_input_makes_the_model_fp64(tmp_path) -> None:
+    decl = {
+        "inputs": [
+            {"name": "x", "shape": ["batch", "n_in"]},
+            {"name": "mask", "shape": ["batch"], "dtype": "bool", "distribution": "randint"},
+            {"name": "w", "shape": ["n_out", "n_in"], "distribution": "init"},
+            {"name": "b", "shape": ["n_out"], "distribution": "init"},
+        ],
+        "output": {"shape": "reference"},
+        "scalar_dims": {"n_in": "n_in", "n_out": "n_out"},
+        "reference": {"entry": "model.py:Model", "kind": "module",
+                      "params": ["lin.weight", "lin.bias"]},
+    }  # fmt: skip
+    ref = staged(tmp_path, decl, {"model.py": MASKED})
+    dims = {"batch": 4, "n_in": 5, "n_out": 3}
+    args, kwargs = ref.make_inputs(dims, torch.float64, "cpu", gen(1))
+    assert args[1].dtype == torch.bool
+    assert ref.reference(*args, **kwargs).dtype == torch.float64
+    (model,) = ref._MODULES.values()
+    assert model.bn.running_mean.dtype == torch.float64
