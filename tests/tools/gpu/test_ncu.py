@@ -110,7 +110,9 @@ def test_every_metric_profile_kernel_reads_is_collected() -> None:
                     ["0", "k", *values])  # fmt: skip
     (profile,) = summarize(ncu.parse_ncu_csv(text))
     fields = profile.model_dump() if hasattr(profile, "model_dump") else vars(profile)
-    assert None not in fields.values()
+    step_only = {"total_us", "share_pct"}  # a step task's torch.profiler rows fill these, not ncu
+    assert step_only <= set(fields)
+    assert None not in [v for k, v in fields.items() if k not in step_only]
     assert profile.local_memory_instructions == 11 + 12  # both kinds of local access
     assert ncu.LAB_METRICS == tuple(names[:5])
 
