@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from ..errors import EnvironmentProblem, UsageError
 from ..execution import Executor, Launcher
 from ..gpu.ncu import NCU_METRICS, parse_ncu_csv
-from ..progress import Progress
+from ..progress import Progress, report
 from ..state import Workspace
 from ..task import kind_of
 from .request import kernel_request, select_traces
@@ -239,10 +239,7 @@ async def profile_kernel(
         "repeats": repeats,
         "seed": 0,
     }
-    if progress is not None:
-        maybe = progress(0, 2, f"ncu on {case} ({repeats} launches)")
-        if maybe is not None:
-            await maybe
+    await report(progress, 0, 2, f"ncu on {case} ({repeats} launches)")
     call = await launcher.call(request, task=ws.task, slot=slot, argv_prefix=prefix)
     log = await executor.run(
         ["sh", "-c", 'cat -- "$1"; rm -f -- "$1"', "sh", log_path], timeout_s=60
@@ -268,10 +265,7 @@ async def profile_kernel(
             f"ncu profiled no kernel on {executor.host} ({tail[:300]}).",
             next_step="check that the candidate launches a GPU kernel and that ncu works there",
         )
-    if progress is not None:
-        maybe = progress(2, 2, "profiled")
-        if maybe is not None:
-            await maybe
+    await report(progress, 2, 2, "profiled")
     return ProfileReport(
         case=case,
         host=executor.host,
@@ -296,10 +290,7 @@ async def profile_step(
     step = ws.task.step.request([selected.name]) if ws.task.step is not None else {}
     request = kernel_request(ws, launcher, candidate, "step_profile", seed=0, step=step,
                              repeats=repeats)  # fmt: skip
-    if progress is not None:
-        maybe = progress(0, 1, f"torch.profiler on {trace} ({repeats} steps)")
-        if maybe is not None:
-            await maybe
+    await report(progress, 0, 1, f"torch.profiler on {trace} ({repeats} steps)")
     call = await launcher.call(request, task=ws.task)
     if (fault := call.fault()) is not None:  # killed from outside: not the candidate's
         raise fault
@@ -320,10 +311,7 @@ async def profile_step(
             next_step="check that the step launches its work where the profiler sees it "
             "(torch.profiler with CUDA activity); meanwhile use run_objective's buckets",
         )
-    if progress is not None:
-        maybe = progress(1, 1, "profiled")
-        if maybe is not None:
-            await maybe
+    await report(progress, 1, 1, "profiled")
     env = result.get("env") or {}
     meaningful = bool(result.get("meaningful"))
     top = kernels[0]

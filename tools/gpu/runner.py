@@ -499,12 +499,15 @@ def _step_profile(env: Env, req: dict[str, Any], ev: Evaluator) -> dict[str, Any
                                 device=env.device, candidate_dir=cand_dir)  # fmt: skip
 
 
-def _guarded(env: Env, req: dict[str, Any], ev: Evaluator) -> dict[str, Any]:
-    """The guarded verifies: the candidate runs in a child process (guard.py, step_guard.py)."""
-    if req.get("mode") == "verify":
-        import guard
+def _verify(env: Env, req: dict[str, Any], ev: Evaluator) -> dict[str, Any]:
+    """The guarded verify: the candidate runs in a child process (guard.py)."""
+    import guard
 
-        return guard.verify(env, req, sys.modules[__name__])
+    return guard.verify(env, req, sys.modules[__name__])
+
+
+def _step_verify(env: Env, req: dict[str, Any], ev: Evaluator) -> dict[str, Any]:
+    """A step task's guarded verify (step_guard.py)."""
     import step_guard
 
     return step_guard.verify(env, req, sys.modules[__name__])
@@ -518,8 +521,8 @@ MODES = {
     "probe": lambda env, req, ev: ev.probe(),
     "profile_target": lambda env, req, ev: ev.profile_target(),
     "step_profile": _step_profile,
-    "verify": _guarded,
-    "step_verify": _guarded,
+    "verify": _verify,
+    "step_verify": _step_verify,
 }
 
 
