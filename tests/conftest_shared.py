@@ -33,3 +33,19 @@ def flock_free(path: Path, mode: int) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+# Appended to a candidate's source: at import it tries to write the file `outside` names (a path
+# outside its sandbox); the trust tests check the file was never written.
+ESCAPE_AT_IMPORT = """
+
+def _escape():
+    try:
+        with open({outside!r}, "w") as fh:
+            fh.write("escaped")
+    except OSError:
+        pass
+
+
+_escape()
+"""

@@ -17,6 +17,7 @@ import pytest
 from mcp import Client
 
 from harnesslab.servers.task_server import build_task_server
+from harnesslab.tests.conftest_shared import ESCAPE_AT_IMPORT
 from harnesslab.tools.gpu.step_probe import NAMES
 from harnesslab.tools.state.workspace import init_workspace
 from harnesslab.tools.task import load_task
@@ -178,20 +179,6 @@ async def test_the_profile_refuses_a_failing_step_and_an_unknown_trace(tmp_path)
     assert res.is_error and "unknown trace 'nope'" in text_of(res)
 
 
-ESCAPES = """
-
-def _escape():
-    try:
-        with open({outside!r}, "w") as fh:
-            fh.write("escaped")
-    except OSError:
-        pass
-
-
-_escape()
-"""
-
-
 @pytest.mark.parametrize(
     ("tool", "args"),
     [("numerical_probe", {"probes": ["long_context"], "dtypes": ["float16"]}),
@@ -203,6 +190,8 @@ async def test_each_step_tool_runs_the_candidate_inside_the_sandbox(tmp_path, to
     so a candidate that writes outside its folder at import leaves nothing behind (and the tool
     still answers)."""
     outside = tmp_path / "escaped.txt"
-    res, _ = await _call(tmp_path, tool, args, lambda s: s + ESCAPES.format(outside=str(outside)))
+    res, _ = await _call(
+        tmp_path, tool, args, lambda s: s + ESCAPE_AT_IMPORT.format(outside=str(outside))
+    )
     assert not res.is_error, text_of(res)
     assert not outside.exists(), f"{tool} ran the candidate outside the sandbox"

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from harnesslab.tests.conftest_shared import make_launcher, make_settings, make_workspace
+from harnesslab.tests.conftest_shared import (
+    ESCAPE_AT_IMPORT,
+    make_launcher,
+    make_settings,
+    make_workspace,
+)
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.evaluation import rank_history, restore_candidate, run_step_objective
 from harnesslab.tools.integrity import guarded_verify
@@ -105,26 +110,13 @@ async def test_the_kernel_verify_refuses_a_step_task_and_says_what_the_scores_me
     assert ws.ledger().records() == []  # nothing ran, nothing recorded
 
 
-ESCAPES = """
-def _escape():
-    try:
-        with open({outside!r}, "w") as fh:
-            fh.write("escaped")
-    except OSError:
-        pass
-
-
-_escape()
-"""
-
-
 @pytest.mark.anyio
 async def test_the_step_mode_runs_the_candidate_inside_the_sandbox(tmp_path):
     """The step mode imports agent code: it starts inside the sandbox like every dev mode, so a
     candidate that writes outside its folder at import leaves nothing behind."""
     outside = tmp_path / "escaped.txt"
     baseline = (load_task("decode_step").workspace_template / "kernel.py").read_text()
-    _, res = await _run(tmp_path, baseline + ESCAPES.format(outside=str(outside)),
+    _, res = await _run(tmp_path, baseline + ESCAPE_AT_IMPORT.format(outside=str(outside)),
                         traces=["fixed_fp16"])  # fmt: skip
     assert res.env.sandbox == "full", res.env
     assert not outside.exists()
