@@ -27,6 +27,12 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dev-command", help="the agent's objective (default: from task.md)")
     p.add_argument("--final-command", help="the loop's objective (default: from task.md)")
     p.add_argument("--editable", help="comma-separated editable files (default: from task.md)")
+    p.add_argument(
+        "--entry",
+        help="file.py:function of a kernel that takes a kernel task's parameters under another "
+        "name (e.g. kernel.py:fused_rmsnorm_silu_gate): imports a kernel task (default: by the "
+        "task's own entry name, else a command task)",
+    )
     p.add_argument("--force", action="store_true", help="write into a non-empty --out")
     p.add_argument("--json", action="store_true", help="print the import report as JSON")
 
@@ -47,6 +53,7 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
         dev_command=args.dev_command,
         final_command=args.final_command,
         editable=[e.strip() for e in args.editable.split(",")] if args.editable else None,
+        entry=args.entry,
         force=args.force,
     )
     if args.json:

@@ -308,3 +308,33 @@ def test_a_kernel_that_matches_a_kernel_tasks_contract_imports_as_a_kernel_task(
     assert (tmp_path / "imported" / "workspace" / "kernel.py").read_bytes() == (
         shipped.workspace_template / "kernel.py"
     ).read_bytes()
+
+
+def test_an_entry_of_another_name_imports_a_kernel_task_that_evaluates(tmp_path, state):
+    """HarnessGym's own kernel (fused_rmsnorm_silu_gate, with the same parameters as
+    rmsnorm_gate's) imports as a command task with a note naming --entry; with it, a kernel task
+    whose kernel.py calls that kernel passes eval on the shipped reference."""
+    src = harnessgym_folder(tmp_path / "hg")
+    plain = tmp_path / "plain"
+    res = harnesslab(state, "import", "harnessgym", str(src), "--out", str(plain), "--json")
+    report = json.loads(res.stdout)
+    assert report["kind"] == "command"
+    assert any("--entry kernel.py:fused_rmsnorm_silu_gate" in n for n in report["notes"])
+    out = tmp_path / "imported"
+    res = harnesslab(
+        state, "import", "harnessgym", str(src), "--out", str(out),
+        "--entry", "kernel.py:fused_rmsnorm_silu_gate",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    task = load_task(out)
+    assert task.kind == "kernel" and task.entry == load_task("rmsnorm_gate").entry
+    kernel = (out / "workspace" / "kernel.py").read_text()
+    assert kernel.startswith((TASK / "kernel.py").read_text())
+    ws = tmp_path / "ws"
+    assert harnesslab(state, "init", "--task", str(out), "-w", str(ws)).returncode == 0
+    res = harnesslab(state, "eval", "-w", str(ws), "--json")
+    result = json.loads(res.stdout)
+    assert result["status"] == "passed" and result["cases"], res.stdout
+    bad = harnesslab(state, "import", "harnessgym", str(src), "--out", str(tmp_path / "b"),
+                     "--entry", "kernel.py:load_config")  # fmt: skip
+    assert bad.returncode != 0 and "kernel.py:fused_rmsnorm_silu_gate" in bad.stderr

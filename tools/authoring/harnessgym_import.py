@@ -23,7 +23,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -148,32 +148,92 @@ def find_editable(brief: str, files: dict[str, bytes]) -> list[str]:
     )
 
 
-def kernel_contract(files: dict[str, bytes], editable: list[str]) -> TaskSpec | None:
+class Contract(NamedTuple):
+    """A shipped kernel task's contract an imported kernel takes: `function` in `file` (an
+    editable file) has the task's entry parameters; a name other than the task's entry function
+    gets a shim (`shim_source`)."""
+
+    task: TaskSpec
+    file: str
+    function: str
+
+
+def kernel_contract(
+    files: dict[str, bytes], editable: list[str], entry: str | None = None
+) -> Contract | None:
     """The shipped kernel task whose entry function an editable file defines with the same
-    leading parameters as the shipped baseline's, or None."""
+    leading parameters as the shipped baseline's (or, with `entry` 'file.py:function', whose
+    parameters that function has under any name), or None."""
+    for task, want in _contracts():
+        for rel, function in _entries(editable, entry, task.entry_function):
+            if rel.endswith(".py") and rel in files:
+                got = _params(files[rel].decode("utf-8", "replace"), function)
+                if got and got[: len(want)] == want:
+                    return Contract(task, rel, function)
+    return None
+
+
+def _contracts() -> list[tuple[TaskSpec, list[str]]]:
+    """(shipped kernel task, its baseline entry's parameters) for every task with a contract,
+    the most parameters first: a kernel taking (x, gate, weight, eps) is rmsnorm_gate's, not
+    softmax's (x)."""
+    out = []
     for name in list_tasks():
         task = load_task(name)
         if (contract := kind_of(task).contract_baseline(task)) is None:
             continue
         baseline, function = contract
-        want = _params(baseline.read_text(), function)
+        if want := _params(baseline.read_text(), function):
+            out.append((task, want))
+    return sorted(out, key=lambda tw: -len(tw[1]))
+
+
+def _entries(editable: list[str], entry: str | None, function: str) -> list[tuple[str, str]]:
+    if entry is None:
+        return [(rel, function) for rel in editable]
+    rel, _, named = entry.partition(":")
+    return [(rel, named)] if rel in editable and named else []
+
+
+def lookalikes(files: dict[str, bytes], editable: list[str]) -> dict[str, TaskSpec]:
+    """'file.py:function' -> the shipped kernel task whose entry parameters that top-level
+    function of an editable file has under another name (what `--entry` could name)."""
+    found: dict[str, TaskSpec] = {}
+    for task, want in _contracts():  # the most parameters first: the closest contract wins
         for rel in editable:
-            if rel.endswith(".py") and rel in files:
-                got = _params(files[rel].decode("utf-8", "replace"), function)
-                if want and got and got[: len(want)] == want:
-                    return task
-    return None
+            if not rel.endswith(".py") or rel not in files:
+                continue
+            for name, got in _signatures(files[rel].decode("utf-8", "replace")).items():
+                if name != task.entry_function and got[: len(want)] == want:
+                    found.setdefault(f"{rel}:{name}", task)
+    return found
 
 
-def _params(source: str, function: str) -> list[str] | None:
+def shim_source(contract: Contract, entry: str) -> str:
+    """The lines appended to the entry file: the task's entry function calling the user's."""
+    fn = contract.task.entry_function
+    return (
+        f"\n\n# Added by `harnesslab import harnessgym --entry {entry}`:\n"
+        f"# the task calls {fn}, which calls {contract.function}. Keep {fn}'s name.\n"
+        f"def {fn}(*args, **kwargs):\n    return {contract.function}(*args, **kwargs)\n"
+    )
+
+
+def _signatures(source: str) -> dict[str, list[str]]:
+    """name -> positional parameters of every top-level function ({} when it does not parse)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == function:
-            return [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
-    return None
+        return {}
+    return {
+        node.name: [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+    }
+
+
+def _params(source: str, function: str) -> list[str] | None:
+    return _signatures(source).get(function)
 
 
 NO_WRAPPER = (
@@ -226,6 +286,7 @@ def convert(
     dev_command: str | None = None,
     final_command: str | None = None,
     editable: list[str] | None = None,
+    entry: str | None = None,
     force: bool = False,
 ) -> ImportReport:
     src = src.expanduser().resolve()
@@ -248,7 +309,17 @@ def convert(
     missing = [e for e in edit if e not in files]
     if missing:
         raise UsageError(f"editable files not in {src}: {', '.join(missing)}")
-    contract = kernel_contract(files, edit)
+    contract = kernel_contract(files, edit, entry)
+    if entry is not None and contract is None:
+        raise UsageError(
+            f"--entry {entry}: no function of an editable file by that name takes a shipped "
+            "kernel task's parameters.",
+            next_step="name one of "
+            + (
+                ", ".join(lookalikes(files, edit))
+                or "(none found: leave --entry out for a command task)"
+            ),
+        )
     report = ImportReport(
         source=str(src),
         task_folder=str(out.resolve()),
@@ -279,6 +350,11 @@ def convert(
     if contract is not None:
         _write_kernel_task(contract, out, name, files, edit, report)
     else:
+        report.notes += [
+            f"{found} takes {task.name}'s parameters ({task.entry}): `--entry {found}` imports "
+            f"a {task.name} kernel task (its reference, hidden cases and guarded verify)"
+            for found, task in lookalikes(files, edit).items()
+        ]
         _write_command_task(
             out, name, files, wrappers, brief, report,
             score_key=score_key, higher=higher_is_better, dev=dev_command, final=final_command,
@@ -383,13 +459,33 @@ def _write_command_task(
 
 
 def _write_kernel_task(
-    task: TaskSpec,
+    contract: Contract,
     out: Path,
     name: str,
     files: dict[str, bytes],
     edit: list[str],
     report: ImportReport,
 ) -> None:
+    task = contract.task
+    if contract.function != task.entry_function:  # --entry: the task's entry calls the user's
+        entry = f"{contract.file}:{contract.function}"
+        source = files[contract.file].decode("utf-8", "replace")
+        if contract.file != task.entry_file or task.entry_function in _signatures(source):
+            raise UsageError(
+                f"--entry {entry}: {task.name}'s entry is {task.entry}; the import adds "
+                f"{task.entry_function} to {task.entry_file}, so the function must live there "
+                f"and {task.entry_file} must not define {task.entry_function} already.",
+                next_step=f"move {contract.function} into {task.entry_file} (or rename the "
+                f"file), or rename the {task.entry_function} it defines",
+            )
+        files = {
+            **files,
+            contract.file: files[contract.file] + shim_source(contract, entry).encode(),
+        }
+        report.notes.append(
+            f"{task.entry_file} gained a {task.entry_function}(...) that calls your "
+            f"{contract.function} (--entry {entry})"
+        )
     shutil.copytree(
         task.root, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
     )

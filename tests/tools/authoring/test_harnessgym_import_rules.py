@@ -113,7 +113,7 @@ def test_a_kernel_contract_is_a_shipped_tasks_entry_with_its_leading_parameters(
     fn = task.entry_function
     src = f"def {fn}({', '.join(want)}, extra=None):\n    pass\n".encode()
     found = hg.kernel_contract({"kernel.py": src}, ["kernel.py"])
-    assert found is not None and found.name == "rmsnorm_gate"
+    assert found is not None and found.task.name == "rmsnorm_gate" and found.function == fn
     assert hg.kernel_contract({"kernel.py": src}, []) is None  # not editable
     assert hg.kernel_contract({"k.txt": src}, ["k.txt"]) is None  # not Python
     assert hg.kernel_contract({}, ["kernel.py"]) is None
@@ -121,6 +121,34 @@ def test_a_kernel_contract_is_a_shipped_tasks_entry_with_its_leading_parameters(
     assert hg.kernel_contract({"kernel.py": wrong}, ["kernel.py"]) is None
     short = f"def {fn}({want[0]}):\n    pass\n".encode()
     assert hg.kernel_contract({"kernel.py": short}, ["kernel.py"]) is None
+
+
+def test_an_entry_names_a_kernel_of_another_name_and_the_closest_contract_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shipped = hg.list_tasks()
+    monkeypatch.setattr(hg, "list_tasks", lambda: list(reversed(shipped)))  # softmax's (x) first
+    src = (
+        b"def fused(x, gate, weight, eps=1e-5, config=None):\n    pass\n\n"
+        b"def helper(y):\n    pass\n"
+    )
+    files = {"kernel.py": src}
+    assert hg.kernel_contract(files, ["kernel.py"]) is None  # no rmsnorm_gate by name
+    found = hg.kernel_contract(files, ["kernel.py"], "kernel.py:fused")
+    # rmsnorm_gate's (x, gate, weight, eps), not softmax's (x): the most parameters win
+    assert found is not None and (found.task.name, found.function) == ("rmsnorm_gate", "fused")
+    assert hg.kernel_contract(files, ["kernel.py"], "kernel.py:helper") is None
+    assert hg.kernel_contract(files, [], "kernel.py:fused") is None  # not editable
+    assert hg.kernel_contract(files, ["kernel.py"], "kernel.py:") is None
+    assert {k: t.name for k, t in hg.lookalikes(files, ["kernel.py"]).items()} == {
+        "kernel.py:fused": "rmsnorm_gate"
+    }
+    shim = hg.shim_source(found, "kernel.py:fused")
+    namespace: dict[str, object] = {}
+    exec(compile(src.decode() + shim, "kernel.py", "exec"), namespace)  # noqa: S102
+    calls = []
+    namespace["fused"] = lambda *a, **k: calls.append((a, k)) or "out"
+    assert namespace["rmsnorm_gate"](1, 2, 3, eps=4) == "out" and calls == [((1, 2, 3), {"eps": 4})]
 
 
 def report() -> hg.ImportReport:
