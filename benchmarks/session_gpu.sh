@@ -20,6 +20,7 @@
 #   kernelbench  three imported KernelBench problems through eval and verify (kernelbench_gpu.sh)
 #   cuda         CUDA C++ solutions against the Triton ones, NVRTC compile times (cuda_gpu.py)
 #   hg           rmsnorm_gate on HarnessGym's four final cases (hg_final_cases.sh)
+#   autopilot    the autopilot from HarnessGym's baseline kernel for AP_BUDGET s (autopilot_hg.sh)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -76,5 +77,9 @@ fi
 if has hg; then
   el "== HarnessGym final cases"
   OUT_DIR="$OUT/hg" timeout "${HG_S:-90}" bash benchmarks/hg_final_cases.sh 2>&1 | tail -15
+fi
+if has autopilot; then
+  el "== autopilot from HarnessGym's baseline"
+  AP_S=${AP_S:-420} timeout $(( ${AP_S:-420} + 100 )) bash benchmarks/autopilot_hg.sh 2>&1 | tail -40
 fi
 el "done"
