@@ -41,15 +41,17 @@ s = json.load(open(sys.argv[1]))
 base, best, final = s.get("baseline") or {}, s.get("best") or {}, s.get("final") or {}
 print(f"status {s['status']} ({s['stop_reason']}), {s['iterations_done']} iterations, wall {s['wall_s']} s, "
       f"GPU-backed work {s['gpu_work_s']}")
-print("| iteration | ended at (s) | verified score (us) | best so far (us) | new best |")
-print("|---|---|---|---|---|")
-bsf = base.get("score_us")
-print(f"| baseline | - | {bsf} | {bsf} | |")
+print("| iteration | ended at (s) | candidate | verified score (us) | best so far (us) | new best |")
+print("|---|---|---|---|---|---|")
+bsf = base.get("score_us")  # the loop's best: moves only when it says new_best
+print(f"| baseline | - | {base.get('candidate')} | {bsf} | {bsf} | |")
 for it in s["iterations"]:
-    sc = (it.get("score") or {}).get("score_us")
-    if sc is not None and (bsf is None or sc < bsf):
-        bsf = sc
-    print(f"| {it['iteration']} | {it['at_s']} | {sc if sc is not None else (it.get('score') or {}).get('verdict')} | {bsf} | {'yes' if it['new_best'] else ''} |")
+    sc = it.get("score") or {}
+    if it["new_best"]:
+        bsf = sc.get("score_us")
+    print(f"| {it['iteration']} | {it['at_s']} | {sc.get('candidate')} | "
+          f"{sc.get('score_us') if sc.get('score_us') is not None else sc.get('verdict')} | {bsf} | "
+          f"{'yes' if it['new_best'] else ''} |")
 print(f"baseline {base.get('score_us')} us on {base.get('case_set')}; best {best.get('score_us')} us "
       f"(iteration {best.get('iteration')}, {s.get('improvement_pct')} %); final re-verify "
       f"{final.get('verdict')} {final.get('score_us')} us on {final.get('case_set')}; restored {s.get('restored')}")
