@@ -21,6 +21,9 @@
 #   cuda         CUDA C++ solutions against the Triton ones, NVRTC compile times (cuda_gpu.py)
 #   hg           rmsnorm_gate on HarnessGym's four final cases (hg_final_cases.sh)
 #   autopilot    the autopilot from HarnessGym's baseline kernel for AP_BUDGET s (autopilot_hg.sh)
+#   lab          the lab matrix of LAB_TASKS (CUDA column, peers, ncu) into $OUT/lab (lab_gpu.py)
+#   ncuprobe     ncu on one strategy over chosen cases (ncu_strategy_gpu.py: NCU_ARGS)
+#   hgproto      HarnessGym's verifier per case over HG_CONFIGS (hg_verifier_configs.sh)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -81,5 +84,19 @@ fi
 if has autopilot; then
   el "== autopilot from HarnessGym's baseline"
   AP_S=${AP_S:-420} timeout $(( ${AP_S:-420} + 100 )) bash benchmarks/autopilot_hg.sh 2>&1 | tail -40
+fi
+if has lab; then
+  el "== lab"
+  timeout "${LAB_S:-400}" python3 benchmarks/lab_gpu.py --out "$OUT/lab" --tasks "${LAB_TASKS:-rmsnorm_gate,softmax,swiglu}" \
+    --budget-s $(( ${LAB_S:-400} - 30 )) 2>"$OUT/lab.err" | tail -40; echo "lab rc=${PIPESTATUS[0]}"; tail -3 "$OUT/lab.err"
+fi
+if has ncuprobe; then
+  el "== ncu probe"
+  timeout "${NCU_S:-150}" python3 benchmarks/ncu_strategy_gpu.py ${NCU_ARGS:-} 2>&1 | tail -40
+fi
+if has hgproto; then
+  el "== HarnessGym's protocol per case"
+  timeout "${HGP_S:-120}" bash benchmarks/hg_verifier_configs.sh '{"num_warps": 4, "rows_per_program": 1}' \
+    '{"num_warps": 8, "rows_per_program": 1}' 2>&1 | tail -20
 fi
 el "done"
