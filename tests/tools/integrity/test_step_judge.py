@@ -171,12 +171,8 @@ def test_a_passed_trace_carries_its_timed_figures_p50_as_its_median() -> None:
     assert [r.median_us for r in rows] == [10.0, 7.0, None]
     (all_,) = rows[0].buckets or []
     assert (all_.bucket, all_.p50_us, all_.p95_us, all_.steps, all_.checked_steps) == (
-        "all",
-        10.0,
-        12.5,
-        4,
-        18,
-    )
+        "all", 10.0, 12.5, 4, 18)  # fmt: skip
+    assert all_.failed_steps == 0 and (rows[1].buckets or [])[0].checked_steps == 0  # none said
     assert rows[2].buckets is None
 
 
