@@ -152,6 +152,8 @@ def test_the_decode_step_task_is_a_step_task_with_gpu_and_interpreter_sizes():
     assert kind.template(task) == task.root / "workspace"
     kind.require_steps(task, "run_objective")
     assert kind.score_label(task, "dev").startswith("us (sum over the dev traces of the p50")
+    # the final score: the step verify's timed pass on hidden traces (gpu/verify/step_timed.py)
+    assert kind.score_label(task).startswith("us (sum over the hidden traces of the p50")
 
 
 def test_a_step_task_takes_the_kernel_tools_and_refuses_the_kernel_verify_saying_why():
