@@ -92,7 +92,9 @@ CERTIFIES: dict[str, str] = {
     "latency as the parent's own clock sees a step through the sandbox's boundary (request to "
     "reply, a fixed IPC round trip of the same cost for every candidate included; meaningful on "
     "a GPU only). Who computed the outputs (which kernels, whether a graph replay did the work) "
-    "is NOT certified: no launch record or replay for steps yet",
+    "is NOT certified: no launch record or replay for steps yet; nor that a step did all its "
+    "work inside its timed request (the candidate's process holds the device state and could "
+    "move work into the untimed copies between segments)",
     "nothing": "the verdict did not pass",
 }
 

@@ -18,7 +18,9 @@ checks everything that matters there.
   "step" without the cache's copies: the tokens to the device, the step, the logits into the
   slot, the lengths advanced (the harness's part of a step, on this process's own handle), the
   device synchronised, the reply. The parent's clock runs from its request to that reply. On
-  the CPU the State's tensors are the arena's views, so push and pull copy nothing there.
+  a GPU the process then waits for the next request awake (a busy wait of at most 10 ms), as
+  the parent waits for the reply. On the CPU the State's tensors are the arena's views, so push
+  and pull copy nothing there.
 Replies carry facts (copied or not, an exception's type name), never text the candidate wrote.
 """
 
@@ -27,7 +29,9 @@ from __future__ import annotations
 import importlib.util
 import mmap
 import os
+import select
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
@@ -65,6 +69,7 @@ class StepChild:
         self.views: dict[str, Any] = {}
         self.device_cache: Any = None  # the GPU path's own handle (the candidate may rebind)
         self.device_lengths: Any = None
+        self.fd_in = 0
 
     def reply(self, **fields: Any) -> None:
         wire.send(self.out, fields)
@@ -151,6 +156,14 @@ class StepChild:
             if self.cuda:
                 error = self.synchronize()
         self.reply(error=error, copied=copied)
+        if self.cuda:  # the next request comes at once within a segment: wait for it awake, so
+            self.spin_for_request()  # a step's time has no wake-up in it (nor one to save)
+
+    def spin_for_request(self, limit_s: float = 0.01) -> None:
+        """Busy-wait (at most `limit_s`) until the parent's next request is readable."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline and not select.select([self.fd_in], [], [], 0)[0]:
+            pass
 
     def synchronize(self) -> str:
         try:
@@ -179,6 +192,7 @@ class StepChild:
         self.reply(error=error)
 
     def serve(self, fd_in: int) -> None:
+        self.fd_in = fd_in
         serve_ops(fd_in, {"load": self.load, "arena": self.map_arena, "trace": self.trace,
                           "step": self.step, "push": self.push, "pull": self.pull,
                           "timed_step": self.timed_step})  # fmt: skip

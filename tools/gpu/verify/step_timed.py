@@ -26,8 +26,13 @@ What the time means: a decode step's latency as the trusted parent observes it t
 sandbox's boundary: the step and its synchronize, the tokens' copy to the device and the logits'
 copy back, and a fixed IPC round trip (two pipe frames) that costs every candidate the same. On
 the CPU (the Triton interpreter) it is recorded and scored but means nothing (`meaningful:
-false` on the host). Which kernels computed the step is not certified (no launch record or
-replay for steps).
+false` on the host). Not certified: which kernels computed the step (no launch record or replay
+for steps), and that the step did all of its work between request and reply: the candidate's
+process owns the device copy of the State and everything that runs in it (the harness's IPC and
+synchronize included), so it could move work into the untimed push and pull at the segment
+boundaries (their longest times are recorded for the operator: `boundary_us`) or shave the round
+trip's few microseconds. Both processes wait for each other's frames awake on a GPU (the parent
+spins on the reply, the child on the next request), so no wake-up is in a step's time.
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ class TimedPass:
                  rec: dict[str, Any]) -> None:  # fmt: skip
         self.v, self.kid, self.views, self.truth, self.cand = verify, kid, views, truth, cand
         self.rec = rec
+        # The segment boundaries' push and pull times (the operator's, never the score): work a
+        # candidate moved out of its timed steps into them would show here.
+        self.boundary_us: dict[str, list[float]] = {"push": [], "pull": []}
         self.spin = verify.env.device == "cuda"  # a sleeping wake-up would land in the time;
         # on the CPU the parent's spin would take a core from the child it times
 
@@ -77,6 +85,8 @@ class TimedPass:
         if err:
             self.fail("candidate_error", f"{where}: the step raised {err}")
             return None
+        if op in self.boundary_us:
+            self.boundary_us[op].append(wall_us)
         return reply, wall_us
 
     def lengths_kept(self, where: str) -> bool:
@@ -128,6 +138,9 @@ class TimedPass:
             where = "after the timed pass"
             if self.ask("pull", where) is not None and self.lengths_kept(where):
                 self.v.cache_ok(self.views, truth, self.rec, where)
+        self.rec["boundary_us"] = {
+            f"{op}_max": max(xs) for op, xs in self.boundary_us.items() if xs
+        }
         return samples
 
     def check_segment(self, steps: list[list[int]], outputs: list[Any], where: str) -> bool:
