@@ -6,10 +6,10 @@ meta-server included, runs on any machine.
 
 It reads the same MCP config file a Claude or Codex session gets and starts the servers in it
 with the SDK's stdio client.
-- attempt: inspect_context -> a preset sweep from a registered generated server, if there is
-  one -> run_objective -> sweep_kernel_config (coarse, then around the best) -> apply the best
-  config -> numerical_probe -> guarded_final_verify; a config that fails the probe or the verify
-  is undone.
+- attempt (kernel and step tasks): inspect_context -> a preset sweep from a registered
+  generated server, if there is one -> run_objective -> sweep_kernel_config (coarse, then around
+  the best) -> apply the best config -> numerical_probe -> guarded_final_verify; a config that
+  fails the probe or the verify is undone. A step task's cases are its dev traces.
 - command tasks: servers/autopilot_command.py (one-knob changes of the config file, scored
   with run_objective; the build writes a tool that restores the winning config).
 - build / repair: through the meta-server, generate a task-specific server that offers the
@@ -206,14 +206,22 @@ def best_of(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(ok, key=lambda r: r["score_us"]) if ok else None
 
 
+def _dev_cases(ws: Workspace) -> list[dict[str, Any]]:
+    """What run_objective's and the sweep's `cases` name: a kernel task's dev cases (with their
+    shapes), a step task's dev traces."""
+    if ws.task.step is not None:
+        return [{"name": t.name} for t in ws.task.step.traces]
+    return [{"name": c.name, **c.shape} for c in ws.task.dev_cases]
+
+
 async def attempt(s: Session, servers: dict[str, dict[str, Any]], ws: Workspace) -> None:
-    """A kernel task's attempt: sweeps of the launch config (a command task has no sweep tool,
-    maybe no config file: autopilot_command.py)."""
+    """A kernel or step task's attempt: sweeps of the launch config (a command task has no
+    sweep tool, maybe no config file: autopilot_command.py)."""
     await s.connect(TASK_SERVER, servers[TASK_SERVER])
     ctx = await s.call(TASK_SERVER, "inspect_context")
     task = ctx.get("task") or {}
     space: dict[str, list[Any]] = task.get("launch_space") or ws.task.space
-    dev_cases = [{"name": c.name, **c.shape} for c in ws.task.dev_cases]
+    dev_cases = _dev_cases(ws)
     interpreted = bool((ctx.get("executor") or {}).get("interpreted", True))
     max_configs = s.args.max_configs or (6 if interpreted else 24)  # None or 0: the default
     cases = pick_cases(dev_cases, interpreted)
@@ -349,12 +357,9 @@ PHASES_BY_KIND = {
         "build": autopilot_command.build,
         "repair": autopilot_command.build,
     },
-    # A step task has no launch space yet: the command tasks' strategy runs the objective only.
-    "step": {
-        "attempt": autopilot_command.attempt,
-        "build": autopilot_command.build,
-        "repair": autopilot_command.build,
-    },
+    # A step task's tools take its launch space and dev traces as a kernel task's take its own
+    # (the sweep scores each config with the step objective; the verify is the step's).
+    "step": {"attempt": attempt, "build": build, "repair": build},
 }
 
 

@@ -220,8 +220,9 @@ class VerifyOut(BaseModel):
         description="what a passed verdict certifies: correctness_and_speed (GPU: the recorded "
         "Triton launches replayed without agent Python), outputs (CPU interpreter: correct "
         "outputs only; who computed them is not verified), step_outputs (a step task: every "
-        "step's logits and the KV cache correct on hidden traces; which kernels computed them "
-        "and any timing are not verified), task_verifier (a command task's own final "
+        "step's logits and the KV cache correct on hidden traces, the score the step's p50 "
+        "latency as the trusted parent times it; which kernels computed them is not verified), "
+        "task_verifier (a command task's own final "
         "objective), nothing",
     )
     unverified: list[str] = Field(

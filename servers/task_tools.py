@@ -172,7 +172,8 @@ async def _step_objective(
         nxt = "read reason (which step, which pass), fix kernel.py, or restore_best_checkpoint"
     else:
         nxt = "keep optimizing kernel.py; rank_history ranks the dev runs (this score is dev " \
-              "feedback); guarded_final_verify checks the outputs on hidden traces"  # fmt: skip
+              "feedback); guarded_final_verify checks the outputs on hidden traces and scores " \
+              "a timed pass there"  # fmt: skip
     return _objective_out(res, kind_of(ws.task).score_label(ws.task, "dev"), nxt)
 
 
@@ -271,7 +272,8 @@ async def _verify_kernel(
     state: ServerState, args: VerifyIn, ctx: Context | None, verify=guarded_verify
 ) -> VerifyOut:
     """A kernel task's guarded verify on hidden cases (tools/integrity/verify.py); a step
-    task's on hidden traces with `verify=guarded_step_verify` (the same Verdict, no score)."""
+    task's on hidden traces with `verify=guarded_step_verify` (the same Verdict; its score the
+    timed pass's)."""
     v = await verify(
         state.workspace, state.launcher, state.settings, rotate=args.rotate, progress=reporter(ctx)
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+from typing import Any
 
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.settings import Settings
@@ -21,6 +22,27 @@ def make_settings(tmp_path: Path, **overrides) -> Settings:
 
 def make_launcher(tmp_path: Path, **overrides) -> Launcher:
     return Launcher(make_settings(tmp_path, **overrides))
+
+
+def verify_step(tmp_path: Path, kernel: str) -> tuple[Workspace, Any]:
+    """A decode_step workspace with `kernel` as its kernel.py, and its guarded step verify's
+    Verdict (tools/integrity/step_verify.py)."""
+    import anyio
+
+    from harnesslab.tools.integrity.step_verify import guarded_step_verify
+
+    ws = make_workspace(tmp_path, "decode_step")
+    (ws.root / "kernel.py").write_text(kernel)
+
+    async def go() -> Any:
+        launcher = make_launcher(tmp_path)
+        try:
+            with anyio.fail_after(240):
+                return await guarded_step_verify(ws, launcher, make_settings(tmp_path))
+        finally:
+            await launcher.aclose()
+
+    return ws, anyio.run(go)
 
 
 def flock_free(path: Path, mode: int) -> bool:

@@ -140,3 +140,38 @@ def test_every_step_cheat_is_rejected_with_its_code_at_the_gpu_sizes(tmp_path, p
 def test_every_honest_step_twin_passes_at_the_gpu_sizes(tmp_path, path: Path):
     v = _step_verify(tmp_path, path)
     assert v.verdict == "passed", v.reasons
+
+
+def test_the_triton_solutions_verify_scores_a_lower_p50_than_the_eager_baseline(tmp_path):
+    """The step verify's timed pass on a GPU (gpu/verify/step_timed.py: the state resident on
+    the device, steps back to back, the parent's clock from request to reply) at task.toml's
+    GPU sizes, on one workspace (the same hidden traces): both verdicts pass with a meaningful
+    score, and the shipped solution's p50 is below eager's on every hidden trace."""
+    from harnesslab.tools.integrity.step_verify import guarded_step_verify
+    from harnesslab.tools.task import load_task
+
+    settings = Settings(state_dir=tmp_path / "state")
+    ws = init_workspace("decode_step", tmp_path / "ws", settings)
+    solution = load_task("decode_step").solutions()["triton"].read_text()
+
+    async def go():
+        launcher = Launcher(settings)
+        try:
+            with anyio.fail_after(1200):
+                eager = await guarded_step_verify(ws, launcher, settings)
+                (ws.root / "kernel.py").write_text(solution)
+                return eager, await guarded_step_verify(ws, launcher, settings)
+        finally:
+            await launcher.aclose()
+
+    eager, sol = anyio.run(go)
+    for name, v in (("eager", eager), ("solution", sol)):
+        assert v.verdict == "passed", v.reasons
+        assert v.meaningful and v.score_us is not None and v.score_us > 0
+        assert v.unverified == ["step_work"]
+        print(name, v.score_us, [(c.name, c.median_us, c.buckets[0].p95_us, c.buckets[0].steps)
+                                 for c in v.result.cases if c.buckets])  # fmt: skip
+    for e, s in zip(eager.result.cases, sol.result.cases, strict=True):
+        assert s.median_us is not None and e.median_us is not None
+        assert s.median_us < e.median_us, (e.name, e.median_us, s.median_us)
+    assert sol.score_us < eager.score_us

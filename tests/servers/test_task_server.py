@@ -338,8 +338,11 @@ async def test_a_step_task_serves_its_trace_table_and_its_verify(
         assert not verify.is_error, text_of(verify)
         shown = verify.structured_content
         assert shown["verdict"] == "passed" and shown["certifies"] == "step_outputs"
-        assert shown["unverified"] == ["step_work"] and shown["score"] is None
-        assert "traces" not in shown["evidence"] and "outputs only" in shown["next_step"]
+        assert shown["unverified"] == ["step_work", "speed"] and shown["score"] > 0
+        assert shown["score_unit"].startswith("us (sum over the hidden traces of the p50")
+        assert "traces" not in shown["evidence"] and "rank_history" in shown["next_step"]
+        ranked = await call(client, "rank_history", {"mode": "final"})
+        assert ranked.structured_content["best"]["score"] == shown["score"]
     await state.aclose()
 
 

@@ -14,7 +14,7 @@ from .probe import numerical_probe
 from .profiling import profile_kernel
 from .recording import record, record_run
 from .request import MAX_REPEATS, MAX_WARMUP, kernel_request
-from .results import CaseResult, EnvInfo, EvalResult
+from .results import CaseResult, EnvInfo, EvalResult, StepBucket
 
 __all__ = [
     "MAX_REPEATS",
@@ -22,6 +22,7 @@ __all__ = [
     "CaseResult",
     "EnvInfo",
     "EvalResult",
+    "StepBucket",
     "kernel_request",
     "numerical_probe",
     "profile_kernel",

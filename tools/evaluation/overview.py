@@ -171,7 +171,8 @@ def _step_fields(t: TaskSpec) -> dict[str, Any]:
         model=step.model.model_dump() if step else None,
         interpreter_model=step.interpreter.model_dump() if step else None,
         dev_traces={x.name: f"{x.kind} {x.dtype}" for x in step.traces} if step else {},
-        score=kind_of(t).score_label(t, "dev"),
+        score=f"run_objective: {kind_of(t).score_label(t, 'dev')}; guarded_final_verify: "
+        f"{kind_of(t).score_label(t, 'final')}",
     )
 
 

@@ -85,11 +85,16 @@ CERTIFIES: dict[str, str] = {
     "certified, nor is any timing: the candidate's own process reports its launches there, and "
     "can forge that report",
     "step_outputs": "step task: outputs correct on hidden traces: every step's logits and the "
-    "KV cache's valid slots after each pass, computed by the candidate's step in a sandboxed "
-    "process of its own over a state the trusted parent owns (prompts written and stale slots "
-    "poisoned by it), were compared by the parent with the reference it computed itself; who "
-    "computed them (which kernels, whether a graph replay did the work) is NOT certified (no "
-    "launch record or replay for steps yet), nor is any timing",
+    "KV cache's valid slots after each pass (two checked passes and a timed one), computed by the "
+    "candidate's step in a sandboxed process of its own over a state the trusted parent owns "
+    "(prompts written and stale slots poisoned by it), were compared by the parent with the "
+    "reference it computed itself; the score is the sum over traces of the timed pass's p50 step "
+    "latency as the parent's own clock sees a step through the sandbox's boundary (request to "
+    "reply, a fixed IPC round trip of the same cost for every candidate included; meaningful on "
+    "a GPU only). Who computed the outputs (which kernels, whether a graph replay did the work) "
+    "is NOT certified: no launch record or replay for steps yet; nor that a step did all its "
+    "work inside its timed request (the candidate's process holds the device state and could "
+    "move work into the untimed copies between segments)",
     "nothing": "the verdict did not pass",
 }
 
@@ -105,11 +110,13 @@ UNVERIFIED: dict[str, str] = {
     "speed": "the timing (the interpreter's wall clock of Python says nothing of a GPU)",
     "step_work": "which kernels computed a step's outputs (the candidate's own, a library's, "
     "torch's) and that its graph replays do the work: a step's launches are not recorded or "
-    "replayed yet, and a step verify takes no timing",
+    "replayed yet; its timing is the step's latency as the trusted parent observes it, not a "
+    "replay's device time",
 }
 CPU_UNVERIFIED = ["triton_did_the_work", "process_policy", "speed"]
 GPU_UNVERIFIED = ["process_policy"]
-STEP_UNVERIFIED = ["step_work"]
+STEP_UNVERIFIED = ["step_work"]  # on a GPU; on the interpreter its wall clock too:
+STEP_CPU_UNVERIFIED = ["step_work", "speed"]
 
 __all__ = [
     "CERTIFIES",
@@ -117,6 +124,7 @@ __all__ = [
     "GPU_UNVERIFIED",
     "REASONS",
     "SANDBOX_REFUSED",
+    "STEP_CPU_UNVERIFIED",
     "STEP_UNVERIFIED",
     "UNVERIFIED",
 ]

@@ -1,31 +1,39 @@
 """The guarded verify of a step task, host side: hidden traces from the workspace's secret, the
 runner's "step_verify" mode in a fresh process (gpu/verify/step_guard.py: the candidate's step in a
 sandboxed process of its own over a state the trusted parent owns, every step's logits and the
-KV cache compared there with the reference the parent computed), and the verdict judged HERE
-from the parent's raw records; nothing the candidate's process says is read as a verdict.
+KV cache compared there with the reference the parent computed; then a timed pass,
+gpu/verify/step_timed.py, whose step latencies the parent's own clock took), and the verdict
+judged HERE from the parent's raw records; nothing the candidate's process says is read as a
+verdict or a number.
 
-What it certifies (reasons.CERTIFIES["step_outputs"]): outputs correct on hidden traces. Not
-which kernels computed them (a step's launches are not recorded or replayed yet) and no timing:
-a passed verdict carries no score, so the loop (whose score is the final verify's) still refuses
-step tasks (StepKind.require_final_score). No static scan either: a step may capture CUDA graphs
-and create the buffers it likes, which the kernel scan rejects, and the scan is never evidence.
-What an agent may read of the verdict is verdict_view.py's, as for a kernel task.
+What it certifies (reasons.CERTIFIES["step_outputs"]): outputs correct on hidden traces, the
+timed pass's included, and the score: the sum over traces of the p50 step latency of the timed
+pass (scores.score_of, the one score definition), as the trusted parent observes a step
+through the sandbox's boundary (a fixed IPC round trip included; `meaningful` only on a GPU).
+A passed verdict's score is recorded in the ledger like a kernel verify's, so the loop and the
+best checkpoint work on step tasks. Not which kernels computed the outputs (a step's launches
+are not recorded or replayed yet: reasons.UNVERIFIED["step_work"]), and no incumbent
+comparison (ABBA) as the kernel verify makes. No static scan either: a step may capture CUDA
+graphs and create the buffers it likes, which the kernel scan rejects, and the scan is never
+evidence. What an agent may read of the verdict is verdict_view.py's, as for a kernel task.
 
 Side of the trust boundary: trusted; the hidden traces never leave it.
 """
 
 from __future__ import annotations
 
+import math
 import secrets
 from typing import Any
 
-from ..evaluation import CaseResult, EnvInfo, EvalResult, kernel_request, record
+from ..evaluation import CaseResult, EnvInfo, EvalResult, StepBucket, kernel_request, record
 from ..execution import Launcher, RunnerCall, harness_digests
+from ..gpu.scores import score_of
 from ..progress import Progress
 from ..settings import Settings
 from ..state import Workspace, case_set_id, ensure_outside_workspace, workspace_secret
 from ..task import kind_of
-from .reasons import REASONS, SANDBOX_REFUSED, STEP_UNVERIFIED
+from .reasons import REASONS, SANDBOX_REFUSED, STEP_CPU_UNVERIFIED, STEP_UNVERIFIED
 from .verdict import Verdict
 from .verdict_view import public_reasons, public_rows
 from .verify import _call_quietly
@@ -72,6 +80,9 @@ def judge_steps(
             mine.append({"code": code, "detail": f"{trace['name']}: {rec['error']}"[:400]})
         for code, detail in rec.get("codes") or []:
             mine.append({"code": unknown(str(code)), "detail": str(detail)[:400]})
+        timed = _timing(rec) if not mine else None
+        if not mine and timed is None:  # a passed trace the parent did not time: its bug
+            mine.append({"code": "runner_failed", "detail": f"{trace['name']}: no timed pass"})
         reasons += mine
         rows.append(
             CaseResult(
@@ -81,8 +92,11 @@ def judge_steps(
                 status="passed" if not mine else "failed",
                 reason=mine[0]["detail"] if mine else "",
                 max_abs_err=rec.get("max_abs_err"),
+                median_us=timed["p50_us"] if timed else None,
+                buckets=[StepBucket(bucket="all", checked_steps=int(rec.get("steps_checked") or 0),
+                                    failed_steps=0, **timed)] if timed else None,
             )
-        )
+        )  # fmt: skip
         if mine:
             break
     if len(rows) < len(traces) and not reasons:
@@ -95,6 +109,18 @@ def judge_steps(
     return ("rejected" if reasons else "passed"), reasons, rows
 
 
+def _timing(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """The timed pass's figures of a trace's record (step_timed.timing): steps timed, p50 and
+    p95 in microseconds, finite and positive; None when the record has no such figures."""
+    steps, p50, p95 = rec.get("steps_timed"), rec.get("p50_us"), rec.get("p95_us")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0:
+        return None
+    figures = [float(x) for x in (p50, p95) if isinstance(x, int | float) and x is not True]
+    if len(figures) < 2 or not all(math.isfinite(x) and x > 0 for x in figures):
+        return None
+    return {"steps": steps, "p50_us": figures[0], "p95_us": figures[1]}
+
+
 async def guarded_step_verify(
     ws: Workspace,
     launcher: Launcher,
@@ -105,7 +131,8 @@ async def guarded_step_verify(
     save: bool = True,
 ) -> Verdict:
     """Verify a step task's workspace on hidden traces drawn from its secret (`rotate`: a new
-    secret, new traces). The verdict passes or not; it has no score (nothing is timed)."""
+    secret, new traces). A passed verdict's score is the sum over traces of the timed pass's
+    p50 step latency (us, lower is better), recorded in the ledger (mode "final")."""
     task = ws.task
     kind_of(task).require_steps(task, "the guarded step verify")
     assert task.step is not None
@@ -126,10 +153,12 @@ async def guarded_step_verify(
     sandbox = ((raw.get("sandbox") or {}).get("candidate") or {}).get("level") or "none"
     env = EnvInfo.model_validate({**(raw.get("env") or {}), "sandbox": sandbox})
     passed = verdict == "passed" and bool(rows)
+    score = score_of([r.median_us for r in rows], passed)
+    meaningful = passed and env.meaningful  # the interpreter's wall clock says nothing
     result = EvalResult(
         status="passed" if passed else ("error" if verdict == "error" else "failed"),
-        score_us=None,  # nothing timed: the verdict is pass or fail
-        meaningful=False,
+        score_us=score,
+        meaningful=meaningful,
         reason=reasons[0]["detail"] if reasons else "",
         cases=rows,
         candidate=candidate.digest,
@@ -151,8 +180,12 @@ async def guarded_step_verify(
         hidden = [{**t, **row.model_dump(exclude_none=True, exclude={"name"})}
                   for t, row in zip(traces, rows, strict=False)]  # fmt: skip
         record(ws, ledger_row, candidate, case_set=cs, hidden=hidden,
-               store_only={"reasons": reasons}, extra={"certifies": certifies})  # fmt: skip
-        result.record_id = ledger_row.record_id
+               store_only={"reasons": reasons, "boundary_us": [c.get("boundary_us") for c in
+                           raw.get("cases") or []]},
+               extra={"certifies": certifies})  # fmt: skip
+        result.record_id, result.best_score_us = ledger_row.record_id, ledger_row.best_score_us
+        result.delta_vs_best_pct = ledger_row.delta_vs_best_pct
+        result.is_new_best = ledger_row.is_new_best
     evidence: dict[str, Any] = {
         "candidate": candidate.digest,
         "seed": seed,
@@ -169,12 +202,15 @@ async def guarded_step_verify(
     return Verdict(
         verdict=verdict,  # type: ignore[arg-type]
         reasons=reasons,
+        score_us=score,
         case_set=cs,
-        meaningful=False,
+        best_final_score_us=result.best_score_us,
+        is_new_best=result.is_new_best,
+        meaningful=meaningful,
         result=result,
         evidence=evidence,
         certifies=certifies,  # type: ignore[arg-type]
-        unverified=list(STEP_UNVERIFIED) if passed else [],
+        unverified=list(STEP_UNVERIFIED if meaningful else STEP_CPU_UNVERIFIED) if passed else [],
         ran_on_hidden_cases=ran,
         sandbox=str(sandbox),
     )

@@ -25,7 +25,7 @@ import anyio
 
 from ..errors import HarnesslabError, UsageError
 from ..execution import Launcher, build_launcher
-from ..integrity import guarded_verify, public_verdict
+from ..integrity import Verdict, guarded_step_verify, guarded_verify, public_verdict
 from ..integrity.command_verify import command_verify
 from ..meta.client_audit import audit_workspace, prune_command
 from ..settings import Settings
@@ -112,7 +112,18 @@ async def _score_kernel(
     ws: Workspace, launcher: Launcher, settings: Settings, *, rotate: bool
 ) -> Score:
     """A kernel task's guarded verify on hidden cases (tools/integrity/verify.py)."""
-    v = await guarded_verify(ws, launcher, settings, rotate=rotate)
+    return _score_verdict(await guarded_verify(ws, launcher, settings, rotate=rotate))
+
+
+async def _score_step(
+    ws: Workspace, launcher: Launcher, settings: Settings, *, rotate: bool
+) -> Score:
+    """A step task's guarded verify on hidden traces (tools/integrity/step_verify.py): the sum
+    over the traces of the timed pass's p50 step latency."""
+    return _score_verdict(await guarded_step_verify(ws, launcher, settings, rotate=rotate))
+
+
+def _score_verdict(v: Verdict) -> Score:
     # The run's summary and prompts are the agent's to read: the public view only.
     shown = public_verdict(v)
     inc = shown.get("incumbent") or {}
@@ -131,8 +142,7 @@ async def _score_kernel(
 
 
 # The loop's score per task kind (tools/task/kinds.py KINDS).
-# A step task's guarded verify is not built: guarded_verify refuses it (StepKind.require_runner).
-SCORE_BY_KIND = {"kernel": _score_kernel, "command": _score_command, "step": _score_kernel}
+SCORE_BY_KIND = {"kernel": _score_kernel, "command": _score_command, "step": _score_step}
 
 
 class Loop:

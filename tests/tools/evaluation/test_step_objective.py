@@ -101,7 +101,7 @@ async def test_the_kernel_verify_refuses_a_step_task_and_says_what_the_scores_me
     ws = make_workspace(tmp_path, "decode_step")
     launcher = make_launcher(tmp_path)
     try:
-        with pytest.raises(UsageError, match="not built for step tasks yet") as err:
+        with pytest.raises(UsageError, match="not built for step tasks") as err:
             await guarded_verify(ws, launcher, make_settings(tmp_path))
     finally:
         await launcher.aclose()

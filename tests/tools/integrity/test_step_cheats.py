@@ -9,18 +9,16 @@ CPU on a loaded 2-core machine, so one cheat and one twin stay fast and the rest
 from __future__ import annotations
 
 import ast
-import shutil
 from importlib import resources
 from pathlib import Path
 
-import anyio
 import pytest
 
-from harnesslab.tests.conftest_shared import make_launcher, make_settings, make_workspace
+from harnesslab.tests.conftest_shared import verify_step
 from harnesslab.tools.execution.launcher import RunnerCall
 from harnesslab.tools.integrity import public_verdict
 from harnesslab.tools.integrity.reasons import CERTIFIES, REASONS
-from harnesslab.tools.integrity.step_verify import guarded_step_verify, judge_steps
+from harnesslab.tools.integrity.step_verify import judge_steps
 from harnesslab.tools.integrity.verdict import Verdict
 from harnesslab.tools.task import load_task
 
@@ -36,18 +34,7 @@ def docstring(path: Path) -> dict[str, str]:
 
 
 def verify(tmp_path: Path, kernel: Path) -> Verdict:
-    ws = make_workspace(tmp_path, "decode_step")
-    shutil.copy(kernel, ws.root / "kernel.py")
-
-    async def go() -> Verdict:
-        launcher = make_launcher(tmp_path)
-        try:
-            with anyio.fail_after(240):
-                return await guarded_step_verify(ws, launcher, make_settings(tmp_path))
-        finally:
-            await launcher.aclose()
-
-    return anyio.run(go)
+    return verify_step(tmp_path, kernel.read_text())[1]
 
 
 def fast_first(paths: list[Path]) -> list[object]:
@@ -82,13 +69,14 @@ def test_a_step_cheat_is_rejected_with_its_code_and_the_public_verdict_says_only
 
 
 @pytest.mark.parametrize("path", fast_first([BASELINE, *TWINS]))
-def test_an_honest_step_passes_and_certifies_outputs_on_hidden_traces_only(
+def test_an_honest_step_passes_and_certifies_outputs_on_hidden_traces_with_a_score(
     tmp_path: Path, path: Path
 ) -> None:
     v = verify(tmp_path, path)
     assert v.verdict == "passed", v.reasons
     assert v.certifies == "step_outputs" and "NOT certified" in CERTIFIES["step_outputs"]
-    assert v.unverified == ["step_work"] and v.score_us is None and not v.meaningful
+    assert v.unverified == ["step_work", "speed"] and not v.meaningful  # the interpreter
+    assert v.score_us is not None and v.score_us > 0
     assert [c.name for c in v.result.cases] == ["final0_float16", "final1_float16",
                                                 "final2_bfloat16"]  # fmt: skip
     assert all(c.passed for c in v.result.cases)
@@ -104,16 +92,17 @@ TRACES = [{"name": "final0_float16", "dtype": "float16"},
 
 
 def test_the_step_judge_takes_nothing_but_the_parents_records_with_this_nonce() -> None:
-    ok = {"status": "measured", "nonce": "n", "cases": [{"codes": []}, {"codes": []}]}
+    timed = {"codes": [], "steps_timed": 3, "p50_us": 5.0, "p95_us": 6.0}
+    ok = {"status": "measured", "nonce": "n", "cases": [timed, timed]}
     assert judge_steps(_call(ok), TRACES, "n")[0] == "passed"
     assert judge_steps(_call(ok), TRACES, "other")[1][0]["code"] == "forged_result"
     assert judge_steps(_call(None), TRACES, "n")[0] == "error"
-    short = {**ok, "cases": [{"codes": []}]}  # a trace missing: never a pass
+    short = {**ok, "cases": [timed]}  # a trace missing: never a pass
     assert judge_steps(_call(short), TRACES, "n")[0] == "error"
-    odd = {**ok, "cases": [{"codes": [["made_up", "x"]]}, {"codes": []}]}
+    odd = {**ok, "cases": [{"codes": [["made_up", "x"]]}, timed]}
     verdict, reasons, rows = judge_steps(_call(odd), TRACES, "n")
     assert verdict == "error" and reasons[0]["code"] == "runner_failed"
-    bad = {**ok, "cases": [{"codes": []}, {"codes": [["wrong_kv_cache", "after pass 0"]]}]}
+    bad = {**ok, "cases": [timed, {"codes": [["wrong_kv_cache", "after pass 0"]]}]}
     verdict, reasons, rows = judge_steps(_call(bad), TRACES, "n")
     assert verdict == "rejected" and [r.passed for r in rows] == [True, False]
     crashed = {**ok, "cases": [{"codes": [], "error": "died", "error_code": "timeout"}]}

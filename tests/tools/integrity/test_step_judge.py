@@ -10,6 +10,9 @@ by rule, without a verify or a GPU: each test builds the records a parent could 
 - Fewer records than traces is an error that says how many ran.
 - A row carries its first reason, its status and the parent's max_abs_err; details are cut at
   400 characters.
+- A passed trace carries its timed pass's figures (median_us = p50, a bucket "all" with p95 and
+  the steps timed); a clean record without them (or with figures that are not finite positive
+  numbers) is the harness's error, never a pass with no score.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from harnesslab.tools.integrity.step_verify import judge_steps
 TRACES = [{"name": "t0", "dtype": "float16"}, {"name": "t1", "dtype": "bfloat16"},
           {"name": "t2", "dtype": "float16"}]  # fmt: skip
 LONG = "x" * 1000
+T = {"steps_timed": 4, "p50_us": 10.0, "p95_us": 12.5}  # a clean record's timed pass
 Judged = tuple[str, list[dict[str, str]], list[CaseResult]]
 
 
@@ -83,7 +87,7 @@ def test_records_without_this_nonce_are_forged() -> None:
 def test_all_traces_clean_pass_with_their_rows() -> None:
     """Rule: every trace run and no code is a pass; each row says passed and carries the
     parent's max_abs_err (a record needs no `codes` key)."""
-    verdict, reasons, rows = judge(records({"max_abs_err": 0.5}, {"codes": []}, {}))
+    verdict, reasons, rows = judge(records({"max_abs_err": 0.5, **T}, {"codes": [], **T}, T))
     assert (verdict, reasons) == ("passed", [])
     assert [(r.name, r.dtype, r.passed, r.status, r.reason) for r in rows] == [
         ("t0", "float16", True, "passed", ""), ("t1", "bfloat16", True, "passed", ""),
@@ -95,7 +99,7 @@ def test_the_first_failing_trace_ends_the_rows() -> None:
     """Rule: the traces after a rejected one are not run, never passed, and their records
     (even failing ones) add no reason."""
     verdict, reasons, rows = judge(records(
-        {}, {"codes": [["wrong_output", "logits off"]], "max_abs_err": 3.0},
+        T, {"codes": [["wrong_output", "logits off"]], "max_abs_err": 3.0},
         {"codes": [["wrong_kv_cache", "later"]]}))  # fmt: skip
     assert (verdict, reasons) == ("rejected", [{"code": "wrong_output", "detail": "logits off"}])
     assert [(r.passed, r.status) for r in rows] == [(True, "passed"), (False, "failed"),
@@ -127,7 +131,7 @@ def test_an_error_without_a_code_is_the_candidates_crash() -> None:
 
 def test_the_records_own_error_keeps_its_code_and_the_traces_are_still_judged() -> None:
     """Rule: the records' error with a step code is that code; the traces still judge."""
-    verdict, reasons, rows = judge(records({}, {}, {}, error="killed", error_code="timeout"))
+    verdict, reasons, rows = judge(records(T, T, T, error="killed", error_code="timeout"))
     assert (verdict, reasons) == ("rejected", [{"code": "timeout", "detail": "killed"}])
     assert [r.passed for r in rows] == [True, True, True]
 
@@ -144,7 +148,7 @@ def test_an_unknown_code_is_the_harnesss_error_never_a_rejection() -> None:
 
 def test_fewer_records_than_traces_is_an_error_that_says_how_many_ran() -> None:
     """Rule: a trace with no record is never passed; the reason counts what ran."""
-    verdict, reasons, rows = judge(records({}, {}))
+    verdict, reasons, rows = judge(records(T, T))
     assert (verdict, reasons) == ("error", [{"code": "runner_failed", "detail": "2 of 3 traces"}])
     assert [r.passed for r in rows] == [True, True, False]
 
@@ -156,3 +160,30 @@ def test_details_are_cut_at_400_characters() -> None:
         assert len(reasons[0]["detail"]) == 400
     _, reasons, _ = judge({"status": "measured", "nonce": "n", "error": LONG})
     assert len(reasons[0]["detail"]) == 400
+
+
+def test_a_passed_trace_carries_its_timed_figures_p50_as_its_median() -> None:
+    """Rule: the row's median_us is the parent's p50; its one bucket ("all") has p50, p95, the
+    steps timed and the steps checked; a failed trace has no figures."""
+    verdict, _, rows = judge(records({**T, "steps_checked": 18}, {**T, "p50_us": 7},
+                                     {**T, "codes": [["wrong_output", "x"]]}))  # fmt: skip
+    assert verdict == "rejected"
+    assert [r.median_us for r in rows] == [10.0, 7.0, None]
+    (all_,) = rows[0].buckets or []
+    assert (all_.bucket, all_.p50_us, all_.p95_us, all_.steps, all_.checked_steps) == (
+        "all", 10.0, 12.5, 4, 18)  # fmt: skip
+    assert all_.failed_steps == 0 and (rows[1].buckets or [])[0].checked_steps == 0  # none said
+    assert rows[2].buckets is None
+
+
+def test_a_clean_record_without_good_timed_figures_is_the_harnesss_error() -> None:
+    """Rule: a trace with no codes but no timed pass (or p50/p95 that are not finite positive
+    numbers, or no step timed) is runner_failed, naming the trace: never a pass without a
+    score, never the candidate's rejection."""
+    for bad in ({}, {**T, "p50_us": None}, {**T, "p95_us": float("nan")}, {**T, "p50_us": 0},
+                {**T, "p50_us": -1.0}, {**T, "steps_timed": 0}, {**T, "steps_timed": True},
+                {**T, "p50_us": "10"}, {**T, "p95_us": float("inf")}, {**T, "p50_us": True}):  # fmt: skip
+        verdict, reasons, rows = judge(records(T, bad, T))
+        assert verdict == "error", bad
+        assert reasons == [{"code": "runner_failed", "detail": "t1: no timed pass"}], bad
+        assert [r.passed for r in rows] == [True, False, False]

@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import pytest
 
-from harnesslab.tools.errors import UsageError
 from harnesslab.tools.loop.driver import resume_run, start_run
 from harnesslab.tools.loop.servers import turn_servers
 from harnesslab.tools.loop.state import RunConfig, RunStore
@@ -358,12 +357,20 @@ def test_a_turn_reports_what_the_workspace_planted_and_gets_the_toolkits_skills_
     assert argv[argv.index("--plugin-dir") + 1] == str(turn.plugin_dir)
 
 
-def test_a_step_task_is_refused_before_any_run_folder_since_its_guarded_verify_is_not_built(
-    tmp_path, settings
-):
-    config = scripted(tmp_path, tasks_root() / "decode_step", {})
-    with pytest.raises(
-        UsageError, match="harnesslab run \\(scored by the guarded verify\\) is not"
-    ):
-        anyio.run(run, config, settings)
-    assert not [p for p in settings.state_dir.rglob("runs") if any(p.iterdir())]
+def test_one_autopilot_iteration_on_a_step_task_ends_with_a_verified_score(tmp_path, settings):
+    """Before: `harnesslab run` refused step tasks (their guarded verify gave no score). Now the
+    autopilot sweeps decode_step's launch knobs by the step objective, probes and verifies, and
+    the loop's score is the step verify's: passed, with the timed pass's score, the best."""
+    config = RunConfig(task="decode_step", workspace=tmp_path / "ws", iterations=1,
+                       runner="autopilot", build="never", score_baseline=False,
+                       final_verify=False)  # fmt: skip
+    summary = anyio.run(run, config, settings)
+    (it,) = summary["iterations"]
+    assert it["attempt"]["status"] == "ok", it["attempt"]
+    calls = it["tool_calls"]
+    assert calls["harnesslab-task.sweep_kernel_config"] >= 1
+    assert calls["harnesslab-task.guarded_final_verify"] == 1
+    score = it["score"]
+    assert score["verdict"] == "passed" and score["certifies"] == "step_outputs", score
+    assert score["score_us"] > 0 and not score["meaningful"]
+    assert summary["best"]["score_us"] == score["score_us"]

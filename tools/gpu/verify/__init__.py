@@ -6,7 +6,7 @@ path: record in the candidate's process, replay in a clean one, check, time), gu
 (a recording is hostile input: its check), replay.py (the replayer's process), phase_lock.py
 (the GPU lock held phase by phase). Untrusted side: guard_child.py (the candidate's process,
 with guard_record.py recording its launches). A step task's guarded verify: step_guard.py (the
-parent) and step_child.py (the candidate's process).
+parent, with step_timed.py, its timed pass) and step_child.py (the candidate's process).
 
 The runner (../runner.py) hands a "verify" request to guard.verify and a "step_verify" one to
 step_guard.verify; these modules import each other and the shared pieces one folder up by the

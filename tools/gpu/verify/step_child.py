@@ -12,6 +12,15 @@ checks everything that matters there.
 - "step": this step's tokens from the arena, `step(state, tokens)` called, the logits copied
   into the parent's slot when they are a plain tensor of the slot's shape and dtype. The parent
   compares them (and the cache after each pass) with the reference it computed itself.
+- The timed pass (step_timed.py): the State stays resident on its device between steps.
+  "push" copies the arena's cache and lengths to the device (a segment's prompts and poison),
+  "pull" copies them back (after a whole-device synchronize), both untimed; "timed_step" is
+  "step" without the cache's copies: the tokens to the device, the step, the logits into the
+  slot, the lengths advanced (the harness's part of a step, on this process's own handle), the
+  device synchronised, the reply. The parent's clock runs from its request to that reply. On
+  a GPU the process then waits for the next request awake (a busy wait of at most 10 ms), as
+  the parent waits for the reply. On the CPU the State's tensors are the arena's views, so push
+  and pull copy nothing there.
 Replies carry facts (copied or not, an exception's type name), never text the candidate wrote.
 """
 
@@ -20,7 +29,9 @@ from __future__ import annotations
 import importlib.util
 import mmap
 import os
+import select
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its siblings
@@ -58,6 +69,7 @@ class StepChild:
         self.views: dict[str, Any] = {}
         self.device_cache: Any = None  # the GPU path's own handle (the candidate may rebind)
         self.device_lengths: Any = None
+        self.fd_in = 0
 
     def reply(self, **fields: Any) -> None:
         wire.send(self.out, fields)
@@ -110,32 +122,80 @@ class StepChild:
             torch.cuda.synchronize()
         self.reply(ok=True)
 
-    def step(self, msg: dict[str, Any]) -> None:
+    def run_step(self, msg: dict[str, Any]) -> tuple[str, bool]:
+        """`step(state, tokens)` on this step's tokens (the arena's), its logits copied into the
+        parent's slot when they are a plain tensor of the slot's shape and dtype: (the
+        exception's type name or "", whether they were copied)."""
         torch, state, views = self.torch, self.state, self.views
-        if self.cuda:  # the parent's prompts and poison, then back after the step
-            self.device_cache.copy_(views["kv_cache"])
-            self.device_lengths.copy_(views["lengths"])
         state.host_lengths = [int(n) for n in msg["host_lengths"]]
         tokens = views["tokens"].to("cuda" if self.cuda else "cpu", copy=True)
-        error, copied = "", False
         try:
             out = self.fn(state, tokens)
             slot = views["logits"]
             if type(out) is torch.Tensor and out.shape == slot.shape and out.dtype == slot.dtype:
                 slot.copy_(out)
-                copied = True
-            if self.cuda:
-                torch.cuda.synchronize()
+                return "", True
+            return "", False
         except BaseException as exc:
-            error = exception_kind(exc)
+            return exception_kind(exc), False
+
+    def step(self, msg: dict[str, Any]) -> None:
+        if self.cuda:  # the parent's prompts and poison, then back after the step
+            self.push_state()
+        error, copied = self.run_step(msg)
+        if self.cuda and not error:
+            error = self.synchronize()
         if self.cuda:
-            views["kv_cache"].copy_(self.device_cache)
-            views["lengths"].copy_(self.device_lengths)
+            self.pull_state()
         self.reply(error=error, copied=copied)
 
+    def timed_step(self, msg: dict[str, Any]) -> None:
+        error, copied = self.run_step(msg)
+        if not error:
+            self.device_lengths += 1  # reference.advance's device half, on the harness's handle
+            if self.cuda:
+                error = self.synchronize()
+        self.reply(error=error, copied=copied)
+        if self.cuda:  # the next request comes at once within a segment: wait for it awake, so
+            self.spin_for_request()  # a step's time has no wake-up in it (nor one to save)
+
+    def spin_for_request(self, limit_s: float = 0.01) -> None:
+        """Busy-wait (at most `limit_s`) until the parent's next request is readable."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline and not select.select([self.fd_in], [], [], 0)[0]:
+            pass
+
+    def synchronize(self) -> str:
+        try:
+            self.torch.cuda.synchronize()
+        except BaseException as exc:  # the candidate's kernel faulted
+            return exception_kind(exc)
+        return ""
+
+    def push_state(self) -> None:
+        self.device_cache.copy_(self.views["kv_cache"])
+        self.device_lengths.copy_(self.views["lengths"])
+
+    def pull_state(self) -> None:
+        self.views["kv_cache"].copy_(self.device_cache)
+        self.views["lengths"].copy_(self.device_lengths)
+
+    def push(self, msg: dict[str, Any]) -> None:
+        if self.cuda:
+            self.push_state()
+        self.reply(error=self.synchronize() if self.cuda else "")
+
+    def pull(self, msg: dict[str, Any]) -> None:
+        error = self.synchronize() if self.cuda else ""
+        if self.cuda and not error:
+            self.pull_state()  # into host memory: the copy has finished when it returns
+        self.reply(error=error)
+
     def serve(self, fd_in: int) -> None:
+        self.fd_in = fd_in
         serve_ops(fd_in, {"load": self.load, "arena": self.map_arena, "trace": self.trace,
-                          "step": self.step})  # fmt: skip
+                          "step": self.step, "push": self.push, "pull": self.pull,
+                          "timed_step": self.timed_step})  # fmt: skip
 
 
 def main() -> int:

@@ -12,14 +12,22 @@ stdin, mixed here with os.urandom for the weights) it
 2. runs the candidate's step in a sandboxed process of its own (step_child.py, through
    guard_kid.Kid): before each step this process writes the prompts (continuous batching) and
    POISONs every stale slot of the arena's cache, then asks for one step; the child copies the
-   logits into the slot (on a GPU it also copies the cache to and from its device);
+   logits into the slot (on a GPU it also copies the cache to and from its device, around each
+   step of a checked pass; once per segment in the timed pass);
 3. compares each step's logits with reference_step run here on the same tokens, checks the
-   lengths were left alone, and after each pass compares the cache's valid slots. Two passes per
-   trace (different tokens and prompts, the candidate's scratch kept between them), stopping at
-   the first failure. Every reason's text is written here; the child's replies are facts.
-What this certifies: the outputs (every step's logits, the cache after each pass) on hidden
-traces. Not who computed them (no launch record or replay for steps yet), nor any timing.
-The host (tools/integrity/step_verify.py) turns the raw records into the verdict.
+   lengths were left alone, and after each pass compares the cache's valid slots. Two checked
+   passes per trace (different tokens and prompts, the candidate's scratch kept between them),
+   stopping at the first failure. Every reason's text is written here; the child's replies are
+   facts;
+4. then times one more pass (step_timed.py: its own tokens and prompts, the State resident on
+   the candidate's device, each segment's steps sent back to back and timed by this process's
+   clock from request to reply under the GPU lock held alone, every step's logits and the cache
+   after it checked as above): the trace's p50 and p95 step latency. The host's score is the
+   sum over traces of p50 (scores.score_of).
+What this certifies: the outputs (every step's logits, the cache after each pass, the timed one
+included) on hidden traces, and the step's latency as this process observes it through the
+sandbox's boundary (a fixed IPC round trip included: the same for every candidate; meaningless
+on the CPU). Not who computed them (no launch record or replay for steps yet).
 """
 
 from __future__ import annotations
@@ -37,13 +45,14 @@ if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstri
     from .. import step_trace
     from ..isolation import sandbox_limits
     from ..isolation import sandbox_policy as sp
-    from . import guard, phase_lock
+    from . import guard, phase_lock, step_timed
     from .guard_kid import Kid, KidFailed, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
     import guard
     import phase_lock
     import sandbox_limits
     import sandbox_policy as sp
+    import step_timed
     import step_trace
     from guard_kid import Kid, KidFailed, stage_root
 
@@ -184,8 +193,7 @@ class StepVerify:
             for index, (t, config, trace) in enumerate(plans):
                 rec = {"name": t["name"], "dtype": t["dtype"], "codes": [], "steps_checked": 0}
                 result["cases"].append(rec)
-                with self.lock.work():
-                    self.one_trace(kid, arena, config, trace, rng.randrange(1 << 31), rec)
+                self.one_trace(kid, arena, config, trace, rng.randrange(1 << 31), rec)
                 self.rt.emit({"event": "case", "index": index, "status": "measured"})
                 if rec["codes"]:
                     break  # rejected: the rest would cost time and change nothing
@@ -205,75 +213,99 @@ class StepVerify:
 
     def one_trace(self, kid: Kid, arena: Arena, config, trace: dict[str, Any], weight_seed: int,
                   rec: dict[str, Any]) -> None:  # fmt: skip
-        """The passes of one hidden trace; reasons go into rec["codes"] (the first stops it)."""
-        torch, ref, device = self.torch, self.ref, self.env.device
-        tol = self.req["tolerances"][config.dtype]
-        truth = ref.new_state(config, seed=weight_seed, device=device)
+        """The passes of one hidden trace, checked then timed; reasons go into rec["codes"] (the
+        first stops it), the timed pass's figures into rec (step_timed.timing)."""
+        ref, device = self.ref, self.env.device
         layout, _ = Arena.layout(config)
         views = arena.views(layout)
-        for name, w in truth.weights.items():
-            views[f"w.{name}"].copy_(w)
-        views["rope_cos"].copy_(truth.rope_cos)
-        views["rope_sin"].copy_(truth.rope_sin)
-        # The parent's handle on the candidate's State (the same arena the child's views see):
-        # reference.prefill and advance write prompts and lengths into it as into any State.
-        cand = ref.State(
-            config=config, weights={}, kv_cache=views["kv_cache"], lengths=views["lengths"],
-            host_lengths=[0] * config.batch, rope_cos=views["rope_cos"],
-            rope_sin=views["rope_sin"],
-        )  # fmt: skip
-        spec = (tuple(views["logits"].shape), config.torch_dtype)
-        kid.ask({"op": "trace", "layout": layout, "config": _config_dict(config)})
-
-        def fail(code: str, detail: str) -> None:
-            rec["codes"].append([code, f"{rec['name']}: {detail}"])
-
-        for variant in range(PASSES):
-            for s in (truth, cand):
-                step_trace.reset_state(s)
-            for index, (prompts, toks) in enumerate(
-                step_trace.schedule(trace, variant, config.vocab)
-            ):
-                where = f"pass {variant} step {index}"
-                for b, length, seed in prompts:
-                    for s in (truth, cand):
-                        ref.prefill(s, b, length, seed)
-                expected = list(truth.host_lengths)
-                step_trace.poison_stale(torch, cand, expected)
-                views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
-                views["logits"].fill_(float("nan"))
-                reply, _ = kid.ask({"op": "step", "host_lengths": expected})
-                err = guard.error_text(reply)
-                if err:
-                    return fail("candidate_error", f"{where}: the step raised {err}")
-                if not reply.get("copied"):
-                    return fail("wrong_shape", f"{where}: the logits are not a plain tensor "
-                                "of the reference's shape and dtype")  # fmt: skip
-                got = views["logits"].to(device, copy=True)
-                want = ref.reference_step(
-                    truth, torch.tensor(toks, dtype=torch.long, device=device)
-                )
-                ok, why, stats = guard.output_check(self.rt, torch, got, want, tol, spec)
-                rec["max_abs_err"] = max(
-                    rec.get("max_abs_err") or 0.0, stats.get("max_abs_err") or 0.0
-                )
-                if not ok:
-                    return fail("wrong_output", f"{where}: logits: {why}")
-                if views["lengths"].tolist() != expected:
-                    return fail("lengths_modified", f"{where}: the step changed the lengths")
-                rec["steps_checked"] += 1
-                for s in (truth, cand):
-                    ref.advance(s)
-            want = step_trace.valid_slots(torch, truth.kv_cache, truth.host_lengths).float()
-            got = step_trace.valid_slots(torch, views["kv_cache"], truth.host_lengths).to(device)
-            ok, why, _ = guard.output_check(
-                self.rt, torch, got, want, tol, (tuple(want.shape), config.torch_dtype)
-            )
-            if not ok:
-                return fail(
-                    "wrong_kv_cache", f"after pass {variant}: the cache's valid slots: {why}"
-                )
+        with self.lock.work():
+            truth = ref.new_state(config, seed=weight_seed, device=device)
+            for name, w in truth.weights.items():
+                views[f"w.{name}"].copy_(w)
+            views["rope_cos"].copy_(truth.rope_cos)
+            views["rope_sin"].copy_(truth.rope_sin)
+            # The parent's handle on the candidate's State (the same arena the child's views
+            # see): reference.prefill and advance write prompts and lengths into it as into any
+            # State.
+            cand = ref.State(
+                config=config, weights={}, kv_cache=views["kv_cache"], lengths=views["lengths"],
+                host_lengths=[0] * config.batch, rope_cos=views["rope_cos"],
+                rope_sin=views["rope_sin"],
+            )  # fmt: skip
+            kid.ask({"op": "trace", "layout": layout, "config": _config_dict(config)})
+            for variant in range(PASSES):
+                if not self.checked_pass(kid, views, truth, cand, trace, variant, rec):
+                    return None
+        samples = step_timed.TimedPass(self, kid, views, truth, cand, rec).run(trace, PASSES)
+        if not rec["codes"]:
+            rec.update(step_timed.timing(samples))
         return None
+
+    def checked_pass(self, kid: Kid, views: dict[str, Any], truth, cand, trace: dict[str, Any],
+                     variant: int, rec: dict[str, Any]) -> bool:  # fmt: skip
+        """One checked pass: the prompts written and every stale slot poisoned before each step,
+        the cache copied around each step on a GPU (step_child's "step")."""
+        torch, ref, device = self.torch, self.ref, self.env.device
+        for s in (truth, cand):
+            step_trace.reset_state(s)
+        for index, (prompts, toks) in enumerate(
+            step_trace.schedule(trace, variant, truth.config.vocab)
+        ):
+            where = f"pass {variant} step {index}"
+            for b, length, seed in prompts:
+                for s in (truth, cand):
+                    ref.prefill(s, b, length, seed)
+            expected = list(truth.host_lengths)
+            step_trace.poison_stale(torch, cand, expected)
+            views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
+            views["logits"].fill_(float("nan"))
+            reply, _ = kid.ask({"op": "step", "host_lengths": expected})
+            err = guard.error_text(reply)
+            if err:
+                self.fail(rec, "candidate_error", f"{where}: the step raised {err}")
+                return False
+            if not reply.get("copied"):
+                self.fail(rec, "wrong_shape", f"{where}: the logits are not a plain tensor of "
+                          "the reference's shape and dtype")  # fmt: skip
+                return False
+            got = views["logits"].to(device, copy=True)
+            want = ref.reference_step(truth, torch.tensor(toks, dtype=torch.long, device=device))
+            if not self.logits_ok(got, want, truth.config, rec, where):
+                return False
+            if views["lengths"].tolist() != expected:
+                self.fail(rec, "lengths_modified", f"{where}: the step changed the lengths")
+                return False
+            rec["steps_checked"] += 1
+            for s in (truth, cand):
+                ref.advance(s)
+        return self.cache_ok(views, truth, rec, f"after pass {variant}")
+
+    @staticmethod
+    def fail(rec: dict[str, Any], code: str, detail: str) -> None:
+        rec["codes"].append([code, f"{rec['name']}: {detail}"])
+
+    def logits_ok(self, got, want, config, rec: dict[str, Any], where: str) -> bool:
+        """One step's logits against the reference's (guard.output_check: a fixed reason)."""
+        tol = self.req["tolerances"][config.dtype]
+        spec = ((config.batch, config.vocab), config.torch_dtype)
+        ok, why, stats = guard.output_check(self.rt, self.torch, got, want, tol, spec)
+        rec["max_abs_err"] = max(rec.get("max_abs_err") or 0.0, stats.get("max_abs_err") or 0.0)
+        if not ok:
+            self.fail(rec, "wrong_output", f"{where}: logits: {why}")
+        return ok
+
+    def cache_ok(self, views: dict[str, Any], truth, rec: dict[str, Any], where: str) -> bool:
+        """The cache's valid slots (every sequence's context) against the reference's."""
+        torch, config = self.torch, truth.config
+        want = step_trace.valid_slots(torch, truth.kv_cache, truth.host_lengths).float()
+        got = step_trace.valid_slots(torch, views["kv_cache"], truth.host_lengths)
+        ok, why, _ = guard.output_check(
+            self.rt, torch, got.to(want.device), want, self.req["tolerances"][config.dtype],
+            (tuple(want.shape), config.torch_dtype),
+        )  # fmt: skip
+        if not ok:
+            self.fail(rec, "wrong_kv_cache", f"{where}: the cache's valid slots: {why}")
+        return ok
 
 
 def _sealed_memfd(size: int, scratch_root: str) -> int:

@@ -1,0 +1,113 @@
+"""The step verify's timed pass (tools/gpu/verify/step_timed.py) in process, with a child that
+answers in this interpreter (the eager step over the parent's State) and a lock that logs its
+holds: the order of the work, which no verdict shows.
+
+- Within a segment the timed steps go back to back: no reference_step, push or pull between
+  two of them; the reference runs after the segment, over every stored step.
+- Every timed step runs with the GPU lock held alone; the segment boundaries (pull, prefill,
+  push) and the reference with it shared.
+- A segment's first timed step follows a push; after the pass a pull comes before the cache
+  check. Every timed step has a time, and the pass passes the eager step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from harnesslab.tools.gpu import runner, step_trace
+from harnesslab.tools.gpu.runner import load_module
+from harnesslab.tools.gpu.verify import step_guard, step_timed
+from harnesslab.tools.task import load_task
+
+TASK = load_task("decode_step")
+
+
+class Lock:
+    def __init__(self, log: list[tuple[str, str]]) -> None:
+        self.log, self.mode = log, ""
+
+    @contextlib.contextmanager
+    def _hold(self, mode: str) -> Iterator[None]:
+        assert not self.mode, "a hold inside a hold"
+        self.mode = mode
+        try:
+            yield
+        finally:
+            self.mode = ""
+
+    def work(self):
+        return self._hold("work")
+
+    def exclusive(self):
+        return self._hold("exclusive")
+
+
+class Kid:
+    """step_child.py's ops on the CPU, in this process: the State's tensors are the views."""
+
+    def __init__(self, ref, state, step, lock: Lock, log: list[tuple[str, str]]) -> None:
+        self.ref, self.state, self.step, self.lock, self.log = ref, state, step, lock, log
+
+    def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
+        op = msg["op"]
+        self.log.append((op, self.lock.mode))
+        if op != "timed_step":
+            return {}, 0.0
+        self.state.host_lengths = list(msg["host_lengths"])
+        out = self.step(self.state, self.state.tokens.clone())
+        self.state.logits.copy_(out)
+        self.state.lengths += 1
+        return {"copied": True}, 5.0
+
+
+def test_timed_steps_go_back_to_back_under_the_lock_alone_and_the_reference_after() -> None:
+    ref = load_module(TASK.root / "reference.py", "decode_step_reference_timed")
+    eager = load_module(TASK.workspace_template / "kernel.py", "decode_step_eager_timed")
+    config = ref.Config(**TASK.step.interpreter.model_dump(), dtype="float16")  # type: ignore[union-attr]
+    trace = step_trace.dynamic_trace(config, buckets=[16, 32, 64], steps_per_segment=3,
+                                     segments_per_bucket=1, seed=5)  # fmt: skip
+    log: list[tuple[str, str]] = []
+    lock = Lock(log)
+    truth = ref.new_state(config, seed=7)
+    mine = ref.new_state(config, seed=7)  # the candidate's: the same weights, its own cache
+    views = {"kv_cache": mine.kv_cache, "lengths": mine.lengths,
+             "tokens": torch.zeros(config.batch, dtype=torch.int64),
+             "logits": torch.zeros(config.batch, config.vocab, dtype=config.torch_dtype)}  # fmt: skip
+    mine.tokens, mine.logits = views["tokens"], views["logits"]
+    cand = ref.State(config=config, weights={}, kv_cache=views["kv_cache"],
+                     lengths=views["lengths"], host_lengths=[0] * config.batch,
+                     rope_cos=truth.rope_cos, rope_sin=truth.rope_sin)  # fmt: skip
+
+    reference_step = ref.reference_step
+
+    def logged_reference(state, tokens):
+        log.append(("reference", lock.mode))
+        return reference_step(state, tokens)
+
+    ref.reference_step = logged_reference
+    verify = step_guard.StepVerify.__new__(step_guard.StepVerify)
+    verify.torch, verify.ref, verify.rt, verify.lock = torch, ref, runner, lock
+    verify.env = type("Env", (), {"device": "cpu"})()
+    verify.req = {"tolerances": {"float16": TASK.tolerances["float16"].model_dump()}}
+    rec: dict[str, Any] = {"name": "t", "codes": []}
+    kid = Kid(ref, mine, eager.step, lock, log)
+    samples = step_timed.TimedPass(verify, kid, views, truth, cand, rec).run(trace, 2)
+
+    assert rec["codes"] == [], rec["codes"]
+    segments = step_timed.segments(trace, 2, config.vocab)
+    assert len(samples) == sum(len(steps) for _, steps in segments) and set(samples) == {5.0}
+    ops = [op for op, _ in log]
+    for op, mode in log:
+        assert mode == ("exclusive" if op == "timed_step" else "work"), (op, mode)
+    # Per segment: [pull,] push, its timed steps back to back, then the reference over them.
+    at = 0
+    for n, (_, steps) in enumerate(segments):
+        head = ["pull", "push"] if n else ["push"]
+        k = len(steps)
+        assert ops[at : at + len(head) + 2 * k] == head + ["timed_step"] * k + ["reference"] * k
+        at += len(head) + 2 * k
+    assert ops[at:] == ["pull"]

@@ -1,0 +1,171 @@
+"""The timed pass of a step task's guarded verify, trusted parent side (step_guard.py runs it on
+each hidden trace after its checked passes have passed): the step's latency as this process's
+own clock sees it, every timed step's logits and the cache after the pass checked as in the
+checked passes.
+
+Staged beside step_guard.py (standard library + torch); trusted: it never runs agent Python,
+and every number it records comes from this process's clock, never from the child's replies.
+
+The pass has its own tokens and prompts (step_trace.schedule's variant PASSES), and the
+candidate's State stays resident on its device between steps (step_child.py's "push", "pull"
+and "timed_step": no copy of the cache around a timed step). Per segment of the trace (new
+prompts: continuous batching):
+1. untimed, the GPU lock shared: "pull" (the device's cache and lengths into the arena), the
+   lengths checked, the prompts prefilled and every stale slot poisoned in the arena (as in the
+   checked passes), "push";
+2. timed, the GPU lock held alone (phase_lock.exclusive, as the kernel verify's timed window):
+   the segment's steps BACK TO BACK: per step the tokens into the arena, the request sent, the
+   time from sending it to its reply taken here (Kid.ask), the logits slot copied out (small),
+   the next request sent at once, so the candidate has no idle gap between timed steps in which
+   to do work that does not need the tokens;
+3. untimed, the lock shared: reference_step over the segment's stored tokens (the truth state
+   advanced in lockstep) and every stored logits tensor compared with the tolerance.
+After the last segment: "pull", the lengths and the cache's valid slots compared.
+
+What the time means: a decode step's latency as the trusted parent observes it through the
+sandbox's boundary: the step and its synchronize, the tokens' copy to the device and the logits'
+copy back, and a fixed IPC round trip (two pipe frames) that costs every candidate the same. On
+the CPU (the Triton interpreter) it is recorded and scored but means nothing (`meaningful:
+false` on the host). Not certified: which kernels computed the step (no launch record or replay
+for steps), and that the step did all of its work between request and reply: the candidate's
+process owns the device copy of the State and everything that runs in it (the harness's IPC and
+synchronize included), so it could move work into the untimed push and pull at the segment
+boundaries (their longest times are recorded for the operator: `boundary_us`) or shave the round
+trip's few microseconds. Both processes wait for each other's frames awake on a GPU (the parent
+spins on the reply, the child on the next request), so no wake-up is in a step's time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
+    from .. import step_trace
+    from . import guard
+    from .guard_kid import Kid
+else:  # step_guard.py imported this from the staged folder on sys.path
+    import guard
+    import step_trace
+    from guard_kid import Kid
+
+
+def segments(trace: dict[str, Any], variant: int, vocab: int) -> list[tuple[list, list[list[int]]]]:
+    """step_trace.schedule's steps grouped by segment: (prompts, [tokens per step]); a step that
+    brings new prompts starts a segment."""
+    out: list[tuple[list, list[list[int]]]] = []
+    for prompts, toks in step_trace.schedule(trace, variant, vocab):
+        if prompts or not out:
+            out.append((prompts, []))
+        out[-1][1].append(toks)
+    return out
+
+
+class TimedPass:
+    """One timed pass of one trace: `verify` is the StepVerify (its torch, reference, lock,
+    tolerances), `views` the arena's tensors, `truth` the reference's State here and `cand` the
+    parent's handle on the arena's State; reasons go into `rec` (the trace's record)."""
+
+    def __init__(self, verify, kid: Kid, views: dict[str, Any], truth, cand,
+                 rec: dict[str, Any]) -> None:  # fmt: skip
+        self.v, self.kid, self.views, self.truth, self.cand = verify, kid, views, truth, cand
+        self.rec = rec
+        # The segment boundaries' push and pull times (the operator's, never the score): work a
+        # candidate moved out of its timed steps into them would show here.
+        self.boundary_us: dict[str, list[float]] = {"push": [], "pull": []}
+        self.spin = verify.env.device == "cuda"  # a sleeping wake-up would land in the time;
+        # on the CPU the parent's spin would take a core from the child it times
+
+    def fail(self, code: str, detail: str) -> None:
+        self.v.fail(self.rec, code, detail)
+
+    def ask(self, op: str, where: str, **fields: Any) -> tuple[dict[str, Any], float] | None:
+        reply, wall_us = self.kid.ask({"op": op, **fields}, spin=self.spin and op == "timed_step")
+        err = guard.error_text(reply)
+        if err:
+            self.fail("candidate_error", f"{where}: the step raised {err}")
+            return None
+        if op in self.boundary_us:
+            self.boundary_us[op].append(wall_us)
+        return reply, wall_us
+
+    def lengths_kept(self, where: str) -> bool:
+        if self.views["lengths"].tolist() != list(self.truth.host_lengths):
+            self.fail("lengths_modified", f"{where}: the step changed the lengths")
+            return False
+        return True
+
+    def run(self, trace: dict[str, Any], variant: int) -> list[float]:
+        """The pass: each timed step's microseconds (a failure ends it: see the record)."""
+        torch, ref, lock = self.v.torch, self.v.ref, self.v.lock
+        truth, cand = self.truth, self.cand
+        samples: list[float] = []
+        for s in (truth, cand):
+            step_trace.reset_state(s)
+        for n, (prompts, steps) in enumerate(segments(trace, variant, truth.config.vocab)):
+            where = f"timed pass segment {n}"
+            with lock.work():
+                if n and (self.ask("pull", where) is None or not self.lengths_kept(where)):
+                    return samples
+                for b, length, seed in prompts:
+                    for s in (truth, cand):
+                        ref.prefill(s, b, length, seed)
+                cand.host_lengths = list(truth.host_lengths)
+                step_trace.poison_stale(torch, cand, truth.host_lengths)
+                if self.ask("push", where) is None:
+                    return samples
+            start = list(truth.host_lengths)
+            outputs = []
+            with lock.exclusive():
+                for i, toks in enumerate(steps):
+                    self.views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
+                    self.views["logits"].fill_(float("nan"))
+                    got = self.ask("timed_step", f"{where} step {i}",
+                                   host_lengths=[x + i for x in start])  # fmt: skip
+                    if got is None:
+                        return samples
+                    reply, wall_us = got
+                    if not reply.get("copied"):
+                        self.fail("wrong_shape", f"{where} step {i}: the logits are not a plain "
+                                  "tensor of the reference's shape and dtype")  # fmt: skip
+                        return samples
+                    outputs.append(self.views["logits"].clone())
+                    samples.append(wall_us)
+            with lock.work():
+                if not self.check_segment(steps, outputs, where):
+                    return samples
+        with lock.work():
+            where = "after the timed pass"
+            if self.ask("pull", where) is not None and self.lengths_kept(where):
+                self.v.cache_ok(self.views, truth, self.rec, where)
+        self.rec["boundary_us"] = {
+            f"{op}_max": max(xs) for op, xs in self.boundary_us.items() if xs
+        }
+        return samples
+
+    def check_segment(self, steps: list[list[int]], outputs: list[Any], where: str) -> bool:
+        """reference_step over the segment's tokens (the truth advanced in lockstep), every
+        stored logits tensor compared with it, as the checked passes compare theirs."""
+        torch, ref, truth = self.v.torch, self.v.ref, self.truth
+        device = truth.kv_cache.device
+        for i, (toks, got) in enumerate(zip(steps, outputs, strict=True)):
+            want = ref.reference_step(truth, torch.tensor(toks, dtype=torch.long, device=device))
+            if not self.v.logits_ok(
+                got.to(device), want, truth.config, self.rec, f"{where} step {i}"
+            ):
+                return False
+            ref.advance(truth)
+        return True
+
+
+def timing(samples_us: list[float]) -> dict[str, Any]:
+    """A trace's record of its timed pass: p50 and p95 of the step times (step_trace's
+    percentile, the dev objective's), and how many steps were timed."""
+    xs = [float(x) for x in samples_us if math.isfinite(x)]
+    if not xs:
+        return {"steps_timed": 0, "p50_us": None, "p95_us": None}
+    return {"steps_timed": len(xs), "p50_us": step_trace.percentile(xs, 50),
+            "p95_us": step_trace.percentile(xs, 95)}  # fmt: skip
+
+
+__all__ = ["TimedPass", "segments", "timing"]
