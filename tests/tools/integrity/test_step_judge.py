@@ -174,6 +174,9 @@ def test_a_passed_trace_carries_its_timed_figures_p50_as_its_median() -> None:
         "all", 10.0, 12.5, 4, 18)  # fmt: skip
     assert all_.failed_steps == 0 and (rows[1].buckets or [])[0].checked_steps == 0  # none said
     assert rows[2].buckets is None
+    # the least a clean trace may carry: one step timed, figures under a microsecond
+    least, _, small = judge(records(*[{**T, "steps_timed": 1, "p50_us": 0.5, "p95_us": 0.75}] * 3))
+    assert least == "passed" and [r.median_us for r in small] == [0.5] * 3
 
 
 def test_a_clean_record_without_good_timed_figures_is_the_harnesss_error() -> None:
