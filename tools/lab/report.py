@@ -249,6 +249,56 @@ def peers_section(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+CUDA = "sol:cuda_"  # the lab names a task's CUDA C++ solution by its file: solutions/cuda_*.py
+TIE = 0.01  # ratios within 1% of 1.00x: neither language leads
+
+
+def languages_section(results: dict[str, Any]) -> list[str]:
+    """CUDA C++ against Triton per task and case: the fastest passing harnesslab strategy of
+    each language (CUDA: solutions/cuda_*.py; Triton: the baseline and every other solution),
+    their time ratio (Triton us / CUDA us: > 1.00x, CUDA is faster) and which leads. Tasks with
+    no CUDA strategy are left out."""
+    lines: list[str] = []
+    for name, task in results.get("tasks", {}).items():
+        mine = [s for s in task.get("strategies", []) if s.startswith(("baseline", "sol:"))]
+        cuda = [s for s in mine if s.startswith(CUDA)]
+        if not cuda:
+            continue
+        triton = [s for s in mine if not s.startswith(CUDA)]
+        lines += [f"### {name}", "", "| case | CUDA us | Triton us | Triton / CUDA | leads |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        leads = {"CUDA": 0, "Triton": 0, "neither": 0}
+        for case in task.get("cases", []):
+            (c_us, c_s), (t_us, t_s) = (_fastest(results, name, g, case) for g in (cuda, triton))
+            if c_us is None or t_us is None:
+                lines.append(f"| {case} | {_f(c_us)} | {_f(t_us)} | - | - |")
+                continue
+            ratio = t_us / c_us
+            who = "neither" if abs(ratio - 1.0) <= TIE else ("CUDA" if ratio > 1.0 else "Triton")
+            leads[who] += 1
+            lines.append(f"| {case} | {_f(c_us)} (`{c_s}`) | {_f(t_us)} (`{t_s}`) | "
+                         f"{ratio:.2f}x | {who} |")  # fmt: skip
+        lines += ["", f"CUDA leads {leads['CUDA']}, Triton {leads['Triton']}, neither (within "
+                  f"{100 * TIE:.0f}%) {leads['neither']} of the cases both passed.", ""]  # fmt: skip
+    if not lines:
+        return []
+    return ["## CUDA C++ against Triton", "",
+            "Per case, the fastest passing harnesslab strategy of each kernel language (claim "
+            "cases: the median of their repeated measurements).", "", *lines]  # fmt: skip
+
+
+def _fastest(
+    results: dict[str, Any], task: str, strategies: list[str], case: str
+) -> tuple[float | None, str]:
+    best: tuple[float | None, str] = (None, "")
+    for s in strategies:
+        row = lab_claims.row_of(results, task, s, case)
+        t = lab_claims.time_of(row) if row and row.get("passed") else None
+        if t and (best[0] is None or t < best[0]):
+            best = (t, s)
+    return best
+
+
 def launch_section(results: dict[str, Any]) -> list[str]:
     rows = [
         r for r in results["rows"] if r.get("timing_method") == "cuda_graph" and r.get("passed")
@@ -342,7 +392,7 @@ def build_report(results: dict[str, Any], out: Path, *, command: str = "") -> Re
     lines += (
         ["## Misses against the targets", ""] + ([f"- {m}" for m in missed] or ["None."]) + [""]
     )
-    lines += peers_section(results)
+    lines += peers_section(results) + languages_section(results)
     for name, task in results.get("tasks", {}).items():
         lines += task_section(results, name, task, plots)
     lines += launch_section(results) + tuning_section(results)
@@ -369,6 +419,7 @@ def build_report(results: dict[str, Any], out: Path, *, command: str = "") -> Re
 __all__ = [
     "ReportSummary",
     "build_report",
+    "languages_section",
     "peers_section",
     "perf_top",
     "speedup",

@@ -23,7 +23,7 @@ from harnesslab.tools import gpu
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.lab.claims import claims_ledger
 from harnesslab.tools.lab.matrix import LabOptions, lab_argv, load_results, stage_lab
-from harnesslab.tools.lab.report import build_report, perf_top
+from harnesslab.tools.lab.report import build_report, languages_section, perf_top
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -203,6 +203,31 @@ def test_every_committed_lab_report_can_be_rebuilt_or_says_why_not() -> None:
         else:
             note = (folder / "README.md").read_text() if (folder / "README.md").is_file() else ""
             assert "cannot be rebuilt" in note, f"{folder.name}: no results.json and no note"
+
+
+def test_cuda_against_triton_names_the_faster_language_per_case_and_ties_within_one_percent():
+    """Rule: per case, the fastest passing CUDA solution (sol:cuda_*) against the fastest passing
+    Triton strategy (baseline and the other solutions; torch and peers never count); ratio =
+    Triton / CUDA, > 1: CUDA leads; within 1%: neither; a task without CUDA has no table."""
+    res = synthetic_results()
+    task = res["tasks"]["copyish"]
+    task["strategies"] = ["baseline", "sol:fast", "sol:cuda_copyish", "torch_eager"]
+    task["cases"] = ["a", "b", "c", "d"]
+    res["rows"] = [
+        _row("baseline", "a", 50.0), _row("sol:fast", "a", 40.0), _row("sol:cuda_copyish", "a", 20.0),
+        _row("sol:fast", "b", 20.0), _row("sol:cuda_copyish", "b", 40.0),
+        _row("torch_eager", "b", 10.0),  # faster, but not a harnesslab strategy
+        _row("sol:fast", "c", 30.0), _row("sol:cuda_copyish", "c", 30.2),
+        _row("sol:fast", "d", 30.0), _row("sol:cuda_copyish", "d", 5.0, passed=False),
+    ]  # fmt: skip
+    text = "\n".join(languages_section(res))
+    assert "| a | 20.0 (`sol:cuda_copyish`) | 40.0 (`sol:fast`) | 2.00x | CUDA |" in text
+    assert "| b | 40.0 (`sol:cuda_copyish`) | 20.0 (`sol:fast`) | 0.50x | Triton |" in text
+    assert "| c |" in text and "| 0.99x | neither |" in text
+    assert "| d | - | 30.0 | - | - |" in text
+    assert "CUDA leads 1, Triton 1, neither (within 1%) 1 of the cases both passed." in text
+    task["strategies"] = ["baseline", "sol:fast"]
+    assert languages_section(res) == []
 
 
 def test_the_copy_line_of_a_perf_plot_sits_below_the_top_border() -> None:
