@@ -24,6 +24,7 @@
 #   lab          the lab matrix of LAB_TASKS (CUDA column, peers, ncu) into $OUT/lab (lab_gpu.py)
 #   ncuprobe     ncu on one strategy over chosen cases (ncu_strategy_gpu.py: NCU_ARGS)
 #   hgproto      HarnessGym's verifier per case over HG_CONFIGS (hg_verifier_configs.sh)
+#   stepprobe    the step verify's timed_step work in process, phase by phase (step_timed_probe_gpu.py)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -98,5 +99,11 @@ if has hgproto; then
   el "== HarnessGym's protocol per case"
   timeout "${HGP_S:-120}" bash benchmarks/hg_verifier_configs.sh '{"num_warps": 4, "rows_per_program": 1}' \
     '{"num_warps": 8, "rows_per_program": 1}' 2>&1 | tail -20
+fi
+if has stepprobe; then
+  el "== timed_step in process"
+  for entry in solutions/triton.py:step workspace/kernel.py:step; do
+    timeout "${SP_S:-120}" python3 benchmarks/step_timed_probe_gpu.py --entry $entry --steps 64 2>&1 | tail -8
+  done
 fi
 el "done"
