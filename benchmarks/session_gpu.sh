@@ -102,8 +102,9 @@ if has hgproto; then
 fi
 if has stepprobe; then
   el "== timed_step in process"
-  for entry in solutions/triton.py:step workspace/kernel.py:step; do
-    timeout "${SP_S:-120}" python3 benchmarks/step_timed_probe_gpu.py --entry $entry --steps 64 2>&1 | tail -8
+  for args in "--entry solutions/triton.py:step" "--entry solutions/triton.py:step --sandboxed" \
+              "--entry workspace/kernel.py:step" "--entry workspace/kernel.py:step --sandboxed"; do
+    timeout "${SP_S:-120}" python3 benchmarks/step_timed_probe_gpu.py $args --steps 64 2>&1 | tail -8
   done
 fi
 el "done"

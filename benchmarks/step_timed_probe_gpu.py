@@ -5,6 +5,10 @@ Triton solution at 5.9-6.3 ms per step on an H100 where the dev objective says ~
 work here is ~0.6 ms, the rest is the sandboxed process and its pipes, not the step.
 
     python benchmarks/step_timed_probe_gpu.py [--entry solutions/triton.py:step] [--steps 64]
+                                              [--sandboxed]
+
+--sandboxed runs the same probe inside sandbox.py with the step verify's candidate policy
+(Landlock, namespaces, seccomp, limits): the difference from a plain run is the sandbox's.
 
 Phases per step (median us over --steps, each phase synchronised before the next so it is
 charged to itself): tokens (the arena's tokens to the device), step (the candidate's call),
@@ -29,7 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("_hl_gpu", ROOT / "tools" / "gpu" / "__init__.py")
 _gpu = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(_gpu)  # type: ignore[union-attr]
-FLAT = _gpu.copy_flat(Path(tempfile.mkdtemp(prefix="hl_probe_")), _gpu.STAGED)
+if "--flat" in sys.argv:  # the sandboxed run: the outer run's copy (read-only in there)
+    FLAT = Path(sys.argv[sys.argv.index("--flat") + 1])
+else:
+    FLAT = _gpu.copy_flat(Path(tempfile.mkdtemp(prefix="hl_probe_")), _gpu.STAGED)
 sys.path.insert(0, str(FLAT))
 
 import step_child  # noqa: E402
@@ -43,7 +50,11 @@ def main() -> int:
     ap.add_argument("--entry", default="solutions/triton.py:step")
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--sandboxed", action="store_true")
+    ap.add_argument("--flat")
     args = ap.parse_args()
+    if args.sandboxed:
+        return sandboxed(args)
     cuda = torch.cuda.is_available()
     task = ROOT / "tasks" / "decode_step"
     toml = tomllib.loads((task / "task.toml").read_text())
@@ -124,6 +135,35 @@ def main() -> int:
         )
     _ = step_trace  # the staged folder's siblings import it
     return 0
+
+
+def sandboxed(args: argparse.Namespace) -> int:
+    """This probe again inside sandbox.py, with the policy step_guard.py gives the candidate."""
+    import dataclasses
+    import subprocess
+
+    import sandbox_policy as sp
+
+    py = sys.executable
+    scratch = tempfile.mkdtemp(prefix="hl_probe_scratch_")
+    report_r, report_w = os.pipe()
+    policy = sp.Policy(
+        read=[str(FLAT), str(ROOT / "tasks"), str(ROOT / "benchmarks"), str(ROOT / "tools")],
+        scratch_root=scratch, require=True, env_allow=["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"],
+        namespaces=True, report_fd=report_w, **sp.python_policy(sp.import_roots()),
+        env={} if torch.cuda.is_available() else {"TRITON_INTERPRET": "1"},
+    )  # fmt: skip
+    target = [str(Path(__file__).resolve()), "--entry", args.entry, "--steps", str(args.steps),
+              "--dtype", args.dtype, "--flat", str(FLAT)]  # fmt: skip
+    launch = sp.command(py, str(FLAT / "sandbox.py"), dataclasses.replace(policy),
+                        sp.python_argv(py, target))  # fmt: skip
+    proc = subprocess.Popen(launch.argv, stdin=subprocess.PIPE, pass_fds=(report_w,))
+    os.close(report_w)
+    assert proc.stdin is not None
+    proc.stdin.write(launch.stdin)
+    proc.stdin.close()
+    print("sandbox:", os.read(report_r, 4096).decode(errors="replace").splitlines()[0][:300])
+    return proc.wait()
 
 
 if __name__ == "__main__":
