@@ -25,6 +25,8 @@
 #   ncuprobe     ncu on one strategy over chosen cases (ncu_strategy_gpu.py: NCU_ARGS)
 #   hgproto      HarnessGym's verifier per case over HG_CONFIGS (hg_verifier_configs.sh)
 #   stepprobe    the step verify's timed_step work in process, phase by phase (step_timed_probe_gpu.py)
+#   stepdiag     the timed pass as the candidate's process sees it (step_timed_diag.py; patches the
+#                session's own install, so run it last)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -106,5 +108,12 @@ if has stepprobe; then
               "--entry workspace/kernel.py:step" "--entry workspace/kernel.py:step --sandboxed"; do
     timeout "${SP_S:-120}" python3 benchmarks/step_timed_probe_gpu.py $args --steps 64 2>&1 | tail -8
   done
+fi
+if has stepdiag; then
+  el "== timed pass, the child's side"
+  python3 benchmarks/step_timed_diag.py patch "$W/hl/harnesslab" /tmp/kid_stderr.log
+  timeout "${SD_S:-330}" python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_decode_step_gpu.py \
+    -k lower_p50 2>&1 | grep -E "^(eager|solution)|passed|failed" | tail -6
+  python3 benchmarks/step_timed_diag.py report /tmp/kid_stderr.log
 fi
 el "done"

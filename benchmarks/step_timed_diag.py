@@ -1,0 +1,86 @@
+"""Diagnostic for the step verify's timed pass (issue 32): patches an INSTALLED copy of
+harnesslab (the one a GPU session installs with `pip --target`; never the source tree) so the
+candidate's process (step_child.py) writes, per timed step, how long its own parts took to its
+stderr, and the guarded verify keeps the candidates' stderr in a file (guard_kid.py discards it).
+The staged harness is hash-checked against the installed package, so the patched copy is what
+runs. Then prints the child's medians: wait (the request readable -> the handler starts), work
+(run_step), sync (lengths + synchronize), reply (the frame written).
+
+    python benchmarks/step_timed_diag.py patch INSTALLED_HARNESSLAB_DIR LOG
+    python benchmarks/step_timed_diag.py report LOG
+
+For a GPU session only: the patched install is thrown away with the machine.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+CHILD_OLD = """    def timed_step(self, msg: dict[str, Any]) -> None:
+        error, copied = self.run_step(msg)
+        if not error:
+            self.device_lengths += 1  # reference.advance's device half, on the harness's handle
+            if self.cuda:
+                error = self.synchronize()
+        self.reply(error=error, copied=copied)
+"""
+CHILD_NEW = """    def timed_step(self, msg: dict[str, Any]) -> None:
+        _t0 = time.perf_counter()
+        error, copied = self.run_step(msg)
+        _t1 = time.perf_counter()
+        if not error:
+            self.device_lengths += 1  # reference.advance's device half, on the harness's handle
+            if self.cuda:
+                error = self.synchronize()
+        _t2 = time.perf_counter()
+        self.reply(error=error, copied=copied)
+        _t3 = time.perf_counter()
+        _wait = (_t0 - getattr(self, "_ready", _t0)) * 1e6
+        print(f"HLDIAG {_wait:.1f} {(_t1 - _t0) * 1e6:.1f} {(_t2 - _t1) * 1e6:.1f} "
+              f"{(_t3 - _t2) * 1e6:.1f}", file=sys.stderr, flush=True)
+"""
+SPIN_OLD = """        while time.monotonic() < deadline and not select.select([self.fd_in], [], [], 0)[0]:
+            pass
+"""
+SPIN_NEW = (
+    SPIN_OLD
+    + """        self._ready = time.perf_counter()
+"""
+)
+
+
+def patch(root: Path, log: str) -> None:
+    child = root / "tools" / "gpu" / "verify" / "step_child.py"
+    kid = root / "tools" / "gpu" / "verify" / "guard_kid.py"
+    text = child.read_text()
+    assert CHILD_OLD in text and SPIN_OLD in text, "step_child.py changed: update the patch"
+    child.write_text(text.replace(CHILD_OLD, CHILD_NEW).replace(SPIN_OLD, SPIN_NEW))
+    text = kid.read_text()
+    old = "stderr=subprocess.DEVNULL,"
+    assert old in text, "guard_kid.py changed: update the patch"
+    kid.write_text(text.replace(old, f"stderr=open({log!r}, 'ab'),", 1))
+    print(f"patched {child} and {kid}")
+
+
+def report(log: str) -> None:
+    rows = [ln.split()[1:] for ln in Path(log).read_text(errors="replace").splitlines()
+            if ln.startswith("HLDIAG ")]  # fmt: skip
+    if not rows:
+        print("no HLDIAG lines")
+        return
+    cols = list(zip(*[[float(x) for x in r] for r in rows], strict=True))
+    for name, xs in zip(("wait", "work", "sync", "reply"), cols, strict=True):
+        xs = sorted(xs)
+        print(
+            f"  child {name:6} median {statistics.median(xs):9.1f} us  "
+            f"(p10 {xs[len(xs) // 10]:.1f}, p90 {xs[9 * len(xs) // 10]:.1f})  n={len(xs)}"
+        )
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "patch":
+        patch(Path(sys.argv[2]), sys.argv[3])
+    else:
+        report(sys.argv[2])
