@@ -77,7 +77,9 @@ def report(log: str) -> None:
         if not mine:
             continue
         print(f"{group}: {len(mine)} timed steps")
-        for name, col in zip(("wait", "work", "sync", "reply"), zip(*mine, strict=True), strict=True):
+        for name, col in zip(
+            ("wait", "work", "sync", "reply"), zip(*mine, strict=True), strict=True
+        ):
             xs = sorted(col)
             print(f"  child {name:6} median {statistics.median(xs):9.1f} us  "
                   f"(p10 {xs[len(xs) // 10]:.1f}, p90 {xs[9 * len(xs) // 10]:.1f})")  # fmt: skip
