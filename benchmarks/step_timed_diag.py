@@ -6,7 +6,7 @@ The staged harness is hash-checked against the installed package, so the patched
 runs. Then prints the child's medians: wait (the request readable -> the handler starts), work
 (run_step), sync (lengths + synchronize), reply (the frame written).
 
-    python benchmarks/step_timed_diag.py patch INSTALLED_HARNESSLAB_DIR LOG
+    python benchmarks/step_timed_diag.py patch INSTALLED_HARNESSLAB_DIR LOG [SWITCH_S]
     python benchmarks/step_timed_diag.py report LOG
 
 For a GPU session only: the patched install is thrown away with the machine.
@@ -38,6 +38,12 @@ CHILD_NEW = """    def timed_step(self, msg: dict[str, Any]) -> None:
         self.reply(error=error, copied=copied)
         _t3 = time.perf_counter()
         _wait = (_t0 - getattr(self, "_ready", _t0)) * 1e6
+        if not getattr(self, "_told", False):
+            import threading
+
+            self._told = True
+            print("HLTHREADS", [(t.name, t.daemon) for t in threading.enumerate()],
+                  sys.getswitchinterval(), file=sys.stderr, flush=True)
         print(f"HLDIAG {_wait:.1f} {(_t1 - _t0) * 1e6:.1f} {(_t2 - _t1) * 1e6:.1f} "
               f"{(_t3 - _t2) * 1e6:.1f}", file=sys.stderr, flush=True)
 """
@@ -51,12 +57,20 @@ SPIN_NEW = (
 )
 
 
-def patch(root: Path, log: str) -> None:
+INIT_OLD = "        self.torch, self.cfg, self.out = torch, cfg, out\n"
+
+
+def patch(root: Path, log: str, switch_s: float | None = None) -> None:
+    """`switch_s`: also set the child's GIL switch interval (sys.setswitchinterval)."""
     child = root / "tools" / "gpu" / "verify" / "step_child.py"
     kid = root / "tools" / "gpu" / "verify" / "guard_kid.py"
     text = child.read_text()
     assert CHILD_OLD in text and SPIN_OLD in text, "step_child.py changed: update the patch"
-    child.write_text(text.replace(CHILD_OLD, CHILD_NEW).replace(SPIN_OLD, SPIN_NEW))
+    text = text.replace(CHILD_OLD, CHILD_NEW).replace(SPIN_OLD, SPIN_NEW)
+    if switch_s is not None:
+        assert INIT_OLD in text, "step_child.py changed: update the patch"
+        text = text.replace(INIT_OLD, INIT_OLD + f"        sys.setswitchinterval({switch_s})\n")
+    child.write_text(text)
     text = kid.read_text()
     old = "stderr=subprocess.DEVNULL,"
     assert old in text, "guard_kid.py changed: update the patch"
@@ -65,8 +79,10 @@ def patch(root: Path, log: str) -> None:
 
 
 def report(log: str) -> None:
-    rows = [ln.split()[1:] for ln in Path(log).read_text(errors="replace").splitlines()
-            if ln.startswith("HLDIAG ")]  # fmt: skip
+    lines = Path(log).read_text(errors="replace").splitlines()
+    for ln in dict.fromkeys(x for x in lines if x.startswith("HLTHREADS")):
+        print(ln[:400])
+    rows = [ln.split()[1:] for ln in lines if ln.startswith("HLDIAG ")]
     if not rows:
         print("no HLDIAG lines")
         return
@@ -87,6 +103,6 @@ def report(log: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "patch":
-        patch(Path(sys.argv[2]), sys.argv[3])
+        patch(Path(sys.argv[2]), sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else None)
     else:
         report(sys.argv[2])
