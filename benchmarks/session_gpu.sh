@@ -112,10 +112,10 @@ fi
 if has stepdiag; then
   el "== timed pass, the child's side"
   cp -r "$W/hl/harnesslab/tools/gpu" /tmp/gpu_pristine
-  for switch in ${SD_SWITCH:-none}; do  # "none": the child's GIL switch interval left alone
+  for variant in ${SD_VARIANTS:-none}; do  # SWITCH_S[,SPIN_S]; "none": nothing changed
     rm -rf "$W/hl/harnesslab/tools/gpu" && cp -r /tmp/gpu_pristine "$W/hl/harnesslab/tools/gpu"
-    rm -f /tmp/kid_stderr.log
-    python3 benchmarks/step_timed_diag.py patch "$W/hl/harnesslab" /tmp/kid_stderr.log $([ "$switch" = none ] || echo "$switch")
+    rm -f /tmp/kid_stderr.log /tmp/kid_stderr.log.parent; echo "variant $variant"
+    python3 benchmarks/step_timed_diag.py patch "$W/hl/harnesslab" /tmp/kid_stderr.log ${variant//,/ }
     timeout "${SD_S:-330}" python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_decode_step_gpu.py \
       -k "${SD_K:-lower_p50}" 2>&1 | grep -E "^(eager|solution)|passed|failed" | tail -6
     python3 benchmarks/step_timed_diag.py report /tmp/kid_stderr.log

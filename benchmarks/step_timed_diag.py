@@ -6,7 +6,7 @@ The staged harness is hash-checked against the installed package, so the patched
 runs. Then prints the child's medians: wait (the request readable -> the handler starts), work
 (run_step), sync (lengths + synchronize), reply (the frame written).
 
-    python benchmarks/step_timed_diag.py patch INSTALLED_HARNESSLAB_DIR LOG [SWITCH_S]
+    python benchmarks/step_timed_diag.py patch INSTALLED_HARNESSLAB_DIR LOG [SWITCH_S|none [SPIN_S]]
     python benchmarks/step_timed_diag.py report LOG
 
 For a GPU session only: the patched install is thrown away with the machine.
@@ -58,10 +58,24 @@ SPIN_NEW = (
 
 
 INIT_OLD = "        self.torch, self.cfg, self.out = torch, cfg, out\n"
+LOOP_OLD = "                for i, toks in enumerate(steps):\n"
+LOOP_NEW = LOOP_OLD + "                    _p0 = __import__('time').perf_counter()\n"
+GOT_OLD = "                    reply, wall_us = got\n"
+GOT_NEW = GOT_OLD + (
+    "                    if i:\n"
+    "                        with open(PARENT_LOG, 'a') as _fh:\n"
+    "                            _fh.write(f'HLPARENT {(_p0 - _last) * 1e6:.1f} {wall_us:.1f}\\n')\n"
+)
+APPEND_OLD = "                    samples.append(wall_us)\n"
+APPEND_NEW = APPEND_OLD + "                    _last = __import__('time').perf_counter()\n"
+SPIN_LIMIT_OLD = "def spin_for_request(self, limit_s: float = 0.01)"
 
 
-def patch(root: Path, log: str, switch_s: float | None = None) -> None:
-    """`switch_s`: also set the child's GIL switch interval (sys.setswitchinterval)."""
+def patch(root: Path, log: str, switch_s: float | None = None, spin_s: float | None = None) -> None:
+    """`switch_s`: also set the child's GIL switch interval (sys.setswitchinterval); `spin_s`:
+    the child's wait for the next request awake (step_child.spin_for_request's limit). The
+    parent (step_timed.py) writes each timed step's gap since the last reply and its wall time
+    to LOG + ".parent"."""
     child = root / "tools" / "gpu" / "verify" / "step_child.py"
     kid = root / "tools" / "gpu" / "verify" / "guard_kid.py"
     text = child.read_text()
@@ -70,7 +84,16 @@ def patch(root: Path, log: str, switch_s: float | None = None) -> None:
     if switch_s is not None:
         assert INIT_OLD in text, "step_child.py changed: update the patch"
         text = text.replace(INIT_OLD, INIT_OLD + f"        sys.setswitchinterval({switch_s})\n")
+    if spin_s is not None:
+        assert SPIN_LIMIT_OLD in text, "step_child.py changed: update the patch"
+        text = text.replace(SPIN_LIMIT_OLD, SPIN_LIMIT_OLD.replace("0.01", repr(spin_s)))
     child.write_text(text)
+    timed = root / "tools" / "gpu" / "verify" / "step_timed.py"
+    text = timed.read_text()
+    assert LOOP_OLD in text and GOT_OLD in text and APPEND_OLD in text, "step_timed.py changed"
+    text = text.replace(LOOP_OLD, LOOP_NEW).replace(GOT_OLD, GOT_NEW)
+    text = text.replace(APPEND_OLD, APPEND_NEW) + f"\nPARENT_LOG = {log + '.parent'!r}\n"
+    timed.write_text(text)
     text = kid.read_text()
     old = "stderr=subprocess.DEVNULL,"
     assert old in text, "guard_kid.py changed: update the patch"
@@ -82,6 +105,16 @@ def report(log: str) -> None:
     lines = Path(log).read_text(errors="replace").splitlines()
     for ln in dict.fromkeys(x for x in lines if x.startswith("HLTHREADS")):
         print(ln[:400])
+    parent = Path(log + ".parent")
+    if parent.is_file():
+        pairs = [[float(x) for x in ln.split()[1:]] for ln in parent.read_text().splitlines()
+                 if ln.startswith("HLPARENT ")]  # fmt: skip
+        for name, col in zip(
+            ("gap since the last reply", "wall"), zip(*pairs, strict=True), strict=True
+        ):
+            xs = sorted(col)
+            print(f"  parent {name}: median {statistics.median(xs):.1f} us (p10 "
+                  f"{xs[len(xs) // 10]:.1f}, p90 {xs[9 * len(xs) // 10]:.1f}) n={len(xs)}")  # fmt: skip
     rows = [ln.split()[1:] for ln in lines if ln.startswith("HLDIAG ")]
     if not rows:
         print("no HLDIAG lines")
@@ -103,6 +136,7 @@ def report(log: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "patch":
-        patch(Path(sys.argv[2]), sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else None)
+        opt = [None if x == "none" else float(x) for x in sys.argv[4:6]]
+        patch(Path(sys.argv[2]), sys.argv[3], *opt)
     else:
         report(sys.argv[2])
