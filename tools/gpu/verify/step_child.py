@@ -156,10 +156,10 @@ class StepChild:
             if self.cuda:
                 error = self.synchronize()
         self.reply(error=error, copied=copied)
-        if self.cuda:  # the next request comes at once within a segment: wait for it awake, so
-            self.spin_for_request()  # a step's time has no wake-up in it (nor one to save)
+        if self.cuda and msg.get("more"):  # the segment's next request comes at once: wait for
+            self.spin_for_request()  # it awake, so a step's time has no wake-up in it
 
-    def spin_for_request(self, limit_s: float = 0.01) -> None:
+    def spin_for_request(self, limit_s: float = 1.0) -> None:
         """Busy-wait (at most `limit_s`) until the parent's next request is readable."""
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline and not select.select([self.fd_in], [], [], 0)[0]:
