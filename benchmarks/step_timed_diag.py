@@ -68,7 +68,7 @@ GOT_NEW = GOT_OLD + (
 )
 APPEND_OLD = "                    samples.append(wall_us)\n"
 APPEND_NEW = APPEND_OLD + "                    _last = __import__('time').perf_counter()\n"
-SPIN_LIMIT_OLD = "def spin_for_request(self, limit_s: float = 0.01)"
+SPIN_LIMIT_OLD = "def spin_for_request(self, limit_s: float = 1.0)"
 
 
 def patch(root: Path, log: str, switch_s: float | None = None, spin_s: float | None = None) -> None:
@@ -86,7 +86,7 @@ def patch(root: Path, log: str, switch_s: float | None = None, spin_s: float | N
         text = text.replace(INIT_OLD, INIT_OLD + f"        sys.setswitchinterval({switch_s})\n")
     if spin_s is not None:
         assert SPIN_LIMIT_OLD in text, "step_child.py changed: update the patch"
-        text = text.replace(SPIN_LIMIT_OLD, SPIN_LIMIT_OLD.replace("0.01", repr(spin_s)))
+        text = text.replace(SPIN_LIMIT_OLD, SPIN_LIMIT_OLD.replace("1.0", repr(spin_s)))
     child.write_text(text)
     timed = root / "tools" / "gpu" / "verify" / "step_timed.py"
     text = timed.read_text()
