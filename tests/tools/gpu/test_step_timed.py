@@ -7,7 +7,7 @@ holds: the order of the work, which no verdict shows.
 - Every timed step runs with the GPU lock held alone; the segment boundaries (pull, prefill,
   push) and the reference with it shared.
 - A segment's first timed step follows a push; after the pass a pull comes before the cache
-  check. Every timed step has a time, and the pass passes the eager step.
+  check. Every timed request but a segment's last says "more" (the child waits for it awake). Every timed step has a time, and the pass passes the eager step.
 """
 
 from __future__ import annotations
@@ -51,12 +51,14 @@ class Kid:
 
     def __init__(self, ref, state, step, lock: Lock, log: list[tuple[str, str]]) -> None:
         self.ref, self.state, self.step, self.lock, self.log = ref, state, step, lock, log
+        self.more: list[bool] = []  # each timed request's "more": another of its segment follows
 
     def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
         op = msg["op"]
         self.log.append((op, self.lock.mode))
         if op != "timed_step":
             return {}, 0.0
+        self.more.append(msg["more"])
         self.state.host_lengths = list(msg["host_lengths"])
         out = self.step(self.state, self.state.tokens.clone())
         self.state.logits.copy_(out)
@@ -110,4 +112,6 @@ def test_timed_steps_go_back_to_back_under_the_lock_alone_and_the_reference_afte
         k = len(steps)
         assert ops[at : at + len(head) + 2 * k] == head + ["timed_step"] * k + ["reference"] * k
         at += len(head) + 2 * k
+    # The child waits awake for a segment's next request only: "more" on all but each last one.
+    assert kid.more == [i + 1 < len(steps) for _, steps in segments for i in range(len(steps))]
     assert ops[at:] == ["pull"]
