@@ -66,7 +66,9 @@ class Kid:
         return {"copied": True}, 5.0
 
 
-def test_timed_steps_go_back_to_back_under_the_lock_alone_and_the_reference_after() -> None:
+def timed_pass(kid_type: type | None = None) -> tuple[Any, ...]:
+    """One timed pass of the eager step over a small dynamic trace, in process: (samples, the
+    trace's record, the log of ops and lock modes, the kid, the trace, the config)."""
     ref = load_module(TASK.root / "reference.py", "decode_step_reference_timed")
     eager = load_module(TASK.workspace_template / "kernel.py", "decode_step_eager_timed")
     config = ref.Config(**TASK.step.interpreter.model_dump(), dtype="float16")  # type: ignore[union-attr]
@@ -96,8 +98,14 @@ def test_timed_steps_go_back_to_back_under_the_lock_alone_and_the_reference_afte
     verify.env = type("Env", (), {"device": "cpu"})()
     verify.req = {"tolerances": {"float16": TASK.tolerances["float16"].model_dump()}}
     rec: dict[str, Any] = {"name": "t", "codes": []}
-    kid = Kid(ref, mine, eager.step, lock, log)
+    kid = (kid_type or Kid)(ref, mine, eager.step, lock, log)
+    kid.segments = len(step_timed.segments(trace, 2, config.vocab))
     samples = step_timed.TimedPass(verify, kid, views, truth, cand, rec).run(trace, 2)
+    return samples, rec, log, kid, trace, config
+
+
+def test_timed_steps_go_back_to_back_under_the_lock_alone_and_the_reference_after() -> None:
+    samples, rec, log, kid, trace, config = timed_pass()
 
     assert rec["codes"] == [], rec["codes"]
     segments = step_timed.segments(trace, 2, config.vocab)
@@ -115,3 +123,27 @@ def test_timed_steps_go_back_to_back_under_the_lock_alone_and_the_reference_afte
     # The child waits awake for a segment's next request only: "more" on all but each last one.
     assert kid.more == [i + 1 < len(steps) for _, steps in segments for i in range(len(steps))]
     assert ops[at:] == ["pull"]
+
+
+class ForgetfulKid(Kid):
+    """Right logits on every step, but the last timed step of the pass leaves the cache as it
+    was: only the cache check after the pass can tell."""
+
+    pulls = 0
+
+    def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
+        if msg["op"] == "timed_step":
+            self.last = self.state.kv_cache.clone()
+        if msg["op"] == "pull":
+            self.pulls += 1
+            if self.pulls == self.segments:  # the pull after the pass (one per later segment)
+                self.state.kv_cache.copy_(self.last)  # undo the last step's cache write
+        return super().ask(msg, spin=spin)
+
+
+def test_a_cache_left_unwritten_by_the_last_timed_step_fails_the_check_after_the_pass() -> None:
+    samples, rec, _, _, trace, config = timed_pass(ForgetfulKid)
+    assert [c[0] for c in rec["codes"]] == ["wrong_kv_cache"], rec["codes"]
+    assert "after the timed pass" in rec["codes"][0][1]
+    segments = step_timed.segments(trace, 2, config.vocab)
+    assert len(samples) == sum(len(steps) for _, steps in segments)  # every step was timed
