@@ -8,7 +8,8 @@
 For each configured module: its covering tests run once unmutated (traced, to learn which lines
 they execute), then once per mutant (tests/mutation/operators.py), stopping at the first
 failure. A mutant is killed when the tests fail or time out, survives when they pass; a mutant on
-a line no covering test executes survives without a run. Survivors recorded in config.toml as
+a line no covering test executes (in its process, or in a fork of it that ends through os._exit)
+survives without a run. Survivors recorded in config.toml as
 equivalent (with the reason) do not count against the score:
     score = killed (incl. timed out) / (mutants - equivalent survivors).
 The exit status is 1 when a module scores below its threshold or its tests fail unmutated.
@@ -163,6 +164,35 @@ def trace_lines(target: Path, lines: set[int]) -> None:
     threading.settrace(tracer)
 
 
+def trace_forks(lines: set[int], trace: Path) -> None:
+    """A test that forks (to run code that must not touch the test process: a candidate's
+    process, its hooks and its os._exit) keeps the trace in the fork: there it is written to
+    `trace`.<pid> when the fork ends through os._exit, and the baseline reads those too."""
+    real_exit = os._exit
+
+    def forked() -> None:
+        lines.clear()  # what the fork runs from here on
+
+        def exit_(code: int) -> None:
+            try:
+                Path(f"{trace}.{os.getpid()}").write_text(" ".join(map(str, sorted(lines))))
+            finally:
+                real_exit(code)
+
+        os._exit = exit_  # type: ignore[assignment]
+
+    os.register_at_fork(after_in_child=forked)
+
+
+def traced(trace: Path) -> set[int]:
+    """The lines the baseline ran: its own, and every fork's."""
+    covered: set[int] = set()
+    for path in [trace, *trace.parent.glob(f"{trace.name}.*")]:
+        if path.exists():
+            covered |= {int(x) for x in path.read_text().split()}
+    return covered
+
+
 def child(root: Path, module: Module, source: str, log: Path, here: Path, trace: Path | None):
     """In the forked process: run the module's tests against `source`, in the folder `here`
     (what a mutant writes to its working directory lands there, not in the tree); never
@@ -181,6 +211,7 @@ def child(root: Path, module: Module, source: str, log: Path, here: Path, trace:
         lines: set[int] = set()
         if trace is not None:
             trace_lines(target, lines)
+            trace_forks(lines, trace)
         import pytest
 
         args = [*(str(root / t) for t in module.tests), "--rootdir", str(root), "-x", "-q",
@@ -313,7 +344,7 @@ def _run_mutants(
     took = time.monotonic() - began
     if baseline != "survived":
         return f"covering tests fail unmutated ({baseline}): see {pool.logs['baseline']}"
-    covered = {int(x) for x in trace.read_text().split()} if trace.exists() else set()
+    covered = traced(trace)
     timeout_s = max(20.0, 5 * took + 10)
     if verbose:
         print(f"  {module.name}: baseline {took:.1f}s, {len(out.mutants)} mutants", flush=True)

@@ -157,3 +157,33 @@ def test_the_change_is_the_last_commit_and_what_is_not_committed(tmp_path: Path)
     assert changed_paths(tmp_path, "main") == {"a.py", "c.py"}
     (tmp_path.parent / "plain").mkdir()
     assert changed_paths(tmp_path.parent / "plain", None) is None
+
+
+def test_code_a_test_runs_only_in_a_fork_is_traced_and_its_mutants_run(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    (root / "tools").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "pyproject.toml").write_text(
+        '[tool.setuptools.package-dir]\n"harnesslab.tools" = "tools"\n'
+        "[tool.pytest.ini_options]\naddopts = '-p no:randomly'\n"
+    )
+    (root / "tools/__init__.py").write_text("")
+    (root / "tools/mini.py").write_text("def double(x):\n    return x * 2\n")
+    (root / "tests/test_mini.py").write_text(
+        "import os\n\nfrom harnesslab.tools.mini import double\n\n\n"
+        "def test_double_in_a_fork():\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        os._exit(0 if double(3) == 6 else 1)\n"
+        "    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0\n"
+    )
+    config = tmp_path / "config.toml"
+    config.write_text('[[module]]\nname = "mini"\npath = "tools/mini.py"\n'
+                      'tests = ["tests/test_mini.py"]\n')  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(HERE / "mutate.py"), "--root", str(root), "--config", str(config),
+         "-j", "1"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    # `x * 2` -> `x / 2`, `2` -> `3`, `return None`: run (not uncovered) and killed in the fork.
+    assert "| mini | 3 | 3 (+0) | 0 (0) | 100% |" in done.stdout, done.stdout + done.stderr
