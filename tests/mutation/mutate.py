@@ -8,8 +8,8 @@
 For each configured module: its covering tests run once unmutated (traced, to learn which lines
 they execute), then once per mutant (tests/mutation/operators.py), stopping at the first
 failure. A mutant is killed when the tests fail or time out, survives when they pass; a mutant on
-a line no covering test executes (in its process, or in a fork of it that ends through os._exit)
-survives without a run. Survivors recorded in config.toml as
+a line no covering test executes (in its process, or in a fork of it that ends through os._exit
+or os.execve) survives without a run. Survivors recorded in config.toml as
 equivalent (with the reason) do not count against the score:
     score = killed (incl. timed out) / (mutants - equivalent survivors).
 The exit status is 1 when a module scores below its threshold or its tests fail unmutated.
@@ -166,20 +166,28 @@ def trace_lines(target: Path, lines: set[int]) -> None:
 
 def trace_forks(lines: set[int], trace: Path) -> None:
     """A test that forks (to run code that must not touch the test process: a candidate's
-    process, its hooks and its os._exit) keeps the trace in the fork: there it is written to
-    `trace`.<pid> when the fork ends through os._exit, and the baseline reads those too."""
-    real_exit = os._exit
+    process, its hooks and its os._exit; a sandbox's outer process) keeps the trace in the
+    fork: there it is written to `trace`.<pid> when the fork ends through os._exit or replaces
+    itself through os.execve, and the baseline reads those too."""
+    real_exit, real_execve = os._exit, os.execve
+
+    def dump() -> None:
+        Path(f"{trace}.{os.getpid()}").write_text(" ".join(map(str, sorted(lines))))
 
     def forked() -> None:
         lines.clear()  # what the fork runs from here on
 
         def exit_(code: int) -> None:
             try:
-                Path(f"{trace}.{os.getpid()}").write_text(" ".join(map(str, sorted(lines))))
+                dump()
             finally:
                 real_exit(code)
 
-        os._exit = exit_  # type: ignore[assignment]
+        def execve(path, args, env):  # type: ignore[no-untyped-def]
+            dump()
+            return real_execve(path, args, env)
+
+        os._exit, os.execve = exit_, execve  # type: ignore[assignment]
 
     os.register_at_fork(after_in_child=forked)
 
