@@ -8,8 +8,8 @@
 For each configured module: its covering tests run once unmutated (traced, to learn which lines
 they execute), then once per mutant (tests/mutation/operators.py), stopping at the first
 failure. A mutant is killed when the tests fail or time out, survives when they pass; a mutant on
-a line no covering test executes (in its process, or in a fork of it that ends through os._exit
-or os.execve) survives without a run. Survivors recorded in config.toml as
+a line no covering test executes (in its process, an audit hook included, or in a fork of it that
+ends through os._exit or os.execve) survives without a run. Survivors recorded in config.toml as
 equivalent (with the reason) do not count against the score:
     score = killed (incl. timed out) / (mutants - equivalent survivors).
 The exit status is 1 when a module scores below its threshold or its tests fail unmutated.
@@ -162,6 +162,20 @@ def trace_lines(target: Path, lines: set[int]) -> None:
 
     sys.settrace(tracer)
     threading.settrace(tracer)
+    # The interpreter does not trace audit hooks unless the hook says it may (`__cantrace__`):
+    # the hooks the tests add (a candidate's process observing its candidate) are wrapped so.
+    add_hook = sys.addaudithook
+
+    class Traced:
+        __cantrace__ = True
+
+        def __init__(self, hook) -> None:
+            self.hook = hook
+
+        def __call__(self, event, args):
+            return self.hook(event, args)
+
+    sys.addaudithook = lambda hook: add_hook(Traced(hook))
 
 
 def trace_forks(lines: set[int], trace: Path) -> None:
