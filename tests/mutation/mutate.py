@@ -162,20 +162,20 @@ def trace_lines(target: Path, lines: set[int]) -> None:
 
     sys.settrace(tracer)
     threading.settrace(tracer)
-    # The interpreter does not trace audit hooks unless the hook says it may (`__cantrace__`):
-    # the hooks the tests add (a candidate's process observing its candidate) are wrapped so.
+    # The interpreter does not trace audit hooks unless the hook says it may (`__cantrace__`,
+    # read through a bound method from its function): the hooks the tests add (a candidate's
+    # process observing its candidate) are marked so, in place (a wrapper would add a frame to
+    # the stack the hook may walk).
     add_hook = sys.addaudithook
 
-    class Traced:
-        __cantrace__ = True
+    def addaudithook(hook):
+        try:
+            getattr(hook, "__func__", hook).__cantrace__ = True
+        except (AttributeError, TypeError):  # a builtin: traced or not, it has no lines here
+            pass
+        return add_hook(hook)
 
-        def __init__(self, hook) -> None:
-            self.hook = hook
-
-        def __call__(self, event, args):
-            return self.hook(event, args)
-
-    sys.addaudithook = lambda hook: add_hook(Traced(hook))
+    sys.addaudithook = addaudithook
 
 
 def trace_forks(lines: set[int], trace: Path) -> None:
