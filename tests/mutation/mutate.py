@@ -181,21 +181,29 @@ def trace_lines(target: Path, lines: set[int]) -> None:
 def trace_forks(lines: set[int], trace: Path) -> None:
     """A test that forks (to run code that must not touch the test process: a candidate's
     process, its hooks and its os._exit; a sandbox's outer process) keeps the trace in the
-    fork: there it is written to `trace`.<pid> when the fork ends through os._exit or replaces
-    itself through os.execve, and the baseline reads those too."""
+    fork: there it is written to `trace`.<pid>.<random> when the fork ends through os._exit or
+    replaces itself through os.execve, and the baseline reads those too. The file is opened at
+    the fork, so a fork that then confines itself (Landlock, a PID namespace where every reaper
+    is pid 1) can still write it."""
     real_exit, real_execve = os._exit, os.execve
-
-    def dump() -> None:
-        Path(f"{trace}.{os.getpid()}").write_text(" ".join(map(str, sorted(lines))))
 
     def forked() -> None:
         lines.clear()  # what the fork runs from here on
+        name = f"{trace}.{os.getpid()}.{os.urandom(4).hex()}"
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return  # nowhere to write: this fork's lines go unseen
+
+        def dump() -> None:
+            try:
+                os.write(fd, (" ".join(map(str, sorted(lines))) + "\n").encode())
+            except OSError:
+                pass
 
         def exit_(code: int) -> None:
-            try:
-                dump()
-            finally:
-                real_exit(code)
+            dump()
+            real_exit(code)
 
         def execve(path, args, env):  # type: ignore[no-untyped-def]
             dump()

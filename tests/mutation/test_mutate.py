@@ -159,7 +159,9 @@ def test_the_change_is_the_last_commit_and_what_is_not_committed(tmp_path: Path)
     assert changed_paths(tmp_path.parent / "plain", None) is None
 
 
-def test_code_run_only_in_a_fork_or_an_audit_hook_is_traced_and_its_mutants_run(tmp_path: Path) -> None:
+def test_code_run_only_in_a_fork_or_an_audit_hook_is_traced_and_its_mutants_run(
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "proj"
     (root / "tools").mkdir(parents=True)
     (root / "tests").mkdir()
