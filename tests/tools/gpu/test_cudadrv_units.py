@@ -116,6 +116,9 @@ def test_the_primary_context_of_the_ordinal_is_made_current(drv: cd.Driver, lib:
     assert lib.calls[0][1] == (0,)
     assert drv.device == 12
     assert lib.calls[3][1][0].value == 0xC0
+    assert drv.ctx.value == 0xC0  # the retained context's handle is kept
+    drv.init_primary()
+    assert lib.calls[-3][1][1] == 0  # the first device unless told
 
 
 def test_device_queries_ask_about_this_device(drv: cd.Driver, lib: Lib) -> None:
@@ -128,6 +131,15 @@ def test_device_queries_ask_about_this_device(drv: cd.Driver, lib: Lib) -> None:
 
     lib.answers["cuDeviceGetName"] = name
     assert drv.device_name() == "Fake GPU 3"
+
+    def bad_name(buf: Any, size: int, dev: int) -> int:
+        buf.value = b"GPU \xff"
+        return 0
+
+    lib.answers["cuDeviceGetName"] = bad_name
+    assert drv.device_name() == "GPU \ufffd"  # not UTF-8: replaced, never an exception
+    lib.answers["cuDeviceGetName"] = name
+    drv.device_name()
     assert lib.calls[-1][1][1] == 256
 
 
@@ -182,12 +194,21 @@ def test_shareable_memory_is_rounded_to_the_granularity_and_mapped_read_write(
     lib.answers["cuMemAddressReserve"] = lambda ref, size, *a: out(ref, 0x7000) or 0
     ptr, size, handle, fd = drv.alloc_shareable(3 << 20)
     assert (ptr, size, handle, fd) == (0x7000, 4 << 20, 77, 9)
+    calls = dict(lib.calls)
+    assert calls["cuMemGetAllocationGranularity"][2] == 0  # the minimum granularity
+    assert calls["cuMemCreate"][3].value == 0
+    assert calls["cuMemExportToShareableHandle"][2:3] == (1,)  # a POSIX file descriptor
+    assert calls["cuMemExportToShareableHandle"][3].value == 0
+    assert [a.value for a in calls["cuMemAddressReserve"][1:]] == [4 << 20, 0, 0, 0]
+    assert [_value(a) for a in calls["cuMemMap"][1:]] == [4 << 20, 0, 77, 0]
+    assert drv.alloc_shareable(4 << 20)[1] == 4 << 20  # a whole number of granules: as is
+    assert drv.alloc_shareable((4 << 20) + 1)[1] == 6 << 20
     assert props[0] == struct.pack("iiiiQQ", 1, 1, 1, 3, 0, 0)
-    create = dict(lib.calls)["cuMemCreate"]
+    create = calls["cuMemCreate"]
     assert create[1].value == 4 << 20
-    access = dict(lib.calls)["cuMemSetAccess"]
+    access = calls["cuMemSetAccess"]
     assert access[2].raw == struct.pack("iii", 1, 3, 3) and access[3].value == 1
-    mapped = dict(lib.calls)["cuMemMap"]
+    mapped = calls["cuMemMap"]
     assert (mapped[1].value, mapped[3].value) == (4 << 20, 77)
     assert drv.alloc_shareable(1)[1] == 1 << 21  # at least one granule
     lib.calls.clear()
@@ -237,6 +258,9 @@ def test_a_function_asking_over_48_kib_of_shared_memory_opts_in_to_what_is_left(
     lib.answers["cuDeviceGetAttribute"] = lambda ref, attr, dev: out(ref, 49152) or 0
     drv.load_function(b"cubin", "k", 65536)  # a device without more: no opt-in
     assert "cuFuncSetAttribute" not in names(lib)
+    lib.answers["cuDeviceGetAttribute"] = lambda ref, attr, dev: out(ref, 49153) or 0
+    drv.load_function(b"cubin", "k", 65536)
+    assert dict(lib.calls)["cuFuncSetAttribute"][2] == 49153 - 1024
     drv.allow_shared(0x22, 70000)
     assert lib.calls[-1][1][1:] == (cd.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 70000)
 
@@ -327,7 +351,7 @@ def test_a_tma_descriptor_lists_dims_innermost_first_with_strides_in_bytes(
     assert name == "cuTensorMapEncodeTiled"
     assert (args[0].value, args[1], args[2], args[3].value) == (0x100, 7, 3, 0x2000)
     assert list(args[4])[:3] == [16, 8, 4]
-    assert list(args[5])[:2] == [32, 256]  # dims 1..: bytes, innermost first
+    assert list(args[5]) == [32, 256, 0, 0, 0]  # dims 1..: bytes, innermost first
     assert list(args[6])[:3] == [8, 4, 2]
     assert list(args[7]) == [1, 1, 1, 1, 1]
     assert args[8:] == (0, 3, cd.CU_TENSOR_MAP_L2_PROMOTION_L2_128B, 1)
@@ -344,16 +368,20 @@ def test_streams_events_and_graphs(drv: cd.Driver, lib: Lib) -> None:
     assert drv.stream() == 0x51 and lib.calls[-1][1][1] == cd.CU_STREAM_NON_BLOCKING
     assert drv.event() == 0xE1 and lib.calls[-1][1][1] == 0
     drv.record(0xE1, 0x51)
+    assert lib.calls[-1][0] == "cuEventRecord"
+    assert [a.value for a in lib.calls[-1][1]] == [0xE1, 0x51]
     assert drv.elapsed_ms(0xE0, 0xE1) == 1.5
     assert names(lib)[-2:] == ["cuEventSynchronize", "cuEventElapsedTime"]
     assert lib.calls[-2][1][0].value == 0xE1
     drv.stream_sync(0x51)
+    assert lib.calls[-1][0] == "cuStreamSynchronize" and lib.calls[-1][1][0].value == 0x51
     drv.begin_capture(0x51)
     assert lib.calls[-1][1][1] == cd.CU_STREAM_CAPTURE_MODE_RELAXED
     lib.calls.clear()
     assert drv.end_capture(0x51) == 0x71
     assert names(lib) == ["cuStreamEndCapture", "cuGraphInstantiateWithFlags", "cuGraphDestroy"]
     assert lib.calls[2][1][0].value == 0x61  # the graph, destroyed once instantiated
+    assert lib.calls[1][1][2].value == 0  # no instantiation flags
     drv.graph_launch(0x71, 0x51)
     drv.graph_destroy(0x71)
     assert names(lib)[-2:] == ["cuGraphLaunch", "cuGraphExecDestroy"]
@@ -367,3 +395,9 @@ def test_an_aligned_buffer_holds_the_bytes_at_the_boundary(align: int) -> None:
         base = ctypes.addressof(buf)
         assert base <= addr and addr + n <= base + len(buf)
     assert cd.aligned_buffer(10)[1] % 128 == 0
+
+
+def test_a_null_handle_from_the_driver_is_0(drv: cd.Driver) -> None:
+    """The stand-in fills no output: every handle stays NULL (None in ctypes)."""
+    assert drv.load_function(b"cubin", "k", 0) == (0, 0)
+    assert (drv.stream(), drv.event(), drv.end_capture(0)) == (0, 0, 0)
