@@ -551,7 +551,97 @@ def test_a_target_that_cannot_be_started_exits_126_and_says_why(tmp_path: Path) 
 def test_a_memory_limit_hit_ends_the_target_and_is_reported(tmp_path: Path) -> None:
     if PROBE["cgroup"] == "none":
         pytest.skip("no cgroup here")
-    hog = "head -c 400000000 /dev/zero | tail > /dev/null"  # tail holds its whole input
+    hog = "head -c 100000000 /dev/zero | tail > /dev/null"  # tail holds 100 MB
     out = run(tmp_path, [SH, "-c", hog], limits=sp.Limits(memory_mb=64))
     assert out.code != 0
     assert out.reports[-1]["limits_hit"][:1] == ["memory"]
+
+
+# -- more of what the launcher decides ----------------------------------------------------------
+def test_probe_is_the_first_argument_and_main_reads_sys_argv_without_arguments(
+    tmp_path: Path,
+) -> None:
+    out = launch(tmp_path, ["--probe", "extra"])
+    assert (out.code, json.loads(out.stdout)) == (0, PROBE)
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            f = os.open(tmp_path / "out-argv", os.O_WRONLY | os.O_CREAT, 0o600)
+            os.dup2(f, 1)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the fork's own stdout
+            sys.argv = ["sandbox.py", "--probe"]
+            code = sandbox.main()
+            sys.stdout.flush()
+        finally:
+            os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert json.loads((tmp_path / "out-argv").read_text()) == PROBE
+
+
+def test_only_a_relative_command_name_is_looked_up_on_path(tmp_path: Path) -> None:
+    out = run(tmp_path, ["sh", "-c", "exit 5", "/an/absolute/argument"])
+    assert out.code == 5
+
+
+def test_without_a_scratch_root_the_scratch_folder_is_made_in_the_temp_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temp"))
+    (tmp_path / "temp").mkdir()
+    policy = sp.Policy(report_fd=3, token="t", namespaces=False, landlock=False)
+    out = launch(tmp_path, ["--policy-stdin", "--", SH, "-c", 'echo "$HOME"'], sp.frame(policy))
+    assert out.code == 0, out.stderr
+    assert out.stdout.startswith(str(tmp_path / "temp"))
+
+
+@FULL
+def test_landlock_alone_refuses_what_is_not_granted(tmp_path: Path) -> None:
+    for name in ("granted", "other"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text(name)
+    read = f"cat {tmp_path}/granted/f; cat {tmp_path}/other/f"
+    out = run(tmp_path, [SH, "-c", read], read=[str(tmp_path / "granted")], namespaces=False)
+    assert out.stdout == "granted"
+
+
+def test_a_folder_to_make_that_exists_is_kept(tmp_path: Path) -> None:
+    (tmp_path / "made").mkdir()
+    out = run(tmp_path, [SH, "-c", "exit 0"], mkdir=[str(tmp_path / "made")], landlock=False)
+    assert out.code == 0, out.stderr
+
+
+def test_a_system_folder_that_does_not_exist_is_left_off_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sandbox, "SYSTEM_PATH", ("/usr/bin", "/no/such/folder"))
+    assert "/no/such/folder" not in sandbox.target_path(sp.Policy()).split(os.pathsep)
+
+
+@FULL
+def test_the_level_is_full_only_with_both_pid_and_net_and_require_runs_when_it_is_not_none(
+    tmp_path: Path,
+) -> None:
+    out = run(tmp_path, [SH, "-c", "exit 0"], namespaces=["pid", "mnt"])
+    assert out.reports[0]["level"] == "partial"
+    required = run(tmp_path, [SH, "-c", "exit 0"], require=True)
+    assert (required.code, required.reports[0]["level"]) == (0, "full")
+
+
+@FULL
+def test_a_bind_with_a_mount_namespace_shows_the_source_at_the_target(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "f").write_text("bound")
+    view = tmp_path / "view"
+    view.mkdir()
+    out = run(tmp_path, [SH, "-c", f"cat {view}/f"], bind=((str(tmp_path / "src"), str(view)),),
+              read=[str(view)])  # fmt: skip
+    assert (out.code, out.stdout) == (0, "bound"), out.stderr
+
+
+@FULL
+def test_in_a_pid_namespace_the_target_sees_only_its_own_processes(tmp_path: Path) -> None:
+    out = run(tmp_path, [SH, "-c", "ls /proc | grep -c '^[0-9]'"])
+    assert int(out.stdout) <= 4  # the reaper, the shell, ls, grep
