@@ -143,3 +143,11 @@ def test_a_registry_whose_servers_are_no_table_breaks_nothing(ws: Workspace, ser
     (ws.root / ".mcp.json").write_text(json.dumps({"mcpServers": {"evil": {"command": "sh"}}}))
     info = li.import_legacy(ws)
     assert info["unprojected"] == ([] if servers is None else ["evil"])
+
+
+def test_a_client_config_that_cannot_be_edited_is_skipped_and_said(ws: Workspace) -> None:
+    (ws.root / ".harnesslab" / "mcp" / "from-dir").mkdir(parents=True)
+    (ws.root / ".mcp.json").write_text("{not json")
+    info = li.import_legacy(ws)
+    assert info["unprojected"] == []
+    assert [s.split(":")[0] for s in info["skipped"]] == ["projection of from-dir"]
