@@ -8,7 +8,8 @@
 For each configured module: its covering tests run once unmutated (traced, to learn which lines
 they execute), then once per mutant (tests/mutation/operators.py), stopping at the first
 failure. A mutant is killed when the tests fail or time out, survives when they pass; a mutant on
-a line no covering test executes survives without a run. Survivors recorded in config.toml as
+a line no covering test executes (in its process, an audit hook included, or in a fork of it that
+ends through os._exit or os.execve) survives without a run. Survivors recorded in config.toml as
 equivalent (with the reason) do not count against the score:
     score = killed (incl. timed out) / (mutants - equivalent survivors).
 The exit status is 1 when a module scores below its threshold or its tests fail unmutated.
@@ -161,6 +162,65 @@ def trace_lines(target: Path, lines: set[int]) -> None:
 
     sys.settrace(tracer)
     threading.settrace(tracer)
+    # The interpreter does not trace audit hooks unless the hook says it may (`__cantrace__`,
+    # read through a bound method from its function): the hooks the tests add (a candidate's
+    # process observing its candidate) are marked so, in place (a wrapper would add a frame to
+    # the stack the hook may walk).
+    add_hook = sys.addaudithook
+
+    def addaudithook(hook):
+        try:
+            getattr(hook, "__func__", hook).__cantrace__ = True
+        except (AttributeError, TypeError):  # a builtin: traced or not, it has no lines here
+            pass
+        return add_hook(hook)
+
+    sys.addaudithook = addaudithook
+
+
+def trace_forks(lines: set[int], trace: Path) -> None:
+    """A test that forks (to run code that must not touch the test process: a candidate's
+    process, its hooks and its os._exit; a sandbox's outer process) keeps the trace in the
+    fork: there it is written to `trace`.<pid>.<random> when the fork ends through os._exit or
+    replaces itself through os.execve, and the baseline reads those too. The file is opened at
+    the fork, so a fork that then confines itself (Landlock, a PID namespace where every reaper
+    is pid 1) can still write it."""
+    real_exit, real_execve = os._exit, os.execve
+
+    def forked() -> None:
+        lines.clear()  # what the fork runs from here on
+        name = f"{trace}.{os.getpid()}.{os.urandom(4).hex()}"
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return  # nowhere to write: this fork's lines go unseen
+
+        def dump() -> None:
+            try:
+                os.write(fd, (" ".join(map(str, sorted(lines))) + "\n").encode())
+            except OSError:
+                pass
+
+        def exit_(code: int) -> None:
+            dump()
+            real_exit(code)
+
+        def execve(path, args, env):  # type: ignore[no-untyped-def]
+            dump()
+            return real_execve(path, args, env)
+
+        os._exit, os.execve = exit_, execve  # type: ignore[assignment]
+
+    os.register_at_fork(after_in_child=forked)
+
+
+def traced(trace: Path) -> set[int]:
+    """The lines the baseline ran: its own, and every fork's."""
+    covered: set[int] = set()
+    for path in [trace, *trace.parent.glob(f"{trace.name}.*")]:
+        if path.exists():
+            covered |= {int(x) for x in path.read_text().split()}
+    return covered
 
 
 def child(root: Path, module: Module, source: str, log: Path, here: Path, trace: Path | None):
@@ -181,6 +241,7 @@ def child(root: Path, module: Module, source: str, log: Path, here: Path, trace:
         lines: set[int] = set()
         if trace is not None:
             trace_lines(target, lines)
+            trace_forks(lines, trace)
         import pytest
 
         args = [*(str(root / t) for t in module.tests), "--rootdir", str(root), "-x", "-q",
@@ -313,7 +374,7 @@ def _run_mutants(
     took = time.monotonic() - began
     if baseline != "survived":
         return f"covering tests fail unmutated ({baseline}): see {pool.logs['baseline']}"
-    covered = {int(x) for x in trace.read_text().split()} if trace.exists() else set()
+    covered = traced(trace)
     timeout_s = max(20.0, 5 * took + 10)
     if verbose:
         print(f"  {module.name}: baseline {took:.1f}s, {len(out.mutants)} mutants", flush=True)

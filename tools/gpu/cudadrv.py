@@ -66,6 +66,13 @@ class LaunchConfig(ctypes.Structure):
     ]
 
 
+def _set_attribute(attr: LaunchAttribute, ident: int, value: bytes) -> None:
+    """`value` into the attribute's 64-byte value, NUL bytes included (assigning bytes to a
+    c_char array field stops at the first NUL: a cluster of (2, 1, 1) became (2, 0, 0))."""
+    attr.id = ident
+    ctypes.memmove(ctypes.addressof(attr) + LaunchAttribute.value.offset, value, len(value))
+
+
 def aligned_buffer(nbytes: int, align: int = 128) -> tuple[Any, int]:
     """(keep-alive buffer, address) of `nbytes` at an `align`-byte boundary (a CUtensorMap must
     be 64-byte aligned; ctypes gives no over-aligned types)."""
@@ -136,11 +143,11 @@ class Driver:
     def ipc_handle(self, ptr: int) -> bytes:
         h = IpcHandle()
         self.call("cuIpcGetMemHandle", ctypes.byref(h), ctypes.c_uint64(ptr))
-        return bytes(h.reserved)
+        return bytes(h)  # all 64 bytes: `h.reserved` reads as a C string, cut at its first NUL
 
     def ipc_open(self, handle: bytes) -> int:
         h = IpcHandle()
-        ctypes.memmove(h.reserved, handle, 64)
+        ctypes.memmove(ctypes.addressof(h), handle, 64)  # into h (h.reserved is a copy)
         p = ctypes.c_uint64()
         self.call("cuIpcOpenMemHandle", ctypes.byref(p), h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
         return p.value
@@ -253,19 +260,18 @@ class Driver:
         attrs = (LaunchAttribute * 4)()
         n = 0
         if pdl:
-            attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            attrs[n].value = struct.pack("i", 1).ljust(64, b"\0")
+            _set_attribute(attrs[n], CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                           struct.pack("i", 1))  # fmt: skip
             n += 1
         if cooperative:
-            attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-            attrs[n].value = struct.pack("i", 1).ljust(64, b"\0")
+            _set_attribute(attrs[n], CU_LAUNCH_ATTRIBUTE_COOPERATIVE, struct.pack("i", 1))
             n += 1
         if num_ctas != 1:
-            attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            attrs[n].value = struct.pack("III", num_ctas, 1, 1).ljust(64, b"\0")
+            _set_attribute(attrs[n], CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                           struct.pack("III", num_ctas, 1, 1))  # fmt: skip
             n += 1
-            attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
-            attrs[n].value = struct.pack("i", CU_CLUSTER_SCHEDULING_POLICY_SPREAD).ljust(64, b"\0")
+            _set_attribute(attrs[n], CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                           struct.pack("i", CU_CLUSTER_SCHEDULING_POLICY_SPREAD))  # fmt: skip
             n += 1
             if num_ctas == 16:
                 self.call("cuFuncSetAttribute", ctypes.c_void_p(function),

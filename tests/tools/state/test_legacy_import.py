@@ -77,6 +77,20 @@ def test_a_ledger_too_large_or_linked_is_skipped_and_said(
     assert len(info["skipped"]) == 1 and info["skipped"][0].startswith(".harnesslab/history.jsonl:")
 
 
+def test_a_ledger_of_64_mib_is_read_and_one_byte_more_is_skipped(ws: Workspace) -> None:
+    """The bound itself (the test above moves it): a record, then blank padding to the size."""
+    rel = ws.root / ".harnesslab" / "history.jsonl"
+    record = b'{"id": "a"}\n'
+    rel.write_bytes(record + b" " * ((64 << 20) - len(record)))
+    assert rel.stat().st_size == 64 << 20
+    assert li.import_legacy(ws)["ledger_records"] == 1
+    with rel.open("ab") as fh:
+        fh.write(b" ")
+    info = li.import_legacy(ws)
+    assert info["ledger_records"] == 0
+    assert len(info["skipped"]) == 1 and info["skipped"][0].startswith(".harnesslab/history.jsonl:")
+
+
 def test_checkpoints_are_rehashed_and_a_wrong_one_is_skipped_and_said(ws: Workspace) -> None:
     checkpoint(ws, "forged-name", FILES, sorted(FILES))
     checkpoint(ws, "x" * 80, FILES, ["kernel.py"])
@@ -129,3 +143,11 @@ def test_a_registry_whose_servers_are_no_table_breaks_nothing(ws: Workspace, ser
     (ws.root / ".mcp.json").write_text(json.dumps({"mcpServers": {"evil": {"command": "sh"}}}))
     info = li.import_legacy(ws)
     assert info["unprojected"] == ([] if servers is None else ["evil"])
+
+
+def test_a_client_config_that_cannot_be_edited_is_skipped_and_said(ws: Workspace) -> None:
+    (ws.root / ".harnesslab" / "mcp" / "from-dir").mkdir(parents=True)
+    (ws.root / ".mcp.json").write_text("{not json")
+    info = li.import_legacy(ws)
+    assert info["unprojected"] == []
+    assert [s.split(":")[0] for s in info["skipped"]] == ["projection of from-dir"]
