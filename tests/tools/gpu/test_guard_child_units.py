@@ -244,7 +244,10 @@ def start(
     entry: Callable[[], int] | None = None,
 ) -> Proc:
     """A fork running child_main(make, before) (or `entry()`) with stdin and stdout pipes and
-    stderr a file, sys.stdout and sys.stderr on descriptors 1 and 2 as in a process of its own."""
+    stderr a file, sys.stdout and sys.stderr on descriptors 1 and 2 as in a process of its own.
+    The fork runs torch on one thread: in a worker whose earlier tests started torch's OpenMP
+    pool, the fork's first parallel op hung (the pool's threads are not forked), as it did in
+    the whole suite."""
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     err = tmp / "stderr"
@@ -253,6 +256,7 @@ def start(
     if pid == 0:
         code = 99
         try:
+            torch.set_num_threads(1)
             os.dup2(req_r, 0)
             os.dup2(rep_w, 1)
             os.dup2(err_fd, 2)
