@@ -41,7 +41,6 @@ sys.path.insert(0, str(FLAT))
 
 import step_child  # noqa: E402
 import step_guard  # noqa: E402
-import step_trace  # noqa: E402
 import torch  # noqa: E402
 
 
@@ -133,7 +132,6 @@ def main() -> int:
         print(
             f"  {k:8} {statistics.median(xs):9.1f}  ({xs[len(xs) // 10]:.1f}-{xs[9 * len(xs) // 10]:.1f})"
         )
-    _ = step_trace  # the staged folder's siblings import it
     return 0
 
 

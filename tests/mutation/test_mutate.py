@@ -73,10 +73,8 @@ def test_a_modules_preload_adds_to_the_configs(tmp_path: Path) -> None:
     assert preloads == ["a"] and [m.preload for m in modules] == [["torch"], []]
 
 
-@pytest.mark.slow
-def test_a_run_kills_keeps_and_explains_mutants_and_leaves_the_tree_as_it_was(
-    tmp_path: Path,
-) -> None:
+def mini_project(tmp_path: Path) -> Path:
+    """A project folder the driver can run on: tools/ as harnesslab.tools, an empty tests/."""
     root = tmp_path / "proj"
     (root / "tools").mkdir(parents=True)
     (root / "tests").mkdir()
@@ -85,6 +83,14 @@ def test_a_run_kills_keeps_and_explains_mutants_and_leaves_the_tree_as_it_was(
         "[tool.pytest.ini_options]\naddopts = '-p no:randomly'\n"
     )
     (root / "tools/__init__.py").write_text("")
+    return root
+
+
+@pytest.mark.slow
+def test_a_run_kills_keeps_and_explains_mutants_and_leaves_the_tree_as_it_was(
+    tmp_path: Path,
+) -> None:
+    root = mini_project(tmp_path)
     module = root / "tools/mini.py"
     module.write_text("def double(x):\n    return x * 2\n\n\ndef unused(x):\n    return x + 1\n")
     (root / "tests/test_mini.py").write_text(
@@ -162,14 +168,7 @@ def test_the_change_is_the_last_commit_and_what_is_not_committed(tmp_path: Path)
 def test_code_run_only_in_a_fork_or_an_audit_hook_is_traced_and_its_mutants_run(
     tmp_path: Path,
 ) -> None:
-    root = tmp_path / "proj"
-    (root / "tools").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "pyproject.toml").write_text(
-        '[tool.setuptools.package-dir]\n"harnesslab.tools" = "tools"\n'
-        "[tool.pytest.ini_options]\naddopts = '-p no:randomly'\n"
-    )
-    (root / "tools/__init__.py").write_text("")
+    root = mini_project(tmp_path)
     (root / "tools/mini.py").write_text(
         "import os\nimport sys\n\n\ndef double(x):\n    return x * 2\n\n\n"
         "def run_true():\n    os.execve('/bin/true', ['true'], {})\n\n\n"
