@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +57,25 @@ def task_toml(task: str) -> dict[str, Any]:
     return tomllib.loads((ROOT / "tasks" / task / "task.toml").read_text())
 
 
-def strategies(task: str, toml: dict[str, Any]) -> dict[str, tuple[Path, str]]:
+def strategies(
+    task: str, toml: dict[str, Any], extra: Sequence[str] = ()
+) -> dict[str, tuple[Path, str]]:
+    """The task's CUDA solution, Triton solution and CUDA baseline, then each `--extra`
+    `TASK:NAME=FOLDER:FILE.py:FUNC` of this task (FOLDER relative to the repository)."""
     func = toml["entry"].split(":", 1)[1]
     sol = ROOT / "tasks" / task / "solutions"
-    return {
+    out = {
         "cuda:solution": (sol, f"cuda_{task}.py:{func}"),
         "triton:fast": (sol, f"fast.py:{func}"),
         "cuda:baseline": (ROOT / "tasks" / task / "workspace_cuda", f"kernel.py:{func}"),
     }
+    for spec in extra:
+        owner, _, rest = spec.partition(":")
+        name, _, where = rest.partition("=")
+        folder, _, entry = where.partition(":")
+        if owner == task:
+            out[name] = (ROOT / folder, entry)
+    return out
 
 
 def run_task(env: Any, task: str, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
@@ -78,7 +90,7 @@ def run_task(env: Any, task: str, args: argparse.Namespace) -> tuple[list[dict],
     if args.quick:
         cases = cases[:3] + cases[-2:]
     rows, irregular = [], []
-    for name, (folder, entry) in strategies(task, toml).items():
+    for name, (folder, entry) in strategies(task, toml, args.extra).items():
         ev.req["entry"] = entry
         started = time.perf_counter()
         try:
@@ -210,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--quick", action="store_true", help="5 dev cases, 8 configs per task")
     ap.add_argument("--no-compile-times", action="store_true")
+    ap.add_argument("--extra", action="append", default=[], metavar="TASK:NAME=FOLDER:FILE:FUNC",
+                    help="one more strategy of TASK, e.g. rmsnorm_gate:cuda:packed="
+                    "benchmarks/variants/rmsnorm_gate_cuda:packed.py:rmsnorm_gate")  # fmt: skip
     args = ap.parse_args(argv)
     cache = tempfile.mkdtemp(prefix="hl-nvrtc-")  # a cold cache: first calls really compile
     harnesslab_cuda.configure(cache_dir=cache)

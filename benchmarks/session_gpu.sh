@@ -21,6 +21,7 @@
 #   cuda         CUDA C++ solutions against the Triton ones, NVRTC compile times (cuda_gpu.py)
 #   hg           rmsnorm_gate on HarnessGym's four final cases (hg_final_cases.sh)
 #   autopilot    the autopilot from HarnessGym's baseline kernel for AP_BUDGET s (autopilot_hg.sh)
+#   apstep       the autopilot on decode_step for AP_BUDGET s (autopilot_step.sh)
 #   lab          the lab matrix of LAB_TASKS (CUDA column, peers, ncu) into $OUT/lab (lab_gpu.py)
 #   ncuprobe     ncu on one strategy over chosen cases (ncu_strategy_gpu.py: NCU_ARGS)
 #   hgproto      HarnessGym's verifier per case over HG_CONFIGS (hg_verifier_configs.sh)
@@ -77,7 +78,7 @@ if has kernelbench; then
 fi
 if has cuda; then
   el "== CUDA C++"
-  timeout "${CUDA_S:-150}" python3 benchmarks/cuda_gpu.py --repeats 20 2>"$OUT/cuda.err" | tail -40
+  timeout "${CUDA_S:-150}" python3 benchmarks/cuda_gpu.py --repeats 20 ${CUDA_ARGS:-} 2>"$OUT/cuda.err" | tail -40
   echo "cuda rc=${PIPESTATUS[0]}"; tail -3 "$OUT/cuda.err"
 fi
 if has hg; then
@@ -87,6 +88,10 @@ fi
 if has autopilot; then
   el "== autopilot from HarnessGym's baseline"
   AP_S=${AP_S:-420} timeout $(( ${AP_S:-420} + 100 )) bash benchmarks/autopilot_hg.sh 2>&1 | tail -40
+fi
+if has apstep; then
+  el "== autopilot on decode_step"
+  AP_S=${AP_S:-420} timeout $(( ${AP_S:-420} + 60 )) bash benchmarks/autopilot_step.sh 2>&1 | tail -30
 fi
 if has lab; then
   el "== lab"
