@@ -2,8 +2,8 @@
 harnesslab_cuda): the row in registers, 16-byte loads where dim and the pointers allow, one warp
 per row for rows of at most 1024 fp16/bf16 elements, one block per row above.
 
-Same contract as the workspace's kernel.py. Not measured yet: benchmarks/cuda_gpu.py times it
-beside the Triton solution on a GPU host (NVRTC compiles it here; running needs a GPU).
+Same contract as the workspace's kernel.py. benchmarks/cuda_gpu.py times it beside the Triton
+solution on a GPU host (BENCHMARKS.md; NVRTC compiles it anywhere, running needs a GPU).
 """
 
 from __future__ import annotations

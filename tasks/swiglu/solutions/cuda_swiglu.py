@@ -3,8 +3,8 @@ the tensors as one flat array, 256 threads each moving 4 packs of 8 elements (16
 tensor with all loads in flight before the math; 2-byte accesses when a pointer is not 16-byte
 aligned.
 
-Same contract as the workspace's kernel.py. Not measured yet: benchmarks/cuda_gpu.py times it
-beside the Triton solution on a GPU host (NVRTC compiles it here; running needs a GPU).
+Same contract as the workspace's kernel.py. benchmarks/cuda_gpu.py times it beside the Triton
+solution on a GPU host (BENCHMARKS.md; NVRTC compiles it anywhere, running needs a GPU).
 """
 
 from __future__ import annotations
