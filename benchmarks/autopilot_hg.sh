@@ -35,26 +35,6 @@ t0=$(date +%s)
 timeout "${AP_S:-480}" $HL run -w "$T/ws" --runner autopilot --iterations 50 --budget "${AP_BUDGET:-300}" --json \
   > "$OUT/autopilot_summary.json" 2>"$OUT/autopilot.err"
 echo "autopilot rc=$? in $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/autopilot.err"
-python3 - "$OUT/autopilot_summary.json" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-base, best, final = s.get("baseline") or {}, s.get("best") or {}, s.get("final") or {}
-print(f"status {s['status']} ({s['stop_reason']}), {s['iterations_done']} iterations, wall {s['wall_s']} s, "
-      f"GPU-backed work {s['gpu_work_s']}")
-print("| iteration | ended at (s) | candidate | verified score (us) | best so far (us) | new best |")
-print("|---|---|---|---|---|---|")
-bsf = base.get("score_us")  # the loop's best: moves only when it says new_best
-print(f"| baseline | - | {base.get('candidate')} | {bsf} | {bsf} | |")
-for it in s["iterations"]:
-    sc = it.get("score") or {}
-    if it["new_best"]:
-        bsf = sc.get("score_us")
-    print(f"| {it['iteration']} | {it['at_s']} | {sc.get('candidate')} | "
-          f"{sc.get('score_us') if sc.get('score_us') is not None else sc.get('verdict')} | {bsf} | "
-          f"{'yes' if it['new_best'] else ''} |")
-print(f"baseline {base.get('score_us')} us on {base.get('case_set')}; best {best.get('score_us')} us "
-      f"(iteration {best.get('iteration')}, {s.get('improvement_pct')} %); final re-verify "
-      f"{final.get('verdict')} {final.get('score_us')} us on {final.get('case_set')}; restored {s.get('restored')}")
-PY
+python3 "$(dirname "$0")/autopilot_summary.py" "$OUT/autopilot_summary.json"
 echo "best config: $(cat "$T/ws/kernel_config.json" | tr -d '\n')"
 seed_verify "$T/ws" best
