@@ -149,6 +149,11 @@ class TaskKind:
         score_key (the result's field) and unit ("" when the task declares none)."""
         return {"higher_is_better": False, "score_key": "score_us", "unit": "us"}
 
+    def dev_cases(self, task: TaskView) -> list[dict[str, Any]]:
+        """What the `cases` argument of run_objective and sweep_kernel_config names, in the
+        task's order: each case's name with its named sizes (the task's dev cases)."""
+        return [{"name": c.name, **c.shape} for c in task.dev_cases]
+
     def draws_hidden_cases(self, task: TaskView) -> bool:
         """Whether the final score is taken on cases drawn from the workspace's secret (so a
         rotation draws new ones)."""
@@ -377,6 +382,10 @@ class StepKind(TaskKind):
 
     def require_steps(self, task: TaskView, what: str) -> None:
         return None
+
+    def dev_cases(self, task: TaskView) -> list[dict[str, Any]]:
+        """A step task's `cases` name its dev traces (no sizes: a trace has its own)."""
+        return [{"name": t.name} for t in task.step.traces] if task.step is not None else []
 
     def in_lab(self, task: TaskView) -> bool:
         return True  # the lab's decode row: tools/gpu/kernel_lab/lab_step.py
