@@ -98,6 +98,7 @@ PROTECTED = frozenset({"torch", "triton", "harnesslab", "__main__", *SIBLINGS})
 NAMEDTUPLE = collections.namedtuple.__code__  # taken before any candidate code runs
 MODULE_NAME_READERS = (NAMEDTUPLE, getattr(getattr(typing, "_caller", None), "__code__", None))
 TYPE_MODULE = type.__dict__["__module__"].__get__  # a class's own __module__, past its metaclass
+FUNCTION = types.FunctionType  # held: the candidate may rebind the module's name, not this
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
           "uint8", "bool")  # fmt: skip
 
@@ -168,7 +169,7 @@ class Observer:
             return id(target) not in self.before and root not in PROTECTED
         return (
             frame.f_code is NAMEDTUPLE
-            and type(target) is types.FunctionType
+            and type(target) is FUNCTION
             and target.__globals__ is frame.f_locals.get("namespace")
         )
 
