@@ -206,14 +206,6 @@ def best_of(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(ok, key=lambda r: r["score_us"]) if ok else None
 
 
-def _dev_cases(ws: Workspace) -> list[dict[str, Any]]:
-    """What run_objective's and the sweep's `cases` name: a kernel task's dev cases (with their
-    shapes), a step task's dev traces."""
-    if ws.task.step is not None:
-        return [{"name": t.name} for t in ws.task.step.traces]
-    return [{"name": c.name, **c.shape} for c in ws.task.dev_cases]
-
-
 async def attempt(s: Session, servers: dict[str, dict[str, Any]], ws: Workspace) -> None:
     """A kernel or step task's attempt: sweeps of the launch config (a command task has no
     sweep tool, maybe no config file: autopilot_command.py)."""
@@ -221,7 +213,7 @@ async def attempt(s: Session, servers: dict[str, dict[str, Any]], ws: Workspace)
     ctx = await s.call(TASK_SERVER, "inspect_context")
     task = ctx.get("task") or {}
     space: dict[str, list[Any]] = task.get("launch_space") or ws.task.space
-    dev_cases = _dev_cases(ws)
+    dev_cases = kind_of(ws.task).dev_cases(ws.task)  # a step task's: its dev traces
     interpreted = bool((ctx.get("executor") or {}).get("interpreted", True))
     max_configs = s.args.max_configs or (6 if interpreted else 24)  # None or 0: the default
     cases = pick_cases(dev_cases, interpreted)

@@ -32,9 +32,8 @@ def steps(task: Any) -> list[tuple[str, dict[str, Any], Check, tuple[str, ...]]]
     """(tool, arguments, check of the structured result, error texts that count as working).
     A tool that does not apply to the task's kind works when it refuses (servers/runtime.py)."""
     kind = kind_of(task)
-    case = task.dev_cases[0].name if task.dev_cases else None
-    if task.step is not None:  # a step task's `cases` name its dev traces
-        case = task.step.traces[0].name
+    cases = kind.dev_cases(task)  # a step task's name its dev traces
+    case = cases[0]["name"] if cases else None
     knob, values = next(iter(task.space.items())) if task.space else ("", [])
     out: list[tuple[str, dict[str, Any], Check, tuple[str, ...]]] = [
         ("inspect_context", {}, lambda r: _ok_if("next_step" in r, "no next_step"), ()),

@@ -66,3 +66,16 @@ def test_a_gpu_only_cheat_is_rejected_or_harmless(tmp_path: Path, path: Path) ->
         ), v.reasons
     else:
         assert v.verdict == "rejected" and want in {r["code"] for r in v.reasons}, v.reasons
+
+
+def test_a_kernel_that_builds_dataclasses_and_namedtuples_in_its_call_passes(
+    tmp_path: Path,
+) -> None:
+    """guard_child's monkey_patch on a GPU host too: the classes a call makes for itself
+    (cheats/honest/class_builder.py) are not patches, and the replayed verify passes it."""
+    settings = Settings(state_dir=tmp_path / "state")
+    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", settings)
+    shutil.copy(CORPUS / "honest" / "class_builder.py", ws.root / "kernel.py")
+    v = verify(ws, settings)
+    assert v.verdict == "passed", v.reasons
+    assert v.certifies == "correctness_and_speed" and v.sandbox == "full"

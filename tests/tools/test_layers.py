@@ -50,9 +50,7 @@ LAZY_FOR_COST = {
 # Imports under `if TYPE_CHECKING:` that close an import loop (the imported module reaches the
 # importer back). They hide a cycle from the runtime, not from the reader: this list only
 # shrinks. Break one by moving the shared type below both modules.
-TYPE_ONLY_LOOPS = {
-    ("task.kinds", "task.spec"),  # TaskKind's methods take the TaskSpec that names its kind
-}
+TYPE_ONLY_LOOPS: set[tuple[str, str]] = set()
 # Imports (tools/ outside gpu/, and servers/) of a package of tools/ from outside it that name
 # one of its modules or a name outside its `__all__`. Only ever lower this number: import
 # from the package itself, adding a name to its `__all__` where it is part of the surface.

@@ -158,13 +158,17 @@ class Contract(NamedTuple):
     function: str
 
 
+# (shipped kernel task, its baseline entry's parameters), the most parameters first.
+Contracts = list[tuple[TaskSpec, list[str]]]
+
+
 def kernel_contract(
-    files: dict[str, bytes], editable: list[str], entry: str | None = None
+    contracts: Contracts, files: dict[str, bytes], editable: list[str], entry: str | None = None
 ) -> Contract | None:
-    """The shipped kernel task whose entry function an editable file defines with the same
-    leading parameters as the shipped baseline's (or, with `entry` 'file.py:function', whose
-    parameters that function has under any name), or None."""
-    for task, want in _contracts():
+    """The shipped kernel task (of `contracts`: shipped_contracts()) whose entry function an
+    editable file defines with the same leading parameters as the shipped baseline's (or, with
+    `entry` 'file.py:function', whose parameters that function has under any name), or None."""
+    for task, want in contracts:
         for rel, function in _entries(editable, entry, task.entry_function):
             if rel.endswith(".py") and rel in files:
                 got = _params(files[rel].decode("utf-8", "replace"), function)
@@ -173,10 +177,10 @@ def kernel_contract(
     return None
 
 
-def _contracts() -> list[tuple[TaskSpec, list[str]]]:
+def shipped_contracts() -> Contracts:
     """(shipped kernel task, its baseline entry's parameters) for every task with a contract,
     the most parameters first: a kernel taking (x, gate, weight, eps) is rmsnorm_gate's, not
-    softmax's (x)."""
+    softmax's (x). It loads every shipped task: an import takes it once."""
     out = []
     for name in list_tasks():
         task = load_task(name)
@@ -195,11 +199,14 @@ def _entries(editable: list[str], entry: str | None, function: str) -> list[tupl
     return [(rel, named)] if rel in editable and named else []
 
 
-def lookalikes(files: dict[str, bytes], editable: list[str]) -> dict[str, TaskSpec]:
-    """'file.py:function' -> the shipped kernel task whose entry parameters that top-level
-    function of an editable file has under another name (what `--entry` could name)."""
+def lookalikes(
+    contracts: Contracts, files: dict[str, bytes], editable: list[str]
+) -> dict[str, TaskSpec]:
+    """'file.py:function' -> the shipped kernel task (of `contracts`) whose entry parameters
+    that top-level function of an editable file has under another name (what `--entry` could
+    name)."""
     found: dict[str, TaskSpec] = {}
-    for task, want in _contracts():  # the most parameters first: the closest contract wins
+    for task, want in contracts:  # the most parameters first: the closest contract wins
         for rel in editable:
             if not rel.endswith(".py") or rel not in files:
                 continue
@@ -309,14 +316,15 @@ def convert(
     missing = [e for e in edit if e not in files]
     if missing:
         raise UsageError(f"editable files not in {src}: {', '.join(missing)}")
-    contract = kernel_contract(files, edit, entry)
+    contracts = shipped_contracts()  # every shipped task loaded once, for both questions
+    contract = kernel_contract(contracts, files, edit, entry)
     if entry is not None and contract is None:
         raise UsageError(
             f"--entry {entry}: no function of an editable file by that name takes a shipped "
             "kernel task's parameters.",
             next_step="name one of "
             + (
-                ", ".join(lookalikes(files, edit))
+                ", ".join(lookalikes(contracts, files, edit))
                 or "(none found: leave --entry out for a command task)"
             ),
         )
@@ -353,7 +361,7 @@ def convert(
         report.notes += [
             f"{found} takes {task.name}'s parameters ({task.entry}): `--entry {found}` imports "
             f"a {task.name} kernel task (its reference, hidden cases and guarded verify)"
-            for found, task in lookalikes(files, edit).items()
+            for found, task in lookalikes(contracts, files, edit).items()
         ]
         _write_command_task(
             out, name, files, wrappers, brief, report,

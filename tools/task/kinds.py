@@ -11,18 +11,96 @@ the kind's name there (docs/architecture.md "Adding a task kind"). A new kind (a
 own kernel" task) is one subclass registered in KINDS and an entry in each of those tables
 (tests/tools/task/test_kinds.py); tests/tasks/test_task_contract.py runs over every task.
 
+A kind reads its task through `TaskView`, a Protocol of what it uses of spec.TaskSpec: spec.py
+validates a task through its kind (`problems`), so this module imports nothing of spec.py.
+
 Side of the trust boundary: trusted (it decides which path, guarded or not, scores a task).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Literal, Protocol
 
 from ..errors import UsageError
+from .declaration import Declaration
+from .step import StepSpec
 
-if TYPE_CHECKING:
-    from .spec import TaskSpec
+
+class ObjectiveView(Protocol):
+    """What a kind reads of a command task's objective (spec.Objective)."""
+
+    @property
+    def command(self) -> str: ...
+    @property
+    def score_key(self) -> str | None: ...
+    @property
+    def unit(self) -> str | None: ...
+    @property
+    def higher_is_better(self) -> bool | None: ...
+
+
+class CaseView(Protocol):
+    """A dev case (spec.Case): its name and named sizes."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> Mapping[str, int]: ...
+
+
+class LanguageView(Protocol):
+    """A kernel language's version of a task (spec.Language): its editable files."""
+
+    @property
+    def editable(self) -> Sequence[str]: ...
+
+
+class TaskView(Protocol):
+    """What a kind reads of its task (spec.TaskSpec satisfies it; mypy checks every call)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> Literal["kernel", "command", "step"]: ...
+    @property
+    def root(self) -> Path: ...
+    @property
+    def entry(self) -> str: ...
+    @property
+    def entry_file(self) -> str: ...
+    @property
+    def entry_function(self) -> str: ...
+    @property
+    def workspace_template(self) -> Path: ...
+    @property
+    def config_file(self) -> str: ...
+    @property
+    def editable(self) -> Sequence[str]: ...
+    @property
+    def dtypes(self) -> Sequence[str]: ...
+    @property
+    def tolerances(self) -> Mapping[str, object]: ...
+    @property
+    def dev_cases(self) -> Sequence[CaseView]: ...
+    @property
+    def final(self) -> object | None: ...
+    @property
+    def declare(self) -> Declaration | None: ...
+    @property
+    def languages(self) -> Mapping[str, LanguageView]: ...
+    @property
+    def step(self) -> StepSpec | None: ...
+    @property
+    def objective(self) -> str: ...
+    @property
+    def objectives(self) -> Mapping[Literal["dev", "final"], ObjectiveView]: ...
+    @property
+    def score_key(self) -> str: ...
+    def dims(self) -> set[str]: ...
+    def objective_for(self, mode: Literal["dev", "final"]) -> ObjectiveView: ...
+
 
 # The tools that work on every kind of task (the rest need a kernel the runner can import).
 GENERIC_TOOLS = frozenset(
@@ -44,7 +122,7 @@ class TaskKind:
         """Whether the MCP tool `tool` works on this kind of task."""
         return tool in GENERIC_TOOLS
 
-    def require_runner(self, task: TaskSpec, what: str) -> None:
+    def require_runner(self, task: TaskView, what: str) -> None:
         """Refuse `what` (a tool, a mode) unless the runner evaluates this kind's candidates
         (imports them as a kernel: config, dev cases, hidden cases, the guarded verify)."""
         raise UsageError(
@@ -55,28 +133,33 @@ class TaskKind:
     # init copies the task folder's own files (task_files) when template() names no folder.
     copies_task_files: ClassVar[bool] = False
 
-    def unit(self, task: TaskSpec, mode: str = "final") -> str:
+    def unit(self, task: TaskView, mode: str = "final") -> str:
         """What a score of `mode` ("dev" or "final") counts."""
         return "us"
 
-    def higher_is_better(self, task: TaskSpec, mode: str = "final") -> bool:
+    def higher_is_better(self, task: TaskView, mode: str = "final") -> bool:
         return False
 
-    def score_label(self, task: TaskSpec, mode: str = "final") -> str:
+    def score_label(self, task: TaskView, mode: str = "final") -> str:
         """'best_us (us), lower is better': what a score of `mode` is, for people and agents."""
         return "us (sum of per-case median device time), lower is better"
 
-    def scoring(self, task: TaskSpec) -> dict[str, Any]:
+    def scoring(self, task: TaskView) -> dict[str, Any]:
         """How a final score reads in the loop's and compare's reports: higher_is_better,
         score_key (the result's field) and unit ("" when the task declares none)."""
         return {"higher_is_better": False, "score_key": "score_us", "unit": "us"}
 
-    def draws_hidden_cases(self, task: TaskSpec) -> bool:
+    def dev_cases(self, task: TaskView) -> list[dict[str, Any]]:
+        """What the `cases` argument of run_objective and sweep_kernel_config names, in the
+        task's order: each case's name with its named sizes (the task's dev cases)."""
+        return [{"name": c.name, **c.shape} for c in task.dev_cases]
+
+    def draws_hidden_cases(self, task: TaskView) -> bool:
         """Whether the final score is taken on cases drawn from the workspace's secret (so a
         rotation draws new ones)."""
         return task.final is not None
 
-    def check_folder(self, task: TaskSpec, workspace: Path) -> None:
+    def check_folder(self, task: TaskView, workspace: Path) -> None:
         """Refuse a task folder (not shipped) that the agent's workspace `workspace` holds, if
         this kind's verifier trusts what is in it. A command task's files are kept in the
         trusted store when it is bound (state/task_files.py): its folder may be anywhere."""
@@ -85,41 +168,41 @@ class TaskKind:
     # What the lab, qualification, the importers and inspect_context ask of a kind. The
     # answers here are a candidate no runner imports as a kernel function (a command task's);
     # a kind that offers more says so (KernelKind; tests/tools/task/test_kinds.py pins each).
-    def reads_launch_config(self, task: TaskSpec) -> bool:
+    def reads_launch_config(self, task: TaskView) -> bool:
         """Whether a candidate carries a launch config (task.config_file) the runner reads:
         inspect_context shows it and what is wrong with it."""
         return False
 
-    def in_lab(self, task: TaskSpec) -> bool:
+    def in_lab(self, task: TaskView) -> bool:
         """Whether the lab (tools/lab/: every strategy and solution of the task timed on the
         GPU host) benchmarks this task."""
         return False
 
-    def contract_baseline(self, task: TaskSpec) -> tuple[Path, str] | None:
+    def contract_baseline(self, task: TaskView) -> tuple[Path, str] | None:
         """The shipped baseline file and its entry function that an imported kernel is matched
         against (same leading parameters: the HarnessGym importer takes this task's reference
         and cases for it), or None: no imported kernel takes this task's contract."""
         return None
 
-    def tries_cheats(self, task: TaskSpec) -> bool:
+    def tries_cheats(self, task: TaskView) -> bool:
         """Whether qualification writes its cheats (x.clone() and the integrity corpus's
         kernels) over the entry file (task.entry_file) and expects the verify to reject each."""
         return False
 
-    def template(self, task: TaskSpec) -> Path | None:
+    def template(self, task: TaskView) -> Path | None:
         """The folder a new workspace is copied from (None: only task.md)."""
         raise NotImplementedError
 
-    def problems(self, task: TaskSpec) -> list[str]:
+    def problems(self, task: TaskView) -> list[str]:
         """What task.toml lacks for this kind (empty: a valid task)."""
         raise NotImplementedError
 
-    def require_final_score(self, task: TaskSpec, what: str) -> None:
+    def require_final_score(self, task: TaskView, what: str) -> None:
         """Refuse `what` (the loop, compare) unless this kind's candidates get a final score
         (the guarded verify; a command task's final objective)."""
         return None
 
-    def require_steps(self, task: TaskSpec, what: str) -> None:
+    def require_steps(self, task: TaskView, what: str) -> None:
         """Refuse `what` unless this kind's candidate is a decode step the runner runs over
         traces (its step mode: tools/gpu/step_trace.py)."""
         raise UsageError(
@@ -127,7 +210,7 @@ class TaskKind:
             next_step="use run_objective",
         )
 
-    def require_objective(self, task: TaskSpec, what: str, instead: str) -> None:
+    def require_objective(self, task: TaskView, what: str, instead: str) -> None:
         """Refuse `what` unless this kind's candidates are scored by the task's own objective
         command (a command task's dev and final objectives); `instead`: what to call."""
         raise UsageError(
@@ -136,7 +219,7 @@ class TaskKind:
         )
 
 
-def _reference_outside(task: TaskSpec, workspace: Path) -> None:
+def _reference_outside(task: TaskView, workspace: Path) -> None:
     """A folder holding the reference (and task.toml) a score trusts is never the agent's to
     edit: refuse one inside the workspace."""
     folder = task.root.resolve()
@@ -159,28 +242,28 @@ class KernelKind(TaskKind):
     def applies(self, tool: str) -> bool:
         return True
 
-    def require_runner(self, task: TaskSpec, what: str) -> None:
+    def require_runner(self, task: TaskView, what: str) -> None:
         return None
 
-    def check_folder(self, task: TaskSpec, workspace: Path) -> None:
+    def check_folder(self, task: TaskView, workspace: Path) -> None:
         _reference_outside(task, workspace)
 
-    def reads_launch_config(self, task: TaskSpec) -> bool:
+    def reads_launch_config(self, task: TaskView) -> bool:
         return True
 
-    def in_lab(self, task: TaskSpec) -> bool:
+    def in_lab(self, task: TaskView) -> bool:
         return True
 
-    def contract_baseline(self, task: TaskSpec) -> tuple[Path, str] | None:
+    def contract_baseline(self, task: TaskView) -> tuple[Path, str] | None:
         return task.workspace_template / task.entry_file, task.entry_function
 
-    def tries_cheats(self, task: TaskSpec) -> bool:
+    def tries_cheats(self, task: TaskView) -> bool:
         return True
 
-    def template(self, task: TaskSpec) -> Path | None:
+    def template(self, task: TaskView) -> Path | None:
         return task.workspace_template
 
-    def problems(self, task: TaskSpec) -> list[str]:
+    def problems(self, task: TaskView) -> list[str]:
         out = []
         if ":" not in task.entry:
             out.append("kernel tasks need entry = 'file.py:function'")
@@ -204,17 +287,17 @@ class CommandKind(TaskKind):
 
     copies_task_files = True
 
-    def require_objective(self, task: TaskSpec, what: str, instead: str) -> None:
+    def require_objective(self, task: TaskView, what: str, instead: str) -> None:
         return None
 
-    def unit(self, task: TaskSpec, mode: str = "final") -> str:
+    def unit(self, task: TaskView, mode: str = "final") -> str:
         obj = task.objective_for("final" if mode == "final" else "dev")
         return obj.unit or obj.score_key or task.score_key
 
-    def higher_is_better(self, task: TaskSpec, mode: str = "final") -> bool:
+    def higher_is_better(self, task: TaskView, mode: str = "final") -> bool:
         return bool(task.objective_for("final" if mode == "final" else "dev").higher_is_better)
 
-    def scoring(self, task: TaskSpec) -> dict[str, Any]:
+    def scoring(self, task: TaskView) -> dict[str, Any]:
         obj = task.objective_for("final")
         return {
             "higher_is_better": bool(obj.higher_is_better),
@@ -222,16 +305,16 @@ class CommandKind(TaskKind):
             "unit": obj.unit or "",
         }
 
-    def score_label(self, task: TaskSpec, mode: str = "final") -> str:
+    def score_label(self, task: TaskView, mode: str = "final") -> str:
         obj = task.objective_for("final" if mode == "final" else "dev")
         unit = f" ({obj.unit})" if obj.unit else ""
         better = "higher" if obj.higher_is_better else "lower"
         return f"{obj.score_key}{unit}, {better} is better"
 
-    def template(self, task: TaskSpec) -> Path | None:
+    def template(self, task: TaskView) -> Path | None:
         return None  # state/task_files.py reads its folder, whatever the layout
 
-    def problems(self, task: TaskSpec) -> list[str]:
+    def problems(self, task: TaskView) -> list[str]:
         if not task.objective and not task.objectives:
             return [
                 "command tasks need objective = 'command printing JSON', or [objectives.dev] "
@@ -280,12 +363,12 @@ class StepKind(TaskKind):
     def applies(self, tool: str) -> bool:
         return tool in GENERIC_TOOLS or tool in STEP_TOOLS
 
-    def require_runner(self, task: TaskSpec, what: str) -> None:
+    def require_runner(self, task: TaskView, what: str) -> None:
         if what not in STEP_TOOLS:
             raise self._not_built(task, what)
 
     @staticmethod
-    def _not_built(task: TaskSpec, what: str) -> UsageError:
+    def _not_built(task: TaskView, what: str) -> UsageError:
         return UsageError(
             f"{what} is not built for step tasks ({task.name!r} is one; issue 32): a step "
             f"task has its own objective and guarded verify. {STEP_SCORE_MEANS[0].upper()}"
@@ -297,16 +380,20 @@ class StepKind(TaskKind):
             "restore_best_checkpoint",
         )
 
-    def require_steps(self, task: TaskSpec, what: str) -> None:
+    def require_steps(self, task: TaskView, what: str) -> None:
         return None
 
-    def in_lab(self, task: TaskSpec) -> bool:
+    def dev_cases(self, task: TaskView) -> list[dict[str, Any]]:
+        """A step task's `cases` name its dev traces (no sizes: a trace has its own)."""
+        return [{"name": t.name} for t in task.step.traces] if task.step is not None else []
+
+    def in_lab(self, task: TaskView) -> bool:
         return True  # the lab's decode row: tools/gpu/kernel_lab/lab_step.py
 
-    def reads_launch_config(self, task: TaskSpec) -> bool:
+    def reads_launch_config(self, task: TaskView) -> bool:
         return bool(task.config_file)  # the launch knobs sweep_kernel_config tunes
 
-    def score_label(self, task: TaskSpec, mode: str = "final") -> str:
+    def score_label(self, task: TaskView, mode: str = "final") -> str:
         if mode == "final":  # the step verify's timed pass (gpu/verify/step_timed.py)
             return (
                 "us (sum over the hidden traces of the p50 step latency, the trusted parent's "
@@ -314,13 +401,13 @@ class StepKind(TaskKind):
             )
         return "us (sum over the dev traces of the p50 step latency), lower is better"
 
-    def check_folder(self, task: TaskSpec, workspace: Path) -> None:
+    def check_folder(self, task: TaskView, workspace: Path) -> None:
         _reference_outside(task, workspace)
 
-    def template(self, task: TaskSpec) -> Path | None:
+    def template(self, task: TaskView) -> Path | None:
         return task.workspace_template
 
-    def problems(self, task: TaskSpec) -> list[str]:
+    def problems(self, task: TaskView) -> list[str]:
         out = []
         if ":" not in task.entry:
             out.append("step tasks need entry = 'file.py:step'")
@@ -340,7 +427,7 @@ class StepKind(TaskKind):
 KINDS: dict[str, TaskKind] = {k.name: k for k in (KernelKind(), CommandKind(), StepKind())}
 
 
-def kind_of(task: TaskSpec) -> TaskKind:
+def kind_of(task: TaskView) -> TaskKind:
     return KINDS[task.kind]
 
 
@@ -353,5 +440,6 @@ __all__ = [
     "KernelKind",
     "StepKind",
     "TaskKind",
+    "TaskView",
     "kind_of",
 ]

@@ -16,6 +16,8 @@ from harnesslab.tools.task.spec import load_task
 
 FILES = {"benchmark.py": b"", "verifier.py": b"", "kernel.py": b"", "remote_run.py": b""}
 
+CONTRACTS = hg.shipped_contracts()
+
 
 def test_a_task_name_is_the_folders_lowercased_or_the_one_given() -> None:
     assert hg.task_name(Path("/x/My Task.v2"), None) == "my-task-v2"
@@ -112,15 +114,15 @@ def test_a_kernel_contract_is_a_shipped_tasks_entry_with_its_leading_parameters(
     assert want
     fn = task.entry_function
     src = f"def {fn}({', '.join(want)}, extra=None):\n    pass\n".encode()
-    found = hg.kernel_contract({"kernel.py": src}, ["kernel.py"])
+    found = hg.kernel_contract(CONTRACTS, {"kernel.py": src}, ["kernel.py"])
     assert found is not None and found.task.name == "rmsnorm_gate" and found.function == fn
-    assert hg.kernel_contract({"kernel.py": src}, []) is None  # not editable
-    assert hg.kernel_contract({"k.txt": src}, ["k.txt"]) is None  # not Python
-    assert hg.kernel_contract({}, ["kernel.py"]) is None
+    assert hg.kernel_contract(CONTRACTS, {"kernel.py": src}, []) is None  # not editable
+    assert hg.kernel_contract(CONTRACTS, {"k.txt": src}, ["k.txt"]) is None  # not Python
+    assert hg.kernel_contract(CONTRACTS, {}, ["kernel.py"]) is None
     wrong = f"def {fn}({', '.join(reversed(want))}):\n    pass\n".encode()
-    assert hg.kernel_contract({"kernel.py": wrong}, ["kernel.py"]) is None
+    assert hg.kernel_contract(CONTRACTS, {"kernel.py": wrong}, ["kernel.py"]) is None
     short = f"def {fn}({want[0]}):\n    pass\n".encode()
-    assert hg.kernel_contract({"kernel.py": short}, ["kernel.py"]) is None
+    assert hg.kernel_contract(CONTRACTS, {"kernel.py": short}, ["kernel.py"]) is None
 
 
 def test_an_entry_names_a_kernel_of_another_name_and_the_closest_contract_takes_it(
@@ -133,14 +135,14 @@ def test_an_entry_names_a_kernel_of_another_name_and_the_closest_contract_takes_
         b"def helper(y):\n    pass\n"
     )
     files = {"kernel.py": src}
-    assert hg.kernel_contract(files, ["kernel.py"]) is None  # no rmsnorm_gate by name
-    found = hg.kernel_contract(files, ["kernel.py"], "kernel.py:fused")
+    assert hg.kernel_contract(CONTRACTS, files, ["kernel.py"]) is None  # no rmsnorm_gate by name
+    found = hg.kernel_contract(CONTRACTS, files, ["kernel.py"], "kernel.py:fused")
     # rmsnorm_gate's (x, gate, weight, eps), not softmax's (x): the most parameters win
     assert found is not None and (found.task.name, found.function) == ("rmsnorm_gate", "fused")
-    assert hg.kernel_contract(files, ["kernel.py"], "kernel.py:helper") is None
-    assert hg.kernel_contract(files, [], "kernel.py:fused") is None  # not editable
-    assert hg.kernel_contract(files, ["kernel.py"], "kernel.py:") is None
-    assert {k: t.name for k, t in hg.lookalikes(files, ["kernel.py"]).items()} == {
+    assert hg.kernel_contract(CONTRACTS, files, ["kernel.py"], "kernel.py:helper") is None
+    assert hg.kernel_contract(CONTRACTS, files, [], "kernel.py:fused") is None  # not editable
+    assert hg.kernel_contract(CONTRACTS, files, ["kernel.py"], "kernel.py:") is None
+    assert {k: t.name for k, t in hg.lookalikes(CONTRACTS, files, ["kernel.py"]).items()} == {
         "kernel.py:fused": "rmsnorm_gate"
     }
     shim = hg.shim_source(found, "kernel.py:fused")
@@ -203,3 +205,29 @@ def test_a_line_naming_a_dropped_wrapper_says_what_harnesslab_does_instead() -> 
         "remote_run.py (not imported) -> harnesslab's GPU host (2x)",
         "remote wrapper settings -> harnesslab's (1x)",
     ]
+
+
+def test_an_import_that_ends_as_a_command_task_loads_each_shipped_task_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel contract and the lookalikes (its notes) are asked of one load of every
+    shipped task, not one each."""
+    loaded: list[str] = []
+
+    def counted(name_or_dir: str | Path) -> hg.TaskSpec:
+        loaded.append(str(name_or_dir))
+        return load_task(name_or_dir)
+
+    monkeypatch.setattr(hg, "load_task", counted)
+    src = tmp_path / "hg"
+    src.mkdir()
+    (src / "task.md").write_text(
+        "You may edit `kernel.py`.\nRun `python3 verifier.py --json --mode final`: best_us.\n"
+    )
+    (src / "verifier.py").write_text("print('{\"best_us\": 1.0}')\n")
+    (src / "kernel.py").write_text("def fused(x, gate, weight, eps):\n    return x\n")
+    report = hg.convert(src, tmp_path / "out")
+    assert report.kind == "command"
+    assert any("kernel.py:fused takes rmsnorm_gate's" in n for n in report.notes)  # a lookalike
+    shipped = [n for n in loaded if n in hg.list_tasks()]
+    assert sorted(shipped) == sorted(hg.list_tasks())  # each once

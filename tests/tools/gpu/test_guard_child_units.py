@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -35,12 +36,16 @@ KERNEL = textwrap.dedent(
     import atexit
     import collections
     import ctypes
+    import dataclasses
     import importlib.util
+    import logging
     import os
     import socket
     import sys
     import threading
     import time
+    import types
+    import typing
 
     import torch
     import triton
@@ -85,6 +90,16 @@ KERNEL = textwrap.dedent(
 
     def _noop():
         pass
+
+
+    class Old:  # made at import: a call that sets its attributes patches a class it did not make
+        pass
+
+
+    def fake_namedtuple(**names):  # collections.namedtuple's own code, `names` in its globals
+        code = collections.namedtuple.__code__
+        fake = types.FunctionType(code, {**collections.namedtuple.__globals__, **names})
+        return fake("P", "a", rename=False, defaults=(1,), module="m")
 
     double(torch.ones(4))  # a launch while the module loads
 
@@ -138,6 +153,34 @@ KERNEL = textwrap.dedent(
             torch.empty(1 << 18).fill_(1.0)
         if mode == "namedtuple":
             collections.namedtuple("P", "a b")
+        if mode == "namedtuple_defaults":  # collections sets the defaults of the __new__ it made
+            assert collections.namedtuple("P", "a b", defaults=(1,))(0).b == 1
+        if mode == "NamedTuple":
+            class Pair(typing.NamedTuple):
+                a: int
+                b: int = 2
+            assert Pair(1).b == 2
+        if mode == "NamedTuple_call":  # typing reads its caller's module name from a frame
+            typing.NamedTuple("Pair", [("a", int)])
+        if mode == "dataclass":
+            @dataclasses.dataclass(frozen=True, slots=True)
+            class Point:
+                a: int = 1
+            assert Point(2).a == 2
+        if mode == "dataclass_old":
+            dataclasses.dataclass(Old)
+        if mode == "patch_old":  # a class's special attributes are what CPython audits
+            Old.__doc__ = "patched"
+        if mode == "patch_torch":
+            torch.nn.Identity.__doc__ = "patched"
+        if mode == "new_torch_class":  # torch makes some classes on first use: they stay torch's
+            type("T", (), {"__module__": "torch.fake"}).__doc__ = "patched"
+        if mode == "fake_namedtuple_type":  # namedtuple's code setting __module__ of an old class
+            fake_namedtuple(type=lambda *a: Old if len(a) == 3 else type(*a))
+        if mode == "fake_namedtuple_eval":  # ... and the defaults of a function it did not make
+            fake_namedtuple(eval=lambda *a: _noop)
+        if mode == "currentframe":  # a frame asked for by the standard library on its behalf
+            logging.currentframe()
         if mode == "kill":
             os.kill(os.getpid(), 0)
         if mode == "connect":
@@ -305,7 +348,9 @@ def slot(arena: mmap.mmap) -> list[float]:
 MODES = ["double", "alias", "torch", "raise", "tuple", "wrong_shape", "float64", "item",
          "tolist", "numpy", "__array__",
          "getframe", "tb_frame", "code_attr", "exec", "exec_code", "compile", "set_attr",
-         "big_fill", "namedtuple", "kill", "connect", "open",
+         "big_fill", "namedtuple", "namedtuple_defaults", "NamedTuple", "NamedTuple_call",
+         "dataclass", "dataclass_old", "patch_old", "patch_torch", "new_torch_class",
+         "fake_namedtuple_type", "fake_namedtuple_eval", "currentframe", "kill", "connect", "open",
          "import_harness", "import_other", "foreign", "ended_thread", "double",
          *(x for key in PATCHED for x in (f"patch:{key}", "restore"))]  # fmt: skip
 
@@ -417,7 +462,10 @@ def test_an_empty_output_is_copied_without_reading_the_arena(session) -> None:
     [("torch", ["torch_compute"]), ("getframe", ["introspection"]),
      ("tb_frame", ["introspection"]), ("code_attr", []), ("exec", ["dynamic_code"]),
      ("exec_code", ["dynamic_code"]), ("compile", ["dynamic_code"]),
-     ("set_attr", ["monkey_patch"]), ("big_fill", []),
+     ("set_attr", ["monkey_patch"]), ("big_fill", []), ("currentframe", ["introspection"]),
+     ("dataclass_old", ["monkey_patch"]), ("patch_old", ["monkey_patch"]),
+     ("patch_torch", ["monkey_patch"]), ("new_torch_class", ["monkey_patch"]),
+     ("fake_namedtuple_type", ["monkey_patch"]), ("fake_namedtuple_eval", ["monkey_patch"]),
      ("kill", ["subprocess"]), ("connect", ["exfiltration"]), ("open", []),
      ("import_harness", ["harness_access"]), ("import_other", []),
      ("foreign", ["foreign_kernel"]), ("ended_thread", ["background_thread"]),
@@ -439,6 +487,15 @@ def test_a_host_read_is_host_compute_and_gives_the_candidate_the_value(session, 
 
 def test_a_library_exec_is_not_dynamic_code(session) -> None:
     assert "dynamic_code" not in session.replies["namedtuple"]["codes"]  # collections' exec
+
+
+@pytest.mark.parametrize(
+    "mode", ["namedtuple", "namedtuple_defaults", "NamedTuple", "NamedTuple_call", "dataclass"]
+)
+def test_a_class_the_call_builds_with_the_standard_library_is_not_a_patch(session, mode) -> None:
+    """dataclasses, collections and typing set attributes of the class they make (and typing and
+    collections read the caller's module name from its frame): an honest call's own class."""
+    assert session.replies[mode] == HONEST
 
 
 def test_a_foreign_kernel_is_not_counted_as_the_candidates_launch(session) -> None:
@@ -724,3 +781,74 @@ def test_a_launch_of_the_candidates_kernel_counts_and_one_on_another_stream_is_s
     obs.reset()
     obs.launch_at(str(tmp_path / "lib.cu"), 7)
     assert (obs.own_launches, obs.codes) == (0, {"foreign_kernel"})
+
+
+# -- a class the candidate makes versus one it patches, in this process (nothing installed) -------
+@pytest.mark.parametrize(
+    ("module", "own"),
+    [("_hl_candidate", True), ("collections", True), ("torchvision", True), (5, True),
+     ("torch", False), ("torch.fake", False), ("triton.language", False),
+     ("harnesslab.tools.gpu.wire", False), ("__main__", False), ("guard_record", False),
+     ("replay", False)],
+)  # fmt: skip
+def test_a_class_made_in_the_window_is_the_candidates_unless_torch_triton_or_the_harness(
+    obs: Any, module: Any, own: bool
+) -> None:
+    """torch and triton make classes on first use, inside a call: those stay theirs, as do the
+    harness's (its staged modules are this module's siblings); a `__module__` that is no string
+    is no package's."""
+    obs.open()
+    made = type("Made", (), {"__module__": module})
+    assert obs.made_here(made, sys._getframe()) is own
+
+
+def test_a_class_alive_when_the_window_opened_is_never_the_candidates(obs: Any) -> None:
+    older = type("Older", (), {"__module__": "_hl_candidate"})
+    deeper = type("Deeper", (older,), {"__module__": "_hl_candidate"})
+    meta = type("Meta", (type,), {"__module__": "_hl_candidate"})
+    obs.open()
+    for cls in (older, deeper, meta, object, type, torch.Tensor, torch.nn.Identity):
+        assert not obs.made_here(cls, sys._getframe()), cls
+    newer = type("Newer", (deeper,), {"__module__": "_hl_candidate"})
+    assert obs.made_here(newer, None)
+    obs.open()  # the next call: what the last one made is old now
+    assert not obs.made_here(newer, None)
+
+
+def test_judging_a_class_runs_none_of_its_metaclass_code(obs: Any) -> None:
+    """A metaclass property named __module__ (or __class__) would run the candidate's code
+    inside the audit hook, where its own introspection goes unseen."""
+
+    def trap(cls: Any) -> Any:
+        raise AssertionError("the candidate's code ran")
+
+    meta = type("Meta", (type,), {"__module__": property(trap), "__class__": property(trap)})
+    obs.open()
+    assert obs.made_here(meta("Made", (), {"__module__": "_hl_candidate"}), None)
+    assert not obs.made_here(meta("Made", (), {"__module__": "torch"}), None)
+
+
+def test_only_the_new_that_namedtuple_compiled_in_that_frame_may_get_its_defaults(
+    obs: Any,
+) -> None:
+    namespace: dict[str, Any] = {}
+    new = eval("lambda a, b: 0", namespace)
+    at = SimpleNamespace(f_code=gc.NAMEDTUPLE, f_locals={"namespace": namespace})
+    obs.open()
+    assert obs.made_here(new, at)
+    assert not obs.made_here(eval("lambda a, b: 0", {}), at)  # a function it did not compile
+    assert not obs.made_here(SimpleNamespace(__globals__=namespace), at)  # not a function
+    elsewhere = SimpleNamespace(f_code=(lambda: 0).__code__, f_locals={"namespace": namespace})
+    assert not obs.made_here(new, elsewhere)
+
+
+def test_only_the_standard_librarys_own_module_name_readers_may_ask_for_a_frame() -> None:
+    import collections
+    import typing
+
+    readers = (collections.namedtuple.__code__, typing._caller.__code__)  # type: ignore[attr-defined]
+    for code in readers:
+        assert gc.Observer.reads_module_name(SimpleNamespace(f_code=code))
+        twin = code.replace(co_filename="/candidate/k.py")  # equal, as code objects compare
+        assert twin == code and not gc.Observer.reads_module_name(SimpleNamespace(f_code=twin))
+    assert not gc.Observer.reads_module_name(SimpleNamespace(f_code=(lambda: 0).__code__))

@@ -352,3 +352,26 @@ def test_a_new_kind_that_forgets_its_template_or_its_checks_fails_loudly(tmp_pat
         Forgetful().template(task)
     with pytest.raises(NotImplementedError):
         Forgetful().problems(task)
+
+
+def test_a_tools_cases_name_the_dev_cases_with_their_sizes_and_a_step_tasks_its_traces(
+    tmp_path,
+):
+    """What run_objective's and sweep_kernel_config's `cases` name (the autopilot picks from
+    them, the self-test runs the first)."""
+    kernel = load_task("rmsnorm_gate")
+    rows = kind_of(kernel).dev_cases(kernel)
+    assert rows[:2] == [{"name": "1024x1024_fp16", "rows": 1024, "dim": 1024},
+                        {"name": "768x2048_fp16", "rows": 768, "dim": 2048}]  # fmt: skip
+    assert [r["name"] for r in rows] == [c.name for c in kernel.dev_cases]
+    command = command_task(tmp_path).model_copy(update={"dev_cases": kernel.dev_cases[:1]})
+    assert kind_of(command).dev_cases(command) == rows[:1]  # a command task's own, if any
+    assert kind_of(command_task(tmp_path)).dev_cases(command_task(tmp_path)) == []
+    step = load_task("decode_step")
+    assert kind_of(step).dev_cases(step) == [
+        {"name": "fixed_fp16"},
+        {"name": "dynamic_fp16"},
+        {"name": "dynamic_bf16"},
+    ]
+    assert step.dev_cases == []  # ...not the kernel cases a step task does not have
+    assert kind_of(step).dev_cases(step.model_copy(update={"step": None})) == []

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import _thread
 import builtins
+import collections
 import importlib.util
 import mmap
 import os
 import sys
 import threading
 import time
+import types
+import typing
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
@@ -86,6 +89,16 @@ IMPORT_CODES = {"threading": "background_thread", "_thread": "background_thread"
 THREAD_STARTS = ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
                  (threading, "_start_new_thread"), (threading, "_start_joinable_thread"))  # fmt: skip
 LIBS = (os.path.dirname(STDLIB) + os.sep,)  # the interpreter's lib folder
+# Whose classes stay theirs even when first made while the candidate runs (torch and triton make
+# some on first use): torch, triton and the harness (its staged modules sit beside this one).
+SIBLINGS = (n[:-3] for n in os.listdir(os.path.dirname(__file__)) if n.endswith(".py"))
+PROTECTED = frozenset({"torch", "triton", "harnesslab", "__main__", *SIBLINGS})
+# Standard library code that reads its caller's module name from a frame and keeps nothing else
+# of it (collections.namedtuple, typing's functional NamedTuple): not the candidate's introspection.
+NAMEDTUPLE = collections.namedtuple.__code__  # taken before any candidate code runs
+MODULE_NAME_READERS = (NAMEDTUPLE, getattr(getattr(typing, "_caller", None), "__code__", None))
+TYPE_MODULE = type.__dict__["__module__"].__get__  # a class's own __module__, past its metaclass
+FUNCTION = types.FunctionType  # held: the candidate may rebind the module's name, not this
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
           "uint8", "bool")  # fmt: skip
 
@@ -102,6 +115,24 @@ def exception_kind(exc: BaseException) -> str:
     return "CandidateDefinedError"
 
 
+# An object's address, rotated (CPython's default hash, one to one): id() without the builtins.id
+# audit event, which costs a call of the hook each (5,000 classes: 8 ms a window instead of 1.5),
+# and no __hash__ of the candidate's metaclass.
+address = object.__hash__
+
+
+def every_class() -> dict[int, type]:
+    """Every class alive now, by address (held, so none is reused while the map lives)."""
+    seen: dict[int, type] = {}
+    todo: list[type] = [object]
+    while todo:
+        cls = todo.pop()
+        if address(cls) not in seen:
+            seen[address(cls)] = cls
+            todo += type.__subclasses__(cls)
+    return seen
+
+
 class Observer:
     """What the candidate's code did while it ran (its import, then each call)."""
 
@@ -114,9 +145,39 @@ class Observer:
         self.stream: int | None = None
         self.codes: set[str] = set()
         self.own_launches = 0
+        self.before: dict[int, type] = {}
 
     def reset(self) -> None:
         self.codes, self.own_launches = set(), 0
+
+    def open(self) -> None:
+        """The candidate's code runs from now on (its import, a call): no class alive now is its
+        own (made_here)."""
+        self.before = every_class()
+        self.recording = True
+
+    @staticmethod
+    def reads_module_name(frame: Any) -> bool:
+        """Whether `frame` runs one of MODULE_NAME_READERS (by identity: an equal code object of
+        the candidate's is not one), whose only introspection is asking for its caller's frame."""
+        return any(frame.f_code is reader for reader in MODULE_NAME_READERS)
+
+    def made_here(self, target: Any, frame: Any) -> bool:
+        """Whether `frame` setting or deleting an attribute of `target` is the candidate building
+        a class of its own (a dataclass, a namedtuple: the standard library sets attributes of
+        the class it makes), not a patch: a class that did not exist when this import or call
+        began and is not torch's, triton's or the harness's; or the `__new__` that
+        collections.namedtuple compiled in `frame` (its defaults). Nothing here runs the
+        candidate's code (no metaclass, property or __class__ of its own is consulted)."""
+        if issubclass(type(target), type):
+            module = TYPE_MODULE(target)
+            root = module.split(".")[0] if type(module) is str else ""
+            return address(target) not in self.before and root not in PROTECTED
+        return (
+            frame.f_code is NAMEDTUPLE
+            and type(target) is FUNCTION
+            and target.__globals__ is frame.f_locals.get("namespace")
+        )
 
     def culprit(self) -> bool:
         """Whether the first frame outside the standard library behind this event is the
@@ -155,11 +216,11 @@ class Observer:
             return
         self.busy = True
         try:
+            frame = sys._getframe(1)  # the frame that raised the event
             if event in ("exec", "compile"):
                 # Only the candidate's own exec/compile: the standard library's dataclasses and
                 # namedtuples compile code for an honest kernel too.
-                caller = sys._getframe(1).f_code.co_filename
-                if os.path.realpath(caller).startswith(self.cand_dir):
+                if os.path.realpath(frame.f_code.co_filename).startswith(self.cand_dir):
                     self.codes.add("dynamic_code")
                 return
             if not self.culprit():
@@ -169,10 +230,11 @@ class Observer:
             if event == "socket.connect":
                 self.codes.add("exfiltration")
             elif event in INTROSPECTION or event == "object.__getattr__":
-                self.codes.add("introspection")
+                if not self.reads_module_name(frame):
+                    self.codes.add("introspection")
             elif event in SPAWNS:
                 self.codes.add("subprocess")
-            elif event.startswith("object."):
+            elif event.startswith("object.") and not self.made_here(args[0], frame):
                 self.codes.add("monkey_patch")
             elif event == "import" and args:
                 root = str(args[0]).split(".")[0]
@@ -372,7 +434,7 @@ class Child:
     def load(self) -> None:
         cfg = self.cfg
         file_name, func = cfg["entry"].split(":", 1)
-        self.obs.recording = True
+        self.obs.open()
         error = ""
         try:
             spec = importlib.util.spec_from_file_location(
@@ -469,7 +531,7 @@ class Child:
         self.obs.reset()
         if self.cuda:
             self.obs.stream = torch.cuda.current_stream().cuda_stream
-        self.obs.recording = True
+        self.obs.open()
         error, out = "", None
         try:
             fn, call_args, call_kwargs = self.fn, args, kwargs
