@@ -152,7 +152,9 @@ def _include(folder: Path, version: int | None, *, fp16: bool = True, nv: bool =
 
 def test_the_runtime_major_is_read_from_the_header(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "cuda_runtime_api.h").write_bytes(b"/* \xff\xfe */\n#define CUDART_VERSION 13000\n")
+    (tmp_path / "a" / "cuda_runtime_api.h").write_bytes(
+        b"/* \xff\xfe */\n#define CUDART_VERSION 13000\n"
+    )
     assert nvrtc._cudart_major(str(tmp_path / "a")) == 13
     assert nvrtc._cudart_major(str(_include(tmp_path / "b", 12090))) == 12
     _touch(tmp_path / "c" / "cuda_runtime_api.h", "no version here")
@@ -307,9 +309,7 @@ def cc(fake: FakeNvrtc, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def test_the_library_named_is_the_one_loaded_and_its_version_read(cc: Any) -> None:
     assert cc.version == (13, 2) and cc.supported_archs() == [75, 80, 90, 100]
-    assert cc._header_version == (
-        nvrtc._cudart_major(cc.include_dir) if cc.include_dir else None
-    )
+    assert cc._header_version == (nvrtc._cudart_major(cc.include_dir) if cc.include_dir else None)
 
 
 def test_a_library_that_does_not_load_is_not_found(tmp_path: Path) -> None:
@@ -331,10 +331,16 @@ def test_a_failed_call_names_the_call_and_nvrtcs_error(cc: Any, fake: FakeNvrtc)
         cc.compile("src", name_expressions=["k"])
 
 
-def test_without_a_path_the_library_found_is_loaded(fake: FakeNvrtc, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_path_the_library_found_is_loaded(
+    fake: FakeNvrtc, monkeypatch: pytest.MonkeyPatch
+) -> None:
     asked: list[Any] = []
-    monkeypatch.setattr(nvrtc, "find_library", lambda prefer=None: asked.append(prefer) or "/x/libnvrtc.so.13")
-    monkeypatch.setattr(nvrtc.ctypes, "CDLL", lambda path: fake if path == "/x/libnvrtc.so.13" else None)
+    monkeypatch.setattr(
+        nvrtc, "find_library", lambda prefer=None: asked.append(prefer) or "/x/libnvrtc.so.13"
+    )
+    monkeypatch.setattr(
+        nvrtc.ctypes, "CDLL", lambda path: fake if path == "/x/libnvrtc.so.13" else None
+    )
     assert nvrtc.Nvrtc(prefer_major=12).path == "/x/libnvrtc.so.13" and asked == [12]
 
 
@@ -378,12 +384,12 @@ def test_what_a_compile_returns(cc: Any, fake: FakeNvrtc) -> None:
 
 
 LOG = (
-    b"kernel.cu(3): warning #177-D: variable \"error_flag\" was declared but never referenced\n"
-    b"kernel.cu(5): error: identifier \"a\" is undefined\n"
+    b'kernel.cu(3): warning #177-D: variable "error_flag" was declared but never referenced\n'
+    b'kernel.cu(5): error: identifier "a" is undefined\n'
     b"  some context \xff\n"
-    b"kernel.cu(9): error: expected a \";\"\n"
-    b"kernel.cu(12): catastrophic error: cannot open source file \"x.h\"\n"
-    b"3 errors detected in the compilation of \"kernel.cu\".\n"
+    b'kernel.cu(9): error: expected a ";"\n'
+    b'kernel.cu(12): catastrophic error: cannot open source file "x.h"\n'
+    b'3 errors detected in the compilation of "kernel.cu".\n'
 )
 
 
@@ -392,17 +398,22 @@ def test_a_failed_compile_says_its_first_error_and_how_many_more(cc: Any, fake: 
     with pytest.raises(nvrtc.CompileError) as err:
         cc.compile("src", arch="sm_90")
     first = str(err.value).splitlines()[0]
-    assert first == 'kernel.cu:5: error: identifier "a" is undefined (NVRTC 13.2, sm_90, 2 more errors)'
+    assert (
+        first
+        == 'kernel.cu:5: error: identifier "a" is undefined (NVRTC 13.2, sm_90, 2 more errors)'
+    )
     assert err.value.errors == [
         'kernel.cu:5: error: identifier "a" is undefined',
         'kernel.cu:9: error: expected a ";"',
         'kernel.cu:12: catastrophic error: cannot open source file "x.h"',
     ]
     assert "some context \ufffd" in err.value.log and fake.destroyed == 1
-    fake.log = LOG.split(b"  some")[0] + b"kernel.cu(9): error: expected a \";\"\n"
-    with pytest.raises(nvrtc.CompileError, match=r"undefined \(NVRTC 13\.2, sm_90, 1 more errors\)\n"):
+    fake.log = LOG.split(b"  some")[0] + b'kernel.cu(9): error: expected a ";"\n'
+    with pytest.raises(
+        nvrtc.CompileError, match=r"undefined \(NVRTC 13\.2, sm_90, 1 more errors\)\n"
+    ):
         cc.compile("src")
-    fake.log = b"kernel.cu(5): error: identifier \"a\" is undefined\n"
+    fake.log = b'kernel.cu(5): error: identifier "a" is undefined\n'
     with pytest.raises(nvrtc.CompileError, match=r"undefined \(NVRTC 13\.2, sm_90\)\n"):
         cc.compile("src")
     fake.log = b"something went wrong\n"
@@ -447,15 +458,19 @@ def _entry(tmp_path: Path, cc: Any) -> tuple[Any, dict[str, Any]]:
 
 
 def test_an_entry_under_another_key_is_compiled_again(cc: Any, tmp_path: Path) -> None:
-    first, meta = _entry(tmp_path, cc)
+    first, _meta = _entry(tmp_path, cc)
     other = cc.compile("other", cache_dir=str(tmp_path))
     for suffix in (".bin", ".ptx", ".json"):  # first's files under other's key
-        (tmp_path / f"{other.key}{suffix}").write_bytes((tmp_path / f"{first.key}{suffix}").read_bytes())
+        (tmp_path / f"{other.key}{suffix}").write_bytes(
+            (tmp_path / f"{first.key}{suffix}").read_bytes()
+        )
     assert nvrtc._cache_read(str(tmp_path), other.key) is None
     assert not cc.compile("other", cache_dir=str(tmp_path)).cached
 
 
-def test_an_entry_that_is_no_object_or_lacks_a_field_is_compiled_again(cc: Any, tmp_path: Path) -> None:
+def test_an_entry_that_is_no_object_or_lacks_a_field_is_compiled_again(
+    cc: Any, tmp_path: Path
+) -> None:
     first, meta = _entry(tmp_path, cc)
     path = tmp_path / f"{first.key}.json"
     path.write_text(json.dumps([first.key]))
