@@ -53,6 +53,7 @@ class Torch:
 
     def __init__(self) -> None:
         self.released = 0
+        self.generators: list[Any] = []
         self.cuda = type("cuda", (), {"empty_cache": lambda _: self._release()})()
 
     def _release(self) -> None:
@@ -60,6 +61,10 @@ class Torch:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(torch, name)
+
+    def Generator(self, device: Any = "cpu") -> Any:  # noqa: N802 (torch's name)
+        self.generators.append(device)
+        return torch.Generator(device="cpu")
 
 
 class FakeEnv:
@@ -133,6 +138,23 @@ def test_a_right_kernel_passes_every_case_and_the_summary(tmp_path: Path, out: i
     assert (first["dtype"], first["reason"], first["max_abs_err"]) == ("float16", "", 0.0)
     assert ev.env.syncs == 2 * len(CASES)  # after the inputs, and after the call
     assert ev.case_timeout_s == 120.0
+    assert set(ev.env.torch.generators) == {"cpu"}
+    gpu = evaluator(tmp_path, env=FakeEnv(device="cuda:3"))
+    gpu.ref = type(
+        "Ref", (), {"make_inputs": staticmethod(lambda shape, dtype, device, gen: device)}
+    )
+    assert gpu.make({"rows": 1, "dim": 1}, torch.float32, salt=0) == "cuda:3"
+    assert gpu.env.torch.generators == ["cuda:3"]  # inputs are drawn on the device
+
+
+def test_the_allocator_is_poisoned_before_each_call(
+    tmp_path: Path, out: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poisoned: list[Any] = []
+    monkeypatch.setattr(runner.correctness, "poison_allocator", lambda *a: poisoned.append(a))
+    ev = evaluator(tmp_path, checks=2)
+    ev.evaluate(ev.req["candidate_dir"], timing=False)
+    assert poisoned == [(ev.torch, "cpu", 2 * 4 * 16)] * 2 + [(ev.torch, "cpu", 2 * 3 * 32)] * 2
 
 
 @pytest.mark.parametrize(
@@ -194,7 +216,7 @@ def test_inputs_are_seeded_by_the_request_the_case_and_the_salt(tmp_path: Path) 
     del req["seed"]
     unseeded = runner.Evaluator(FakeEnv(), req).make(shape, torch.float32, salt=3)[0][0]
     assert torch.equal(unseeded, torch.randn(2, 8, generator=torch.Generator().manual_seed(3)))
-    big = 2**62 + 12345
+    big = -(-(2**63) // 1_000_003)  # the seed's product passes 2**63: it is cut to 63 bits
     drawn = evaluator(tmp_path, seed=big).make(shape, torch.float32, salt=3)[0][0]
     want = torch.randn(2, 8, generator=torch.Generator().manual_seed((big * 1_000_003 + 3) % 2**63))
     assert torch.equal(drawn, want)
