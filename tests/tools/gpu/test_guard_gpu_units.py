@@ -70,9 +70,11 @@ class CpuTorch:
         return t
 
     def empty(self, *a: Any, device: str | None = None, **kw: Any) -> torch.Tensor:
+        assert device == "cuda" or a == ((),), "a tensor of the case lives on the GPU"
         return torch.empty(*a, **kw)
 
     def zeros(self, *a: Any, device: str | None = None, **kw: Any) -> torch.Tensor:
+        assert device == "cuda", "a tensor of the case lives on the GPU"
         return torch.zeros(*a, **kw)
 
 
@@ -99,7 +101,8 @@ class Replayer:
         self.programs: dict[str, Any] = {}
         self.fail: str | None = None
         self.us = lambda: 3.0
-        self.log: list[Any]
+        self.steps: dict[str, Any] = {}
+        self.pings = 0
 
     def ask(self, msg: dict[str, Any], **kw: Any) -> tuple[dict[str, Any], float]:
         self.asked.append(msg)
@@ -113,13 +116,23 @@ class Replayer:
             self.arenas[msg["id"]] = self.drv.mem[ptr]
         elif op == "program":
             self.programs[msg["id"]] = msg["calls"]
+            self.steps[msg["id"]] = msg["steps"]
+        elif op == "capture":
+            u8 = self.arenas[msg["id"]]
+            for binding in self.programs[msg["id"]]:  # refilled: inputs written, outputs poison
+                _, off, n = binding.get("a0", (None, 0, 0))
+                assert u8[off : off + n].eq(0xFF).all(), "captured before the refill"
+        elif op == "close_arena":
+            del self.arenas[msg["id"]]
         elif op == "run":
             for c in msg["calls"]:
                 self.kernel(self.arenas[msg["id"]], self.programs[msg["id"]][c], c)
         elif op == "time" and msg["id"] is None:
             assert kw == {"spin": True}
+            self.pings += 1
             return {"ok": True}, 7.0
         elif op == "time":
+            assert kw == {"spin": True}
             for c, binding in enumerate(self.programs[msg["id"]]):
                 self.kernel(self.arenas[msg["id"]], binding, c)
             return {"ok": True, "us": self.us() * len(self.programs[msg["id"]])}, 11.0
@@ -132,13 +145,14 @@ class Replayer:
 class Ref:
     """The task's reference: y = 2x."""
 
-    def reference(self, x: torch.Tensor) -> torch.Tensor:
+    def reference(self, x: torch.Tensor, *scalars: Any) -> torch.Tensor:
         return x.float() * 2
 
-    def output_spec(self, x: torch.Tensor) -> tuple[tuple[int, ...], Any]:
+    def output_spec(self, x: torch.Tensor, *scalars: Any) -> tuple[tuple[int, ...], Any]:
         return tuple(x.shape), torch.float32
 
     def bytes_moved(self, shape: dict[str, int], elem: int) -> int:
+        assert type(elem) is int
         return 2 * shape["n"] * elem
 
 
@@ -155,7 +169,7 @@ class Ev:
     ) -> tuple[list[Any], dict[str, Any]]:
         self.salts.append(salt)
         gen = torch.Generator().manual_seed(salt % (2**63))
-        return [torch.randn(shape["n"], generator=gen, dtype=dtype)], {}
+        return [torch.randn(shape["n"], generator=gen, dtype=dtype), 3], {}
 
 
 RECORDING = {
@@ -175,10 +189,12 @@ def drv(monkeypatch: pytest.MonkeyPatch) -> Driver:
 
 def verify(drv: Driver, *kids: Replayer, calls: int = 4) -> Any:
     judged: list[dict[str, Any]] = []
+    window: list[Any] = []
+    flushes: list[int] = []
 
     def judge_call(facts: dict[str, Any], out: Any, v: Any, tol: Any, where: str, now: list[Any]) -> dict[str, Any]:  # fmt: skip
         judged.append({"facts": facts, "out": None if out is None else out.clone(), "v": v,
-                       "tol": tol, "where": where, "now": [t.clone() for t in now]})  # fmt: skip
+                       "tol": tol, "where": where, "now": [t.clone() if isinstance(t, torch.Tensor) else t for t in now]})  # fmt: skip
         ok = (
             out is not None
             and out.shape == v.expected.shape
@@ -189,13 +205,15 @@ def verify(drv: Driver, *kids: Replayer, calls: int = 4) -> Any:
     return SimpleNamespace(
         torch=CpuTorch(drv), rng=random.Random(1), ev=Ev(), kids=list(kids), loaded={},
         replayers={k.role: k for k in kids}, judge_call=judge_call, judged=judged,
-        env=SimpleNamespace(calls_per_window=lambda nbytes, **kw: calls, flush_l2=lambda: None),
+        env=SimpleNamespace(calls_per_window=lambda nbytes, **kw: window.append((nbytes, kw)) or calls,
+                            flush_l2=lambda: flushes.append(1)),
+        window=window, flushes=flushes,
     )  # fmt: skip
 
 
 def variant(kind: str = "dev", n: int = 64, seed: int = 0) -> guard.Variant:
     x = torch.randn(n, generator=torch.Generator().manual_seed(seed))
-    return guard.Variant(kind, [x], {}, torch, Ref())
+    return guard.Variant(kind, [x, 3], {}, torch, Ref())  # a scalar after the tensor
 
 
 # ----------------------------------------------------------------------------------------------
@@ -447,6 +465,7 @@ def test_a_failed_replay_still_frees_every_arena(drv: Driver) -> None:
 
 
 def cpu_count_bad(out: torch.Tensor, expected: torch.Tensor, tol: dict[str, float], counter: torch.Tensor) -> None:  # fmt: skip
+    assert counter.dtype == torch.int32  # what the device kernel's atomic_add adds into
     d = (out.float() - expected).abs()
     counter += ((d > tol["atol"] + tol["rtol"] * expected.abs()) | d.isnan()).sum().int()
 
@@ -646,8 +665,9 @@ def test_a_case_records_checks_and_hands_a_timer_only_to_what_passed(
     good = {"recording": {"kernels": [], "steps": [{"op": "memset", "buf": "a0", "offset": 0, "width": 1,
                                                     "value": 0, "count": 1}],
                           "output": RECORDING["output"], "allocs": [{"nbytes": 256}]}}  # fmt: skip
+    half = {"recording": {**good["recording"], "output": {**RECORDING["output"], "shape": [32]}}}
     cand, inc = (
-        Kid("candidate", good, good),
+        Kid("candidate", good, half),
         Kid("incumbent", {"error": "KeyError"}, {"error": "KeyError"}),
     )
     reps = {"candidate": Replayer(drv, "candidate"), "incumbent": Replayer(drv, "incumbent")}
@@ -663,15 +683,16 @@ def test_a_case_records_checks_and_hands_a_timer_only_to_what_passed(
     vf.phases = phase
     vf.case_record = lambda case, variants: {"name": case["name"], "calls": []}
     case = {"name": "c", "dtype": "float32", "shape": {"n": 64}}
-    rec, timer = guard_gpu.gpu_case(vf, case, 5, [variant()])
+    rec, timer = guard_gpu.gpu_case(vf, case, 5, [variant(), variant("edge", n=32)])
     assert phases == ["record", "check"] and vf.lock.held == 1
     assert vf.ev.salts == [5 * 1009 + 991]
     assert [(c["role"], c["kind"], c["passed"]) for c in rec["calls"]] == [
-        ("incumbent", "record", False), ("candidate", "dev", True), ("candidate", "recheck", True)]  # fmt: skip
+        ("incumbent", "record", False), ("candidate", "dev", True), ("candidate", "edge", True),
+        ("candidate", "recheck", True)]  # fmt: skip
     assert rec["calls"][0]["set"] == -1 and rec["calls"][0]["codes"][0][0] == "candidate_error"
-    assert [m["op"] for m in cand.asked] == ["record", "end_case"]  # one signature
+    assert [m["op"] for m in cand.asked] == ["record", "record", "end_case"]  # two signatures
     assert inc.asked[-1] == {"op": "end_case"}
-    out = timer()
+    out = timer()  # at the first variant's shape (the case's), not the edge's
     assert set(out) == {"candidate"} and out["candidate"]["bad_calls"] == 0
     vf.kids = [inc, cand]  # the order of the verify's roles, not the timer's, at the window
     assert set(timer()) == {"candidate"}
@@ -707,3 +728,117 @@ def test_clocks_reads_nvidia_smi_or_says_nothing(
         "--format=csv,noheader", "-i", "0"]  # fmt: skip
     smi.write_text("#!/bin/sh\nexit 0\n")
     assert guard_gpu.clocks() == {}
+
+
+def test_the_window_asks_what_timing_needs(timed: Any, drv: Driver) -> None:
+    a = Replayer(drv, "candidate")
+    vf, _ = timed(a)
+    assert vf.window == [(2 * 64 * 4, {"floor_us": 2.0, "lo": 2, "hi": guard_gpu.MAX_CALLS})]
+    samples = guard_gpu.MIN_SAMPLES + 1
+    assert len(vf.flushes) == samples and a.pings == 5 + samples
+    assert a.steps == {"t2": RECORDING["steps"]} and a.arenas == {}
+
+
+def test_sampling_goes_on_until_every_role_is_stable(timed: Any, drv: Driver) -> None:
+    a, b = Replayer(drv, "candidate"), Replayer(drv, "incumbent")
+    noise = random.Random(7)
+    a.us = lambda: noise.uniform(1, 9)
+    _, out = timed(a, b)
+    assert [len(out[r]["samples_us"]) for r in ("candidate", "incumbent")] == [
+        guard_gpu.SAMPLES
+    ] * 2
+
+
+def test_the_calls_per_sample_follow_the_first_roles_recording(
+    drv: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(guard_gpu, "_count_bad", cpu_count_bad)
+    monkeypatch.setattr(random.Random, "randrange", lambda self, a, b=None: 0)  # no gaps
+    monkeypatch.setattr(guard_gpu, "MAX_ARENA", 2 * 3 * 512)
+    a, b = Replayer(drv, "candidate"), Replayer(drv, "incumbent")
+    vf = verify(drv, a, b, calls=100)
+    v = variant()
+    first = guard_gpu.Layout(vf.torch, v)
+    assert (first.sig, first.dtype, first.in_bytes) == (v.signature(), torch.float32, [256])
+    big = {**RECORDING, "sizes": {"in0": None, "a0": 256, "a1": 4096}}
+    recs = {"candidate": {first.sig: RECORDING}, "incumbent": {first.sig: big}}
+    with pytest.raises(Bad):  # the incumbent's arena of 3 calls does not fit
+        guard_gpu.time_samples(vf, [a, b], {"shape": {"n": 64}}, 0, first, recs, TOL)
+    out = guard_gpu.time_samples(vf, [a], {"shape": {"n": 64}}, 0, first, recs, TOL)
+    assert out["candidate"]["calls_per_sample"] == 3
+
+
+def test_a_case_with_no_bytes_per_call_still_gets_its_calls(timed: Any, drv: Driver, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setattr(guard_gpu, "_count_bad", cpu_count_bad)
+    a = Replayer(drv, "candidate", lambda u8, b, c: None)
+    vf = verify(drv, a, calls=3)
+    v = variant(n=0)
+    first = guard_gpu.Layout(vf.torch, v)
+    empty = {**RECORDING, "sizes": {"in0": None}, "output": {"empty": True, "shape": [0], "dtype": "float32"}}  # fmt: skip
+    out = guard_gpu.time_samples(vf, [a], {"shape": {"n": 0}}, 0, first, {"candidate": {first.sig: empty}}, TOL)  # fmt: skip
+    assert out["candidate"]["calls_per_sample"] == 3 and out["candidate"]["bad_calls"] == 0
+
+
+def test_a_candidate_must_pass_every_call_to_be_timed_and_so_must_an_incumbent(
+    drv: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(guard_gpu, "_count_bad", cpu_count_bad)
+    good = {"recording": {"kernels": [], "steps": [], "output": RECORDING["output"], "allocs": [{"nbytes": 256}]}}  # fmt: skip
+
+    def wrong_second() -> Callable[..., None]:
+        """Right on its first call, wrong on its second."""
+        runs: list[int] = []
+
+        def kernel(u8: torch.Tensor, binding: dict[str, Any], call: int) -> None:
+            runs.append(1)
+            double(u8, binding, call)
+            if len(runs) == 2:
+                f32(u8, binding, "a0")[0] += 1
+
+        return kernel
+
+    def case(kernels: dict[str, Any], kids: list[str]) -> Any:
+        vf = verify(drv)
+        vf.kids = [Kid(role, good, good) for role in kids]
+        vf.replayers = {role: Replayer(drv, role, k) for role, k in kernels.items()}
+        vf.lock, vf.phases = Lock(), lambda name: Lock().work()
+        vf.case_record = lambda case, variants: {"calls": []}
+        return vf, guard_gpu.gpu_case(vf, {"dtype": "float32", "shape": {"n": 64}}, 1, [variant()])
+
+    _, (rec, timer) = case({"candidate": wrong_second()}, ["candidate"])
+    assert [c["passed"] for c in rec["calls"]] == [True, False] and timer is None
+    vf, (rec, timer) = case(
+        {"candidate": double, "incumbent": wrong_second()}, ["candidate", "incumbent"]
+    )
+    assert set(timer()) == {"candidate"}
+    vf, (rec, timer) = case({"candidate": double, "incumbent": double}, ["candidate", "incumbent"])
+    vf.kids = vf.kids[:1]  # the incumbent was dropped before the window
+    assert set(timer()) == {"candidate"}
+
+
+def test_every_recording_seed_fits_31_bits(drv: Driver) -> None:
+    good = {"recording": {"kernels": [], "steps": [], "output": None}}
+    kid = Recorder("candidate", *[good] * 24)
+    vf = verify(drv)
+    vf.kids = [kid]
+    guard_gpu._record(vf, [variant(n=n) for n in range(1, 25)], {}, {})
+    assert len(kid.asked) == 24 and all(0 <= m["seed"] < 2**31 for m in kid.asked)
+
+
+def test_a_recording_that_names_a_scalar_as_an_input_is_forged(drv: Driver) -> None:
+    rec = {"kernels": [{"id": "k0", "name": "k", "cubin": "AA", "shared": 0, "num_warps": 4}],
+           "steps": [{"op": "launch", "kernel": "k0", "grid": [1, 1, 1],
+                      "params": [{"k": "ptr", "buf": "in1", "offset": 0}]}], "output": None}  # fmt: skip
+    vf = verify(drv)
+    vf.kids = [Recorder("candidate", {"recording": rec})]
+    codes: dict[str, Any] = {}
+    guard_gpu._record(vf, [variant()], {}, codes)  # in1 is the scalar 3
+    assert [c[0] for c in codes["candidate"]] == ["forged_recording"]
+
+
+def test_clocks_reads_the_first_line_and_what_it_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("PATH", str(tmp_path))
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '1, 2'\necho '3, 4, 5, 6, 7, 8'\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    assert guard_gpu.clocks() == {"clocks.sm": "1", "clocks.mem": "2"}
