@@ -37,6 +37,7 @@ class Driver:
         self.freed: list[tuple[int, int, Any]] = []
         self.sizes: list[int] = []
         self.next = 1 << 20
+        self.synced = False  # set by a device synchronize, cleared by a replay
 
     def alloc_shareable(self, nbytes: int) -> tuple[int, int, Any, int]:
         ptr, self.next = self.next, self.next + nbytes + 4096
@@ -48,6 +49,7 @@ class Driver:
         return ptr, nbytes, ("handle", ptr), r
 
     def free_shareable(self, ptr: int, nbytes: int, handle: Any) -> None:
+        assert self.synced, "memory freed while the device may still use it"
         self.freed.append((ptr, nbytes, handle))
 
 
@@ -57,7 +59,7 @@ class CpuTorch:
 
     def __init__(self, drv: Driver) -> None:
         self.drv = drv
-        self.cuda = SimpleNamespace(synchronize=lambda: None)
+        self.cuda = SimpleNamespace(synchronize=lambda: setattr(drv, "synced", True))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(torch, name)
@@ -125,6 +127,8 @@ class Replayer:
         elif op == "close_arena":
             del self.arenas[msg["id"]]
         elif op == "run":
+            assert self.drv.synced, "replayed before this process's writes were done"
+            self.drv.synced = False
             for c in msg["calls"]:
                 self.kernel(self.arenas[msg["id"]], self.programs[msg["id"]][c], c)
         elif op == "time" and msg["id"] is None:
@@ -133,6 +137,8 @@ class Replayer:
             return {"ok": True}, 7.0
         elif op == "time":
             assert kw == {"spin": True}
+            assert self.drv.synced, "timed before this process's writes were done"
+            self.drv.synced = False
             for c, binding in enumerate(self.programs[msg["id"]]):
                 self.kernel(self.arenas[msg["id"]], binding, c)
             return {"ok": True, "us": self.us() * len(self.programs[msg["id"]])}, 11.0
@@ -842,3 +848,19 @@ def test_clocks_reads_the_first_line_and_what_it_has(tmp_path: Path, monkeypatch
     smi.write_text("#!/bin/sh\necho '1, 2'\necho '3, 4, 5, 6, 7, 8'\n")
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     assert guard_gpu.clocks() == {"clocks.sm": "1", "clocks.mem": "2"}
+
+
+def test_a_hung_nvidia_smi_costs_ten_seconds_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import subprocess
+
+    asked: list[dict[str, Any]] = []
+
+    def run(argv: list[str], **kw: Any) -> Any:
+        asked.append(kw)
+        raise subprocess.TimeoutExpired(argv, kw.get("timeout") or 0)
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(subprocess, "run", run)
+    assert guard_gpu.clocks() == {}
+    assert asked == [{"capture_output": True, "text": True, "timeout": 10}]
