@@ -760,18 +760,16 @@ def test_the_calls_per_sample_follow_the_first_roles_recording(
 ) -> None:
     monkeypatch.setattr(guard_gpu, "_count_bad", cpu_count_bad)
     monkeypatch.setattr(random.Random, "randrange", lambda self, a, b=None: 0)  # no gaps
-    monkeypatch.setattr(guard_gpu, "MAX_ARENA", 2 * 3 * 512)
+    monkeypatch.setattr(guard_gpu, "MAX_ARENA", 2 * 8 * 512)  # 8 of the first role's calls
     a, b = Replayer(drv, "candidate"), Replayer(drv, "incumbent")
     vf = verify(drv, a, b, calls=100)
     v = variant()
     first = guard_gpu.Layout(vf.torch, v)
     assert (first.sig, first.dtype, first.in_bytes) == (v.signature(), torch.float32, [256])
-    big = {**RECORDING, "sizes": {"in0": None, "a0": 256, "a1": 4096}}
-    recs = {"candidate": {first.sig: RECORDING}, "incumbent": {first.sig: big}}
-    with pytest.raises(Bad):  # the incumbent's arena of 3 calls does not fit
-        guard_gpu.time_samples(vf, [a, b], {"shape": {"n": 64}}, 0, first, recs, TOL)
-    out = guard_gpu.time_samples(vf, [a], {"shape": {"n": 64}}, 0, first, recs, TOL)
-    assert out["candidate"]["calls_per_sample"] == 3
+    bigger = {**RECORDING, "sizes": {"in0": None, "a0": 256, "a1": 256}}  # 768 bytes a call
+    recs = {"candidate": {first.sig: RECORDING}, "incumbent": {first.sig: bigger}}
+    out = guard_gpu.time_samples(vf, [a, b], {"shape": {"n": 64}}, 0, first, recs, TOL)
+    assert [out[r]["calls_per_sample"] for r in ("candidate", "incumbent")] == [8, 8]
 
 
 def test_a_case_with_no_bytes_per_call_still_gets_its_calls(timed: Any, drv: Driver, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
