@@ -35,9 +35,10 @@ class Outcome:
     stderr: str
 
 
-def launch(tmp: Path, args: list[str], stdin: bytes = b"") -> Outcome:
+def launch(tmp: Path, args: list[str], stdin: bytes = b"", inside: Any = None) -> Outcome:
     """sandbox.main(args) in a fork: stdin `stdin`, stdout and stderr files; the reports on
-    stdout unless the policy names a report_fd (the fork's descriptor 3 is a pipe for it)."""
+    stdout unless the policy names a report_fd (the fork's descriptor 3 is a pipe for it).
+    `inside(main)`, if given, runs in the fork in place of `main` (to change the outer there)."""
     files = {name: tmp / f"{name}-{len(list(tmp.glob(name + '-*')))}" for name in ("out", "err")}
     in_r, in_w = os.pipe()
     rep_r, rep_w = os.pipe()
@@ -55,8 +56,8 @@ def launch(tmp: Path, args: list[str], stdin: bytes = b"") -> Outcome:
                 if fd > 3:
                     os.close(fd)
             sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the fork's own stdout
-            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-            code = sandbox.main(args)
+            sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115 (as python's)
+            code = inside(lambda: sandbox.main(args)) if inside else sandbox.main(args)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
@@ -75,9 +76,9 @@ def launch(tmp: Path, args: list[str], stdin: bytes = b"") -> Outcome:
     return Outcome(code, lines, out, files["err"].read_text())
 
 
-def run(tmp: Path, target: list[str], **policy: Any) -> Outcome:
+def run(tmp: Path, target: list[str], inside: Any = None, **policy: Any) -> Outcome:
     fields = {"report_fd": 3, "token": "tok", "scratch_root": str(tmp), **policy}
-    return launch(tmp, ["--policy-stdin", "--", *target], sp.frame(sp.Policy(**fields)))
+    return launch(tmp, ["--policy-stdin", "--", *target], sp.frame(sp.Policy(**fields)), inside)
 
 
 SH = "/bin/sh"
