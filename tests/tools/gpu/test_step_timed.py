@@ -74,6 +74,7 @@ class Kid:
         self.more: list[bool] = []  # each timed request's "more": another of its segment follows
         self.pushed: list[tuple[list[int], bool]] = []  # at each push: (lengths, stale poisoned)
         self.timed = 0
+        self.segments = 0  # the pass's segments (timed_pass sets it)
 
     def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
         op = msg["op"]
