@@ -69,8 +69,8 @@ def profile(torch: Any, ref: Any, step: Any, req: dict[str, Any], *, interpret: 
     seed = int(req.get("seed", 0))
     states = [ref.new_state(config, seed=seed, device=device) for _ in range(2)]
     state, truth = states
-    schedule = list(step_trace.schedule(trace, 0, config.vocab))
-    repeats = max(1, min(int(req.get("repeats", 3)), len(schedule) - 1))
+    steps = sum(len(segment["tokens"]) for segment in trace["segments"])
+    repeats = max(1, min(int(req.get("repeats", 3)), steps - 1))
     cuda = device == "cuda"
     activities = [torch.profiler.ProfilerActivity.CPU]
     if cuda:
@@ -81,12 +81,9 @@ def profile(torch: Any, ref: Any, step: Any, req: dict[str, Any], *, interpret: 
     totals: dict[str, list[float]] = {}
     try:
         with failures.deadline(float(req.get("case_timeout_s", 120))):
-            for index, (prompts, toks) in enumerate(schedule):
-                for b, length, prompt_seed in prompts:
-                    for s in states:
-                        ref.prefill(s, b, length, prompt_seed)
+            for index, toks in step_trace.walk(ref, states, trace, 0):
                 tokens = torch.tensor(toks, dtype=torch.long, device=device)
-                if index < len(schedule) - repeats:  # warm-up: compiles, captures
+                if index < steps - repeats:  # warm-up: compiles, captures
                     out = step(state, tokens)
                 else:
                     context = max(truth.host_lengths) + 1
@@ -105,8 +102,6 @@ def profile(torch: Any, ref: Any, step: Any, req: dict[str, Any], *, interpret: 
                         "status": "failed",
                         "reason": f"logits at step {index}: {why}",
                     }
-                for s in states:
-                    ref.advance(s)
     except Exception as exc:
         return {**result, "status": "error", "reason": failures.one_line(exc, candidate_dir)}
     result["kernels"], result["step_us"] = rows(totals, repeats)

@@ -149,6 +149,20 @@ def schedule(trace: dict[str, Any], variant: int, vocab: int):
 # the driver
 
 
+def walk(ref, states, trace: dict[str, Any], variant: int):
+    """The steps of one pass over `states` (the candidate's State, then the truth's): each
+    step's prompts prefilled into every State, then (index, tokens) yielded, then every State
+    advanced (the harness's part of the step) when the caller asks for the next one. The one
+    loop of the dev objective (_one_pass) and of step_profile.py."""
+    for index, (prompts, toks) in enumerate(schedule(trace, variant, states[-1].config.vocab)):
+        for b, length, seed in prompts:
+            for s in states:
+                ref.prefill(s, b, length, seed)
+        yield index, toks
+        for s in states:
+            ref.advance(s)
+
+
 def reset_state(state) -> None:
     state.kv_cache.zero_()
     state.lengths.zero_()
@@ -218,10 +232,7 @@ def _one_pass(torch, ref, step, states, trace, variant: int, *, kind: str, tol, 
         failures.append({"pass": kind, "step": at.get("step"), "bucket": at.get("bucket"),
                          "what": what, "reason": reason})  # fmt: skip
 
-    for index, (prompts, toks) in enumerate(schedule(trace, variant, config.vocab)):
-        for b, length, seed in prompts:
-            for s in states:
-                ref.prefill(s, b, length, seed)
+    for index, toks in walk(ref, states, trace, variant):
         expected = list(truth.host_lengths)
         records.append({"step": index, "bucket": bucket_of(max(expected) + 1, trace["buckets"])})
         if kind == "check":
@@ -247,8 +258,6 @@ def _one_pass(torch, ref, step, states, trace, variant: int, *, kind: str, tol, 
         if state.host_lengths != expected or state.lengths.tolist() != expected:
             fail("lengths", "the step changed the lengths (the harness advances them)")
             return records
-        for s in states:
-            ref.advance(s)
     if state.kv_cache.data_ptr() != cache_ptr:
         fail("kv_cache", "the step replaced state.kv_cache (write into the harness's cache)")
         return records
@@ -443,4 +452,5 @@ __all__ = [
     "schedule",
     "sized",
     "valid_slots",
+    "walk",
 ]

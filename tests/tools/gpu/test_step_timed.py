@@ -1,21 +1,29 @@
 """The step verify's timed pass (tools/gpu/verify/step_timed.py) in process, with a child that
-answers in this interpreter (the eager step over the parent's State) and a lock that logs its
-holds: the order of the work, which no verdict shows.
+answers in this interpreter (the eager step over the parent's State, as step_child.py's ops do on
+the CPU) and a lock that logs its holds: the order of the work, which no verdict shows, and each
+failure the pass must report.
 
 - Within a segment the timed steps go back to back: no reference_step, push or pull between
   two of them; the reference runs after the segment, over every stored step.
 - Every timed step runs with the GPU lock held alone; the segment boundaries (pull, prefill,
   push) and the reference with it shared.
-- A segment's first timed step follows a push; after the pass a pull comes before the cache
-  check. Every timed request but a segment's last says "more" (the child waits for it awake). Every timed step has a time, and the pass passes the eager step.
+- A segment's first timed step follows a push that finds its prompts written and every stale
+  slot poisoned; after the pass a pull comes before the cache check. Every timed request but a
+  segment's last says "more" (the child waits for it awake), and carries the lengths the trace
+  gives that step. Every timed step has its time, the reply's, and nothing else does.
+- A failure (the child's error, logits not copied, wrong or unwritten logits, lengths changed,
+  the cache left unwritten) is the trace's reason, the pass ends there (no request after it),
+  and the steps timed until then are all its samples.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import torch
 
 from harnesslab.tools.gpu import runner, step_trace
@@ -24,6 +32,14 @@ from harnesslab.tools.gpu.verify import step_guard, step_timed
 from harnesslab.tools.task import load_task
 
 TASK = load_task("decode_step")
+REF = load_module(TASK.root / "reference.py", "decode_step_reference_timed")
+EAGER = load_module(TASK.workspace_template / "kernel.py", "decode_step_eager_timed")
+CONFIG = REF.Config(**TASK.step.interpreter.model_dump(), dtype="float16")  # type: ignore[union-attr]
+
+
+def dynamic() -> dict[str, Any]:
+    return step_trace.dynamic_trace(CONFIG, buckets=[16, 32, 64], steps_per_segment=3,
+                                    segments_per_bucket=1, seed=5)  # fmt: skip
 
 
 class Lock:
@@ -47,69 +63,138 @@ class Lock:
 
 
 class Kid:
-    """step_child.py's ops on the CPU, in this process: the State's tensors are the views."""
+    """step_child.py's ops on the CPU, in this process: the State's tensors are the views. Every
+    request is kept (with the spin it was asked with); the n-th request's reply took n us. At a
+    push it notes whether the arena holds what the parent must have written: the lengths, and
+    every stale slot poisoned."""
 
     def __init__(self, ref, state, step, lock: Lock, log: list[tuple[str, str]]) -> None:
         self.ref, self.state, self.step, self.lock, self.log = ref, state, step, lock, log
+        self.requests: list[dict[str, Any]] = []
         self.more: list[bool] = []  # each timed request's "more": another of its segment follows
+        self.pushed: list[tuple[list[int], bool]] = []  # at each push: (lengths, stale poisoned)
+        self.timed = 0
+        self.segments = 0  # the pass's segments (timed_pass sets it)
 
     def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
         op = msg["op"]
         self.log.append((op, self.lock.mode))
+        self.requests.append({**msg, "spin": spin})
+        wall = float(len(self.requests))
+        if op == "push":
+            self.pushed.append((self.state.lengths.tolist(), self.poisoned()))
         if op != "timed_step":
-            return {}, 0.0
+            return self.answer(op, {}), wall
         self.more.append(msg["more"])
+        self.timed += 1
         self.state.host_lengths = list(msg["host_lengths"])
+        return self.answer(op, self.timed_step()), wall
+
+    def timed_step(self) -> dict[str, Any]:
         out = self.step(self.state, self.state.tokens.clone())
         self.state.logits.copy_(out)
         self.state.lengths += 1
-        return {"copied": True}, 5.0
+        return {"copied": True}
+
+    def answer(self, op: str, reply: dict[str, Any]) -> dict[str, Any]:
+        return reply
+
+    def poisoned(self) -> bool:
+        stale = ~_valid(self.state.kv_cache, self.state.lengths.tolist())
+        by_slot = self.state.kv_cache.permute(2, 4, 0, 1, 3, 5)[stale]  # [slots, layers, 2, ...]
+        keys, values = by_slot[:, :, 0], by_slot[:, :, 1]
+        return bool((keys == 0).all() and (values == step_trace.POISON).all())
 
 
-def timed_pass(kid_type: type | None = None) -> tuple[Any, ...]:
-    """One timed pass of the eager step over a small dynamic trace, in process: (samples, the
-    trace's record, the log of ops and lock modes, the kid, the trace, the config)."""
-    ref = load_module(TASK.root / "reference.py", "decode_step_reference_timed")
-    eager = load_module(TASK.workspace_template / "kernel.py", "decode_step_eager_timed")
-    config = ref.Config(**TASK.step.interpreter.model_dump(), dtype="float16")  # type: ignore[union-attr]
-    trace = step_trace.dynamic_trace(config, buckets=[16, 32, 64], steps_per_segment=3,
-                                     segments_per_bucket=1, seed=5)  # fmt: skip
+def _valid(cache, lengths: list[int]):
+    """[batch, max_seq]: the slots within each sequence's length."""
+    return torch.arange(cache.shape[4])[None, :] < torch.tensor(lengths)[:, None]
+
+
+def timed_pass(kid_type: type | None = None, trace: dict[str, Any] | None = None,
+               device: str = "cpu", dirty: bool = False) -> tuple[Any, ...]:  # fmt: skip
+    """One timed pass of the eager step over `trace` (a small dynamic one by default), in
+    process: (samples, the trace's record, the log of ops and lock modes, the kid, the trace).
+    `device` is what the verify's environment says (the tensors stay on the CPU); `dirty`: both
+    States hold what earlier passes left."""
+    trace = trace or dynamic()
     log: list[tuple[str, str]] = []
     lock = Lock(log)
-    truth = ref.new_state(config, seed=7)
-    mine = ref.new_state(config, seed=7)  # the candidate's: the same weights, its own cache
+    truth = REF.new_state(CONFIG, seed=7)
+    mine = REF.new_state(CONFIG, seed=7)  # the candidate's: the same weights, its own cache
     views = {"kv_cache": mine.kv_cache, "lengths": mine.lengths,
-             "tokens": torch.zeros(config.batch, dtype=torch.int64),
-             "logits": torch.zeros(config.batch, config.vocab, dtype=config.torch_dtype)}  # fmt: skip
+             "tokens": torch.zeros(CONFIG.batch, dtype=torch.int64),
+             "logits": torch.zeros(CONFIG.batch, CONFIG.vocab, dtype=CONFIG.torch_dtype)}  # fmt: skip
     mine.tokens, mine.logits = views["tokens"], views["logits"]
-    cand = ref.State(config=config, weights={}, kv_cache=views["kv_cache"],
-                     lengths=views["lengths"], host_lengths=[0] * config.batch,
+    cand = REF.State(config=CONFIG, weights={}, kv_cache=views["kv_cache"],
+                     lengths=views["lengths"], host_lengths=[0] * CONFIG.batch,
                      rope_cos=truth.rope_cos, rope_sin=truth.rope_sin)  # fmt: skip
+    if dirty:
+        for s in (truth, cand):
+            s.kv_cache.normal_()
+            s.lengths.fill_(9)
+            s.host_lengths = [9] * CONFIG.batch
 
-    reference_step = ref.reference_step
+    ref = type("Ref", (), {})()  # the reference, its step logged
+    for name in ("prefill", "advance"):
+        setattr(ref, name, getattr(REF, name))
 
     def logged_reference(state, tokens):
         log.append(("reference", lock.mode))
-        return reference_step(state, tokens)
+        return REF.reference_step(state, tokens)
 
     ref.reference_step = logged_reference
     verify = step_guard.StepVerify.__new__(step_guard.StepVerify)
     verify.torch, verify.ref, verify.rt, verify.lock = torch, ref, runner, lock
-    verify.env = type("Env", (), {"device": "cpu"})()
+    verify.env = type("Env", (), {"device": device})()
     verify.req = {"tolerances": {"float16": TASK.tolerances["float16"].model_dump()}}
     rec: dict[str, Any] = {"name": "t", "codes": []}
-    kid = (kid_type or Kid)(ref, mine, eager.step, lock, log)
-    kid.segments = len(step_timed.segments(trace, 2, config.vocab))
+    kid = (kid_type or Kid)(ref, mine, EAGER.step, lock, log)
+    kid.segments = len(step_timed.segments(trace, 2, CONFIG.vocab))
     samples = step_timed.TimedPass(verify, kid, views, truth, cand, rec).run(trace, 2)
-    return samples, rec, log, kid, trace, config
+    return samples, rec, log, kid, trace
+
+
+def expected_lengths(trace: dict[str, Any]) -> list[list[int]]:
+    """Each step's lengths as the trace gives them (its prompts, one token a step)."""
+    lengths, out = [0] * CONFIG.batch, []
+    for seg in trace["segments"]:
+        lengths = [
+            n if new is None else new for n, new in zip(lengths, seg["lengths"], strict=True)
+        ]
+        for _ in seg["tokens"]:
+            out.append(list(lengths))
+            lengths = [n + 1 for n in lengths]
+    return out
+
+
+def codes(rec: dict[str, Any]) -> list[str]:
+    return [c[0] for c in rec["codes"]]
+
+
+def timed_requests(kid: Kid) -> list[dict[str, Any]]:
+    return [r for r in kid.requests if r["op"] == "timed_step"]
+
+
+def test_segments_are_the_traces_own_with_the_pass_variant_applied() -> None:
+    trace = dynamic()
+    segs = step_timed.segments(trace, 2, CONFIG.vocab)
+    steps = list(step_trace.schedule(trace, 2, CONFIG.vocab))
+    assert len(segs) == len(trace["segments"]) == 3
+    assert [len(s) for _, s in segs] == [len(seg["tokens"]) for seg in trace["segments"]]
+    assert [t for _, s in segs for t in s] == [t for _, t in steps]
+    assert [p for p, _ in segs] == [p for p, _ in steps if p]
+    # a segment that brings no prompt (every sequence kept) still starts the pass's first segment
+    quiet = {**trace, "segments": [{**trace["segments"][0], "lengths": [None] * CONFIG.batch}]}
+    ((prompts, toks),) = step_timed.segments(quiet, 0, CONFIG.vocab)
+    assert prompts == [] and toks == trace["segments"][0]["tokens"]
 
 
 def test_timed_steps_go_back_to_back_under_the_lock_alone_and_the_reference_after() -> None:
-    samples, rec, log, kid, trace, config = timed_pass()
+    _, rec, log, kid, trace = timed_pass()
 
     assert rec["codes"] == [], rec["codes"]
-    segments = step_timed.segments(trace, 2, config.vocab)
-    assert len(samples) == sum(len(steps) for _, steps in segments) and set(samples) == {5.0}
+    segments = step_timed.segments(trace, 2, CONFIG.vocab)
     ops = [op for op, _ in log]
     for op, mode in log:
         assert mode == ("exclusive" if op == "timed_step" else "work"), (op, mode)
@@ -123,6 +208,125 @@ def test_timed_steps_go_back_to_back_under_the_lock_alone_and_the_reference_afte
     # The child waits awake for a segment's next request only: "more" on all but each last one.
     assert kid.more == [i + 1 < len(steps) for _, steps in segments for i in range(len(steps))]
     assert ops[at:] == ["pull"]
+
+
+def test_every_timed_step_is_sampled_with_its_replys_time_and_carries_the_traces_lengths() -> None:
+    samples, rec, _, kid, trace = timed_pass()
+    timed = timed_requests(kid)
+    assert samples == [float(kid.requests.index(r) + 1) for r in timed]
+    assert [r["host_lengths"] for r in timed] == expected_lengths(trace)
+    tokens = [t for _, steps in step_timed.segments(trace, 2, CONFIG.vocab) for t in steps]
+    assert len(timed) == len(tokens) == 9
+    # At each push the arena holds the segment's prompts and every stale slot poisoned.
+    firsts = [expected_lengths(trace)[i] for i in (0, 3, 6)]
+    assert kid.pushed == [(lengths, True) for lengths in firsts]
+    # The operator's: the longest push and pull at the boundaries (the n-th reply took n us).
+    walls = {op: [i + 1.0 for i, r in enumerate(kid.requests) if r["op"] == op]
+             for op in ("push", "pull")}  # fmt: skip
+    assert rec["boundary_us"] == {"push_max": max(walls["push"]), "pull_max": max(walls["pull"])}
+    assert min(walls["push"]) < max(walls["push"]) and min(walls["pull"]) < max(walls["pull"])
+
+
+def test_the_pass_starts_from_empty_states_whatever_the_earlier_passes_left() -> None:
+    """A trace whose first segment gives sequence 0 no prompt: it starts at length 0 only if the
+    pass reset both States (the parent's truth and the arena's)."""
+    trace = dynamic()
+    first = trace["segments"][0]
+    trace["segments"][0] = {**first, "lengths": [None, *first["lengths"][1:]],
+                            "prompt_seeds": [None, *first["prompt_seeds"][1:]]}  # fmt: skip
+    _, rec, _, kid, _ = timed_pass(trace=trace, dirty=True)
+    assert rec["codes"] == [], rec["codes"]
+    assert [r["host_lengths"] for r in timed_requests(kid)] == expected_lengths(trace)
+    assert kid.pushed[0] == (expected_lengths(trace)[0], True)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_only_timed_steps_on_a_gpu_wait_for_their_reply_spinning(device: str) -> None:
+    _, rec, _, kid, _ = timed_pass(device=device)
+    assert rec["codes"] == []
+    assert {r["op"]: r["spin"] for r in kid.requests if r["op"] != "timed_step"} == {
+        "push": False, "pull": False}  # fmt: skip
+    assert {r["spin"] for r in timed_requests(kid)} == {device == "cuda"}
+
+
+class Misbehaving(Kid):
+    """Misbehaves at the `at`-th request of op `op` (0-based), in the way `how` names."""
+
+    op, at, how = "timed_step", 0, "error"
+
+    def now(self, op: str) -> bool:
+        return op == self.op and sum(r["op"] == op for r in self.requests) == self.at + 1
+
+    def timed_step(self) -> dict[str, Any]:
+        if self.how == "unwritten" and self.now("timed_step"):  # the step, its logits kept
+            self.step(self.state, self.state.tokens.clone())
+            self.state.lengths += 1
+            return {"copied": True}
+        return super().timed_step()
+
+    def answer(self, op: str, reply: dict[str, Any]) -> dict[str, Any]:
+        if self.now(op):
+            if self.how == "error":
+                return {"error": "ValueError"}
+            if self.how == "uncopied":
+                return {"copied": False}
+            if self.how == "wrong":
+                self.state.logits.add_(1.0)
+            if self.how == "lengths":
+                self.state.lengths += 1  # a second advance: the harness's lengths changed
+        return reply
+
+
+def misbehave(op: str, at: int, how: str, trace: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    kid_type = type("Kid_" + how, (Misbehaving,), {"op": op, "at": at, "how": how})
+    return timed_pass(kid_type, trace=trace)
+
+
+@pytest.mark.parametrize(
+    ("op", "at", "where", "timed"),
+    [("timed_step", 4, "timed pass segment 1 step 1", 4), ("push", 0, "timed pass segment 0", 0),
+     ("push", 1, "timed pass segment 1", 3), ("pull", 0, "timed pass segment 1", 3),
+     ("pull", 2, "after the timed pass", 9)],
+)  # fmt: skip
+def test_a_child_error_is_the_reason_and_ends_the_pass_there(op, at, where, timed) -> None:
+    samples, rec, _, kid, _ = misbehave(op, at, "error")
+    assert rec["codes"] == [["candidate_error", f"t: {where}: the step raised ValueError"]]
+    assert kid.requests[-1]["op"] == op  # nothing asked after the failed request
+    assert len(samples) == timed == kid.timed - (op == "timed_step")
+
+
+def test_a_step_whose_logits_were_not_copied_is_wrong_shape_and_ends_the_pass() -> None:
+    samples, rec, _, kid, _ = misbehave("timed_step", 4, "uncopied")
+    assert codes(rec) == ["wrong_shape"] and "segment 1 step 1" in rec["codes"][0][1]
+    assert kid.requests[-1]["op"] == "timed_step" and len(samples) == 4
+
+
+@pytest.mark.parametrize("how", ["wrong", "unwritten"])
+def test_wrong_logits_of_any_timed_step_fail_its_segments_check_and_end_the_pass(how) -> None:
+    samples, rec, log, kid, _ = misbehave("timed_step", 4, how)
+    assert codes(rec) == ["wrong_output"] and "segment 1 step 1" in rec["codes"][0][1]
+    if how == "unwritten":  # the slot is poisoned before each step: unwritten reads as NaN
+        assert "NaN" in rec["codes"][0][1]
+    assert len(samples) == 6  # the whole segment was timed before its check
+    assert kid.requests[-1]["op"] == "timed_step" and log[-1] == ("reference", "work")
+    assert [op for op, _ in log].count("reference") == 3 + 2  # segment 0, then up to step 1
+
+
+def test_lengths_a_step_changed_fail_at_the_next_pull() -> None:
+    samples, rec, _, kid, _ = misbehave("timed_step", 2, "lengths")  # segment 0's last step
+    assert rec["codes"] == [["lengths_modified", "t: timed pass segment 1: the step changed the "
+                             "lengths"]]  # fmt: skip
+    assert kid.requests[-1]["op"] == "pull" and len(samples) == 3
+    samples, rec, _, kid, _ = misbehave("timed_step", 8, "lengths")  # the pass's last step
+    assert codes(rec) == ["lengths_modified"] and "after the timed pass" in rec["codes"][0][1]
+    assert len(samples) == 9
+
+
+def test_a_pass_whose_only_pull_fails_records_its_pushes_alone() -> None:
+    trace = step_trace.fixed_trace(CONFIG, length=5, steps=3, seed=2)
+    samples, rec, _, _, _ = misbehave("pull", 0, "error", trace=trace)
+    assert codes(rec) == ["candidate_error"] and len(samples) == 3
+    assert rec["boundary_us"] == {"push_max": 1.0}
 
 
 class ForgetfulKid(Kid):
@@ -142,8 +346,17 @@ class ForgetfulKid(Kid):
 
 
 def test_a_cache_left_unwritten_by_the_last_timed_step_fails_the_check_after_the_pass() -> None:
-    samples, rec, _, _, trace, config = timed_pass(ForgetfulKid)
+    samples, rec, _, _, trace = timed_pass(ForgetfulKid)
     assert [c[0] for c in rec["codes"]] == ["wrong_kv_cache"], rec["codes"]
     assert "after the timed pass" in rec["codes"][0][1]
-    segments = step_timed.segments(trace, 2, config.vocab)
+    segments = step_timed.segments(trace, 2, CONFIG.vocab)
     assert len(samples) == sum(len(steps) for _, steps in segments)  # every step was timed
+
+
+def test_timing_is_the_p50_and_p95_of_the_finite_samples() -> None:
+    assert step_timed.timing([]) == {"steps_timed": 0, "p50_us": None, "p95_us": None}
+    assert step_timed.timing([math.nan, math.inf]) == {"steps_timed": 0, "p50_us": None,
+                                                       "p95_us": None}  # fmt: skip
+    got = step_timed.timing([3, math.nan, 1, math.inf, 2])
+    assert got == {"steps_timed": 3, "p50_us": 2.0, "p95_us": pytest.approx(2.9)}
+    assert isinstance(got["p50_us"], float)

@@ -1,0 +1,528 @@
+"""The step verify's trusted parent (tools/gpu/verify/step_guard.py) in process, rule by rule:
+StepVerify.run over hidden traces with the real step child (step_child.StepChild) answering in
+this interpreter through a pipe, where the sandboxed process would (tests/tools/integrity/
+test_step_cheats.py runs that one). What it certifies: every checked step's logits, the lengths
+left alone, the cache after each pass, the first failure ending the trace and the verify, and the
+child's failures (its import, a crash or a hang: KidFailed) as the result's error. Also the
+arena's layout (aligned, disjoint, the State's shapes), its sealed memfd, and the fresh-process
+rule of verify()."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import torch
+
+from harnesslab.tools.gpu import runner, step_trace, wire
+from harnesslab.tools.gpu.verify import step_guard
+from harnesslab.tools.gpu.verify.guard_kid import KidFailed
+from harnesslab.tools.gpu.verify.step_child import StepChild
+from harnesslab.tools.task import load_task
+
+TASK = load_task("decode_step")
+EAGER = TASK.workspace_template / "kernel.py"
+TRACES = TASK.step.hidden("units")  # type: ignore[union-attr]
+STEPS = {"final0_float16": 6, "final1_float16": 9}  # the interpreter's sizes
+
+
+class InProcessKid:
+    """guard_kid.Kid's surface over a StepChild in this process: each request handled at once,
+    its reply read back from the child's pipe. `fail_at`: the op at which the process "dies"."""
+
+    fail_at, fail_after = "", 0
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        self.child: Any = None
+        self.ops: list[str] = []
+        self.lengths: list[list[int]] = []  # each checked step's lengths, as the parent sent them
+        self.embeds: list[Any] = []  # each trace's embedding weights, as the arena held them
+        self.closed = False
+
+    def started(self) -> dict[str, Any]:
+        return {"level": "none"}
+
+    def send(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        threads = torch.get_num_threads()  # the child's setting is its own process's
+        self.child = StepChild(cfg, self.w)
+        torch.set_num_threads(threads)
+
+    def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
+        assert self.child is not None
+        self.ops.append(msg["op"])
+        if msg["op"] == "step":
+            self.lengths.append(list(msg["host_lengths"]))
+        if msg["op"] == self.fail_at and self.ops.count(self.fail_at) > self.fail_after:
+            raise KidFailed("candidate_crashed", "the process died", "candidate")
+        handlers = {"load": self.child.load, "arena": self.child.map_arena,
+                    "trace": self.child.trace, "step": self.child.step, "push": self.child.push,
+                    "pull": self.child.pull, "timed_step": self.child.timed_step}  # fmt: skip
+        t0 = time.perf_counter()
+        handlers[msg["op"]](msg)
+        reply = wire.recv(self.r, timeout_s=5), (time.perf_counter() - t0) * 1e6
+        if msg["op"] == "trace":
+            self.embeds.append(self.child.views["w.embed"].clone())
+        return self.lie(msg["op"], reply[0]), reply[1]
+
+    def lie(self, op: str, reply: dict[str, Any]) -> dict[str, Any]:
+        return reply
+
+    def close(self) -> None:
+        self.closed = True
+        os.close(self.r)
+        os.close(self.w)
+
+
+def request(cand: Path, traces: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec = TASK.step.request()  # type: ignore[union-attr]
+    return {"seed": 5, "nonce": "n-1", "reference": str(TASK.root / "reference.py"),
+            "candidate_dir": str(cand), "entry": "kernel.py:step", "case_timeout_s": 60,
+            "step": {**spec, "traces": traces if traces is not None else TRACES[:2]},
+            "tolerances": {k: v.model_dump() for k, v in TASK.tolerances.items()}}  # fmt: skip
+
+
+class Run:
+    def __init__(self, result: dict[str, Any], kid: InProcessKid, events: list[dict[str, Any]],
+                 verify: step_guard.StepVerify) -> None:  # fmt: skip
+        self.result, self.kid, self.events, self.verify = result, kid, events, verify
+
+
+@pytest.fixture
+def verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """verify(kernel source, kid type, traces) -> Run: StepVerify.run on the CPU interpreter."""
+    monkeypatch.setattr(step_guard, "stage_root", lambda: str(tmp_path / "stage"))
+    threads = torch.get_num_threads()
+
+    def run(source: str, kid_type: type = InProcessKid, traces=None) -> Run:
+        cand = tmp_path / f"cand{len(list(tmp_path.iterdir()))}"
+        cand.mkdir()
+        (cand / "kernel.py").write_text(source)
+        events: list[dict[str, Any]] = []
+        rt = types.SimpleNamespace(load_module=runner.load_module, compare=runner.compare,
+                                   emit=events.append)  # fmt: skip
+        env = types.SimpleNamespace(device="cpu", interpret=True, torch=torch)
+        v = step_guard.StepVerify(env, request(cand, traces), rt)
+        kid = kid_type()
+        v.candidate_kid = lambda memfd: kid  # type: ignore[method-assign]
+        return Run(v.run(), kid, events, v)
+
+    yield run
+    torch.set_num_threads(threads)
+    for name in ("_hl_candidate", "_hl_step_reference", "_hl_step_verify_reference"):
+        sys.modules.pop(name, None)
+
+
+def kernel(body: str) -> str:
+    """The eager step renamed _honest, and a step built on it."""
+    return EAGER.read_text().replace("\ndef step(state", "\ndef _honest(state") + body
+
+
+def test_an_honest_step_is_checked_on_every_step_of_both_passes_and_timed(verify) -> None:
+    run = verify(EAGER.read_text())
+    res = run.result
+    assert res["status"] == "measured" and res["certifies"] == "step_outputs"
+    assert res["nonce"] == "n-1" and res["load"] == {"candidate": {"ok": True}}
+    assert res["sandbox"] == {"candidate": {"level": "none"}} and res["wall_s"] > 0
+    assert "error" not in res
+    rows = res["cases"]
+    assert [r["name"] for r in rows] == list(STEPS) and [r["dtype"] for r in rows] == [
+        "float16"
+    ] * 2
+    for r in rows:
+        assert r["codes"] == [] and r["steps_checked"] == 2 * STEPS[r["name"]]
+        assert r["steps_timed"] == STEPS[r["name"]] and 0 < r["p50_us"] <= r["p95_us"]
+        assert 0 <= r["max_abs_err"] < 0.05 and sorted(r["boundary_us"]) == ["pull_max", "push_max"]
+    assert run.events == [{"event": "case", "index": 0, "status": "measured"},
+                          {"event": "case", "index": 1, "status": "measured"}]  # fmt: skip
+    # the child got the arena's size, one trace request per trace, a step per checked step
+    ops = run.kid.ops
+    assert ops[:2] == ["load", "arena"] and ops.count("trace") == 2
+    assert ops.count("step") == 2 * sum(STEPS.values())
+    assert ops.count("timed_step") == sum(STEPS.values())
+    assert run.kid.cfg == {"device": "cpu", "candidate_dir": run.verify.req["candidate_dir"],
+                           "entry": "kernel.py:step", "reference": str(TASK.root / "reference.py"),
+                           "memfd": run.kid.cfg["memfd"]}  # fmt: skip
+    assert run.kid.closed
+    # each checked step carried the lengths its trace gives it (prompts written, then one a step)
+    spec = TASK.step.request()  # type: ignore[union-attr]
+    want = []
+    for t in TRACES[:2]:
+        config, trace = step_trace.sized(run.verify.ref, spec, t, True)
+        want += expected_lengths(trace, config.batch) * 2
+    assert run.kid.lengths == want
+    # each trace's weights are its own draw from the verify's seed
+    assert len(run.kid.embeds) == 2 and not torch.equal(*run.kid.embeds)
+    assert res["wall_s"] < 600
+    with pytest.raises(OSError):  # the arena's memfd is closed
+        os.fstat(run.kid.cfg["memfd"])
+
+
+def expected_lengths(trace: dict[str, Any], batch: int) -> list[list[int]]:
+    lengths, out = [0] * batch, []
+    for seg in trace["segments"]:
+        lengths = [
+            n if new is None else new for n, new in zip(lengths, seg["lengths"], strict=True)
+        ]
+        for _ in seg["tokens"]:
+            out.append(list(lengths))
+            lengths = [n + 1 for n in lengths]
+    return out
+
+
+def test_the_input_seed_mixes_the_requests_with_fresh_randomness(verify) -> None:
+    seeds = {
+        verify("def step(s, t):\n    raise ValueError\n").result["input_seed"] for _ in range(2)
+    }
+    assert len(seeds) == 2 and 5 not in seeds and all(0 < s < 1 << 60 for s in seeds)
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "where"),
+    [("\ndef step(state, tokens):\n    return _honest(state, tokens) + 1.0\n", "wrong_output",
+      "pass 0 step 0: logits: output out of tolerance"),
+     ("\ndef step(state, tokens):\n    return _honest(state, tokens).float()\n", "wrong_shape",
+      "pass 0 step 0: the logits are not a plain tensor"),
+     ("\ndef step(state, tokens):\n    raise ValueError('mine')\n", "candidate_error",
+      "pass 0 step 0: the step raised ValueError"),
+     ("\ndef step(state, tokens):\n    out = _honest(state, tokens)\n    state.lengths += 1\n"
+      "    return out\n", "lengths_modified", "pass 0 step 0: the step changed the lengths"),
+     ("\nCALLS = []\n\n\ndef step(state, tokens):\n    CALLS.append(1)\n"
+      "    out = _honest(state, tokens)\n    return out.fill_(float('nan')) if len(CALLS) == 2 else out\n",
+      "wrong_output", "pass 0 step 1: logits: output has NaN")],
+)  # fmt: skip
+def test_a_checked_step_that_fails_is_the_traces_reason_and_ends_the_verify(
+    verify, body, code, where
+) -> None:
+    run = verify(kernel(body))
+    (row,) = run.result["cases"]  # the second trace never ran
+    assert [c[0] for c in row["codes"]] == [code], row["codes"]
+    assert row["codes"][0][1].startswith(f"final0_float16: {where}")
+    assert "p50_us" not in row and "timed_step" not in run.kid.ops
+    assert run.kid.ops[-1] == "step" and row["steps_checked"] == int(where.split()[3][:1])
+
+
+def test_a_cache_the_step_never_writes_fails_after_the_first_pass(verify) -> None:
+    corpus = Path(step_guard.__file__).parents[2] / "integrity" / "cheats" / "step"
+    run = verify((corpus / "unwritten_kv_cache.py").read_text())
+    (row,) = run.result["cases"]
+    assert [c[0] for c in row["codes"]] == ["wrong_kv_cache"]
+    assert row["codes"][0][1].startswith("final0_float16: after pass 0: the cache's valid slots")
+    assert row["steps_checked"] == STEPS["final0_float16"] and "pull" not in run.kid.ops
+
+
+def test_a_step_wrong_only_in_the_second_pass_is_caught_there(verify) -> None:
+    body = """
+CALLS = []
+
+
+def step(state, tokens):
+    CALLS.append(1)
+    out = _honest(state, tokens)
+    return out + 1.0 if len(CALLS) > 6 else out
+"""
+    run = verify(kernel(body))
+    (row,) = run.result["cases"]
+    assert row["codes"][0][0] == "wrong_output" and "pass 1 step 0" in row["codes"][0][1]
+    assert row["steps_checked"] == 6
+
+
+def test_a_candidate_that_fails_to_import_is_import_failed_with_no_case(verify) -> None:
+    run = verify("raise KeyError('x')\n")
+    res = run.result
+    assert res["error"] == "import failed: KeyError" and res["error_code"] == "import_failed"
+    assert res["cases"] == [] and res["load"] == {"candidate": {"ok": False}}
+    assert run.kid.ops == ["load"] and run.kid.closed
+    run = verify("x = 1\n")  # imports, but has no step
+    assert run.result["error"] == "import failed: no_entry" and run.result["cases"] == []
+
+
+class DiesAtTrace(InProcessKid):
+    fail_at = "trace"
+
+
+class DiesAtLoad(InProcessKid):
+    fail_at = "load"
+
+
+def test_a_child_that_dies_mid_trace_is_that_traces_error(verify) -> None:
+    run = verify(EAGER.read_text(), DiesAtTrace)
+    (row,) = run.result["cases"]
+    assert row["error"] == "the process died" and row["error_code"] == "candidate_crashed"
+    assert "error" not in run.result and run.kid.closed
+
+
+def test_a_child_that_dies_before_any_trace_is_the_verifys_error(verify) -> None:
+    run = verify(EAGER.read_text(), DiesAtLoad)
+    res = run.result
+    assert (
+        res["error"] == "candidate: the process died" and res["error_code"] == "candidate_crashed"
+    )
+    assert res["cases"] == [] and run.kid.closed
+
+
+def test_a_verify_refuses_a_process_that_has_run_candidate_code(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "_hl_candidate_x", types.ModuleType("_hl_candidate_x"))
+    with pytest.raises(RuntimeError, match="fresh runner process"):
+        step_guard.verify(None, {}, runner)
+
+
+def test_the_arena_lays_out_every_state_tensor_aligned_and_apart(tmp_path: Path) -> None:
+    ref = runner.load_module(TASK.root / "reference.py", "decode_step_reference_units")
+    config = ref.Config(**TASK.step.interpreter.model_dump(), dtype="bfloat16")  # type: ignore[union-attr]
+    layout, size = step_guard.Arena.layout(config)
+    state = ref.new_state(config)
+    want = {**{f"w.{k}": w for k, w in state.weights.items()}, "rope_cos": state.rope_cos,
+            "rope_sin": state.rope_sin, "kv_cache": state.kv_cache, "lengths": state.lengths}  # fmt: skip
+    end = 0
+    for name, spec in layout.items():
+        assert spec["offset"] % step_guard.ALIGN == 0 and spec["offset"] >= end, name
+        t = want.get(name)
+        if t is not None:
+            assert spec["shape"] == list(t.shape) and spec["dtype"] == str(t.dtype)[6:], name
+        nbytes = getattr(torch, spec["dtype"]).itemsize
+        for s in spec["shape"]:
+            nbytes *= s
+        end = spec["offset"] + nbytes
+    assert set(want) < set(layout) and layout["tokens"]["dtype"] == "int64"
+    assert layout["tokens"]["shape"] == [config.batch]
+    assert layout["logits"] == {**layout["logits"], "shape": [config.batch, config.vocab],
+                                "dtype": "bfloat16"}  # fmt: skip
+    assert end <= size < end + step_guard.ALIGN
+    arena = step_guard.Arena(torch, size, str(tmp_path))
+    views = arena.views(layout)
+    for name, spec in layout.items():
+        assert list(views[name].shape) == spec["shape"], name
+    views["lengths"].fill_(3)
+    views["tokens"].fill_(-1)
+    assert views["lengths"].tolist() == [3] * config.batch  # disjoint: the tokens did not land
+    del views
+    arena.close()
+
+
+def test_the_arena_memfd_is_sealed_against_resizing(tmp_path: Path) -> None:
+    fd = step_guard._sealed_memfd(4096, str(tmp_path))
+    try:
+        assert os.fstat(fd).st_size == 4096
+        for size in (0, 8192):
+            with pytest.raises(PermissionError):
+                os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def test_the_fallback_arena_is_a_file_that_leaves_nothing_in_the_scratch(tmp_path: Path,
+                                                                        monkeypatch) -> None:  # fmt: skip
+    monkeypatch.delattr(os, "memfd_create")
+    fd = step_guard._sealed_memfd(4096, str(tmp_path))
+    try:
+        assert os.fstat(fd).st_size == 4096 and list(tmp_path.iterdir()) == []
+    finally:
+        os.close(fd)
+
+
+def test_the_childs_config_is_the_references_fields() -> None:
+    ref = runner.load_module(TASK.root / "reference.py", "decode_step_reference_units")
+    config = ref.Config(**TASK.step.interpreter.model_dump(), dtype="float16")  # type: ignore[union-attr]
+    got = step_guard._config_dict(config)
+    import dataclasses
+
+    assert got == {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+
+
+class LeavesScratch(InProcessKid):
+    """A child that leaves a scratch folder behind (as a killed sandbox would)."""
+
+    scratch = ""
+
+    def send(self, cfg: dict[str, Any]) -> None:
+        os.makedirs(os.path.join(self.scratch, "sbx-left"), exist_ok=True)
+        open(os.path.join(self.scratch, "sbx-left.lock"), "w").close()  # its lock, not held
+        super().send(cfg)
+
+
+def test_after_a_verify_no_scratch_folder_stays_and_torch_ran_on_one_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verify
+) -> None:
+    LeavesScratch.scratch = str(tmp_path / "stage" / "scratch")
+    run = verify("def step(s, t):\n    raise ValueError\n", LeavesScratch)
+    assert run.result["cases"][0]["codes"][0][0] == "candidate_error"
+    assert os.listdir(LeavesScratch.scratch) == [] and torch.get_num_threads() == 1
+
+
+def test_the_verify_takes_its_timeout_lock_and_scratch_from_the_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(step_guard, "stage_root", lambda: str(tmp_path / "stage"))
+    events: list[dict[str, Any]] = []
+    rt = types.SimpleNamespace(load_module=runner.load_module, emit=events.append)
+    env = types.SimpleNamespace(device="cpu", interpret=True, torch=torch)
+    req = {**request(tmp_path), "gpu_lock": {"file": str(tmp_path / "locks" / "gpu3"), "gpu": 3}}
+    v = step_guard.StepVerify(env, req, rt)
+    assert v.timeout_s == 60.0 and v.ref.Config and v.env is env and v.rt is rt
+    scratch = tmp_path / "stage" / "scratch"
+    assert v.scratch_root == str(scratch) and (scratch.stat().st_mode & 0o777) == 0o700
+    assert "3" in v.lock.message and v.lock.fd >= 0
+    v.lock.on_wait("queued")
+    assert events == [{"event": "waiting", "message": "queued"}]
+    v.lock.close()
+    del req["case_timeout_s"], req["gpu_lock"]
+    v = step_guard.StepVerify(env, req, rt)
+    assert v.timeout_s == 120.0 and v.lock.fd < 0 and "0" in v.lock.message
+
+
+def test_verify_hardens_the_process_then_runs_the_step_verify(monkeypatch) -> None:
+    calls: list[Any] = []
+    monkeypatch.setattr(step_guard.guard, "_harden", lambda: calls.append("harden"))
+
+    class Fake:
+        def __init__(self, env, req, rt) -> None:
+            calls.append(("init", env, req, rt))
+
+        def run(self) -> dict[str, Any]:
+            calls.append("run")
+            return {"status": "measured"}
+
+    monkeypatch.setattr(step_guard, "StepVerify", Fake)
+    assert step_guard.verify("env", {"r": 1}, runner) == {"status": "measured"}
+    assert calls == ["harden", ("init", "env", {"r": 1}, runner), "run"]
+
+
+class LiesAboutLoad(InProcessKid):
+    answer: ClassVar[dict[str, Any]] = {}
+
+    def lie(self, op: str, reply: dict[str, Any]) -> dict[str, Any]:
+        return self.answer if op == "load" else reply
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [({"ok": False, "error": ""}, "import failed: no reply"),
+     ({"ok": True, "error": "KeyError"}, "import failed: KeyError")],
+)  # fmt: skip
+def test_a_load_is_ok_only_when_the_child_says_ok_and_no_error(verify, answer, error) -> None:
+    kid_type = type("Kid", (LiesAboutLoad,), {"answer": answer})
+    run = verify(EAGER.read_text(), kid_type)
+    assert run.result["error"] == error and run.result["load"] == {"candidate": {"ok": False}}
+
+
+class LiesAboutCopying(InProcessKid):
+    """Says it copied the logits of pass 0 step 1 without running the step (a child that lies)."""
+
+    def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
+        if msg["op"] == "step" and self.ops.count("step") == 1:
+            self.ops.append("step")
+            return {"error": "", "copied": True}, 1.0
+        return super().ask(msg, spin=spin)
+
+
+def test_logits_a_child_did_not_write_read_as_nan(verify) -> None:
+    run = verify(EAGER.read_text(), LiesAboutCopying)
+    (row,) = run.result["cases"]
+    assert [c[0] for c in row["codes"]] == ["wrong_output"]
+    assert "pass 0 step 1: logits: output has NaN" in row["codes"][0][1]
+
+
+class Racing(InProcessKid):
+    """The child's view of the arena, for a test to write as a child still running would."""
+
+    current: Any = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        Racing.current = self
+
+
+def test_the_logits_are_copied_out_of_the_arena_before_they_are_compared(verify,
+                                                                         monkeypatch) -> None:  # fmt: skip
+    """A child writing the slot after its reply (the arena is shared) changes nothing."""
+    original = step_guard.StepVerify.logits_ok
+
+    def racing(self, got, want, config, rec, where):
+        Racing.current.child.views["logits"].fill_(100.0)
+        return original(self, got, want, config, rec, where)
+
+    monkeypatch.setattr(step_guard.StepVerify, "logits_ok", racing)
+    run = verify(EAGER.read_text(), Racing, traces=TRACES[:1])
+    (row,) = run.result["cases"]
+    assert row["codes"] == [] and row["steps_checked"] == 2 * STEPS["final0_float16"]
+
+
+def test_the_largest_logits_error_over_the_steps_is_recorded(verify) -> None:
+    body = """
+CALLS = []
+
+
+def step(state, tokens):
+    CALLS.append(1)
+    out = _honest(state, tokens)
+    return out + 0.0125 if len(CALLS) == 2 else out
+"""
+    run = verify(kernel(body), traces=TRACES[:1])
+    (row,) = run.result["cases"]
+    assert row["codes"] == [] and 0.0125 <= row["max_abs_err"] < 0.02
+
+
+class DiesAtSecondTrace(InProcessKid):
+    fail_at, fail_after = "trace", 1
+
+
+def test_a_child_that_dies_in_a_later_trace_is_that_traces_error(verify) -> None:
+    run = verify(EAGER.read_text(), DiesAtSecondTrace)
+    first, second = run.result["cases"]
+    assert "error" not in first and first["codes"] == []
+    assert second["error"] == "the process died" and second["error_code"] == "candidate_crashed"
+
+
+def test_the_verify_runs_torch_on_one_thread_on_the_cpu(verify) -> None:
+    torch.set_num_threads(3)
+    verify("def step(s, t):\n    raise ValueError\n")
+    assert torch.get_num_threads() == 1
+
+
+def test_the_verify_closes_its_lock(verify, tmp_path: Path, monkeypatch) -> None:
+    closed = []
+    monkeypatch.setattr(step_guard.phase_lock.PhaseLock, "close", lambda self: closed.append(1))
+    verify("def step(s, t):\n    raise ValueError\n")
+    assert closed == [1]
+
+
+def test_closing_the_arena_unmaps_it_and_closes_its_fd(tmp_path: Path) -> None:
+    arena = step_guard.Arena(torch, 4096, str(tmp_path))
+    fd = arena.fd
+    arena.close()
+    assert arena.map.closed
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_no_more_seals_can_be_added_to_the_arena(tmp_path: Path) -> None:
+    import fcntl
+
+    fd = step_guard._sealed_memfd(4096, str(tmp_path))
+    try:
+        with pytest.raises(PermissionError):  # F_ADD_SEALS F_SEAL_WRITE: the parent could not write
+            fcntl.fcntl(fd, 1033, 0x0008)
+    finally:
+        os.close(fd)
+
+
+def test_exact_logits_record_no_error_and_the_largest_error_is_kept() -> None:
+    ref = runner.load_module(TASK.root / "reference.py", "decode_step_reference_units")
+    config = ref.Config(**TASK.step.interpreter.model_dump(), dtype="float16")  # type: ignore[union-attr]
+    v = step_guard.StepVerify.__new__(step_guard.StepVerify)
+    v.rt, v.torch = runner, torch
+    v.req = {"tolerances": {"float16": TASK.tolerances["float16"].model_dump()}}
+    want = torch.randn(config.batch, config.vocab).half().float()  # representable in fp16
+    rec: dict[str, Any] = {"name": "t", "codes": []}
+    assert v.logits_ok(want.half(), want, config, rec, "s0") and rec["max_abs_err"] == 0.0
+    assert v.logits_ok((want + 0.0078125).half(), want, config, rec, "s1")
+    assert v.logits_ok(want.half(), want, config, rec, "s2")
+    assert rec["max_abs_err"] == pytest.approx(0.0078125, rel=0.2) and rec["codes"] == []
