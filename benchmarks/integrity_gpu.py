@@ -159,7 +159,10 @@ async def corpus(b: Bench, out: dict[str, Any], only: str) -> None:
             runs.append(("off", exp.get("gpu") or exp["runtime"], {"enforce_scan": False}))
         for scan, want, kw in runs:
             v, wall = await b.verify(b.workspace(path), **kw)
-            ok = v.verdict == "rejected" and want in codes(v)
+            # a `harmless` expectation is met by a pass (what the cheat aims at is defused)
+            ok = (want == "harmless" and v.verdict == "passed") or (
+                v.verdict == "rejected" and want in codes(v)
+            )
             rows.append(
                 {
                     "cheat": path.stem,

@@ -2,11 +2,12 @@
 `benchmarks/cuda_gpu.py --extra`. The solution module is loaded afresh per variant; only its
 `plan` or `WARP_ROWS` changes:
 - `rmsnorm_gate_t256` / `rmsnorm_gate_t1024`: blocks of at most 256 / 1024 threads for rows that
-  take the one-row-per-block variant with 16-byte packs (the solution took 1024 after this, it
-  had 512: 4096x8192 bf16 read 0.90x Triton);
-- `rmsnorm_gate_rows2` / `rmsnorm_gate_rows8`: 2 / 8 rows (warps) a block for small rows (4
-  shipped; 1024x1024 fp16 reads 0.77x Triton);
+  take the one-row-per-block variant with 16-byte packs;
+- `rmsnorm_gate_rows2` / `rmsnorm_gate_rows8`: 2 / 8 rows (warps) a block for small rows;
 - `rmsnorm_gate_blockonly`: small rows too get a block each (no warp-per-row variant).
+The solution took two of these after the seventh session's runs (BENCHMARKS.md): 1024 threads
+(it had 512: 4096x8192 bf16 read 0.90x Triton) and a block per row from 1024 elements (it had a
+warp: 1024x1024 fp16 read 0.77x Triton).
 """
 
 from __future__ import annotations

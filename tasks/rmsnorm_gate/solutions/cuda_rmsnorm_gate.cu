@@ -7,7 +7,7 @@
 //   output (CHUNKS packs per thread), so traffic is the minimum 3 * rows * dim elements.
 // - VEC = 8: 16-byte loads and stores (LDG.128 / STG.128). The host picks VEC = 1 (2-byte
 //   accesses) when dim % 8 != 0 or a pointer is not 16-byte aligned: nothing is assumed.
-// - Small rows (at most 128 packs): one warp per row, several rows per block, the reduction is
+// - Small rows (under 128 packs): one warp per row, several rows per block, the reduction is
 //   warp shuffles only. Larger rows: one row per block, warp shuffles then one shared-memory step.
 // - CHUNKS = 0: rows too wide for registers are read twice (sum of squares, then the output).
 // - silu divides with __fdividef (below).

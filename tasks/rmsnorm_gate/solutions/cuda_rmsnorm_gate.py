@@ -1,6 +1,6 @@
 """CUDA C++ reference solution for rmsnorm_gate (cuda_rmsnorm_gate.cu, launched through
 harnesslab_cuda): the row in registers, 16-byte loads where dim and the pointers allow, one warp
-per row for rows of at most 1024 fp16/bf16 elements, one block per row above.
+per row for rows under 1024 fp16/bf16 elements, one block per row from 1024 on.
 
 Same contract as the workspace's kernel.py. benchmarks/cuda_gpu.py times it beside the Triton
 solution on a GPU host (BENCHMARKS.md; NVRTC compiles it anywhere, running needs a GPU).
@@ -20,7 +20,10 @@ def plan(dim: int, vec: int) -> tuple[str, int, tuple[int, int, int]]:
     """(variant, packs per thread, block) for a row of `dim` elements moved `vec` at a time;
     packs per thread 0 means the row does not fit registers (read twice)."""
     npack = dim // vec
-    if vec == 8 and npack <= 128:
+    # A warp per row below 128 packs (1024 elements): at 1024x1024 fp16 a 128-thread block per
+    # row took 3.73 us against 4.91 us for four warp-rows a block (H100, BENCHMARKS.md, seventh
+    # session); narrower rows were not measured.
+    if vec == 8 and npack < 128:
         chunks = 1
         while chunks * 32 < npack:
             chunks *= 2
