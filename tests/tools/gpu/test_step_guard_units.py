@@ -391,6 +391,10 @@ def test_verify_hardens_the_process_then_runs_the_step_verify(monkeypatch) -> No
             return {"status": "measured"}
 
     monkeypatch.setattr(step_guard, "StepVerify", Fake)
+    # A fresh runner process: candidates an earlier test of this worker loaded are set aside
+    # (verify refuses a process that has run candidate code).
+    for name in [n for n in sys.modules if n.startswith("_hl_candidate")]:
+        monkeypatch.delitem(sys.modules, name)
     assert step_guard.verify("env", {"r": 1}, runner) == {"status": "measured"}
     assert calls == ["harden", ("init", "env", {"r": 1}, runner), "run"]
 
