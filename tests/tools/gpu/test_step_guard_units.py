@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
+from harnesslab.tests.tools.gpu.step_support import expected_lengths
 from harnesslab.tools.gpu import runner, step_trace, wire
 from harnesslab.tools.gpu.verify import step_guard
 from harnesslab.tools.gpu.verify.guard_kid import KidFailed
@@ -163,18 +164,6 @@ def test_an_honest_step_is_checked_on_every_step_of_both_passes_and_timed(verify
     assert res["wall_s"] < 600
     with pytest.raises(OSError):  # the arena's memfd is closed
         os.fstat(run.kid.cfg["memfd"])
-
-
-def expected_lengths(trace: dict[str, Any], batch: int) -> list[list[int]]:
-    lengths, out = [0] * batch, []
-    for seg in trace["segments"]:
-        lengths = [
-            n if new is None else new for n, new in zip(lengths, seg["lengths"], strict=True)
-        ]
-        for _ in seg["tokens"]:
-            out.append(list(lengths))
-            lengths = [n + 1 for n in lengths]
-    return out
 
 
 def test_the_input_seed_mixes_the_requests_with_fresh_randomness(verify) -> None:

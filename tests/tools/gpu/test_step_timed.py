@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import torch
 
+from harnesslab.tests.tools.gpu.step_support import expected_lengths
 from harnesslab.tools.gpu import runner, step_trace
 from harnesslab.tools.gpu.runner import load_module
 from harnesslab.tools.gpu.verify import step_guard, step_timed
@@ -155,19 +156,6 @@ def timed_pass(kid_type: type | None = None, trace: dict[str, Any] | None = None
     return samples, rec, log, kid, trace
 
 
-def expected_lengths(trace: dict[str, Any]) -> list[list[int]]:
-    """Each step's lengths as the trace gives them (its prompts, one token a step)."""
-    lengths, out = [0] * CONFIG.batch, []
-    for seg in trace["segments"]:
-        lengths = [
-            n if new is None else new for n, new in zip(lengths, seg["lengths"], strict=True)
-        ]
-        for _ in seg["tokens"]:
-            out.append(list(lengths))
-            lengths = [n + 1 for n in lengths]
-    return out
-
-
 def codes(rec: dict[str, Any]) -> list[str]:
     return [c[0] for c in rec["codes"]]
 
@@ -214,11 +202,11 @@ def test_every_timed_step_is_sampled_with_its_replys_time_and_carries_the_traces
     samples, rec, _, kid, trace = timed_pass()
     timed = timed_requests(kid)
     assert samples == [float(kid.requests.index(r) + 1) for r in timed]
-    assert [r["host_lengths"] for r in timed] == expected_lengths(trace)
+    assert [r["host_lengths"] for r in timed] == expected_lengths(trace, CONFIG.batch)
     tokens = [t for _, steps in step_timed.segments(trace, 2, CONFIG.vocab) for t in steps]
     assert len(timed) == len(tokens) == 9
     # At each push the arena holds the segment's prompts and every stale slot poisoned.
-    firsts = [expected_lengths(trace)[i] for i in (0, 3, 6)]
+    firsts = [expected_lengths(trace, CONFIG.batch)[i] for i in (0, 3, 6)]
     assert kid.pushed == [(lengths, True) for lengths in firsts]
     # The operator's: the longest push and pull at the boundaries (the n-th reply took n us).
     walls = {op: [i + 1.0 for i, r in enumerate(kid.requests) if r["op"] == op]
@@ -236,8 +224,8 @@ def test_the_pass_starts_from_empty_states_whatever_the_earlier_passes_left() ->
                             "prompt_seeds": [None, *first["prompt_seeds"][1:]]}  # fmt: skip
     _, rec, _, kid, _ = timed_pass(trace=trace, dirty=True)
     assert rec["codes"] == [], rec["codes"]
-    assert [r["host_lengths"] for r in timed_requests(kid)] == expected_lengths(trace)
-    assert kid.pushed[0] == (expected_lengths(trace)[0], True)
+    assert [r["host_lengths"] for r in timed_requests(kid)] == expected_lengths(trace, CONFIG.batch)
+    assert kid.pushed[0] == (expected_lengths(trace, CONFIG.batch)[0], True)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
