@@ -162,6 +162,9 @@ def test_inputs_must_fit_the_references_signature(tmp_path) -> None:
     # a reference taking **kwargs accepts any scalar name
     plan = plan_new("t", f"{path}:op", inputs=["x:n", "y:n"], dims=["n=4"], scalars=["beta=2"])
     assert plan.scalars == {"beta": 2}
+    # ... and a missing input of such a reference is named as missing, not as the scalar
+    with pytest.raises(UsageError, match="missing y"):
+        plan_new("t", f"{path}:op", inputs=["x:n"], dims=["n=4"], scalars=["beta=2"])
 
 
 @pytest.mark.parametrize("default", ["1", "1.0", "'sum'"])
@@ -219,7 +222,9 @@ def test_the_reference_runs_without_autograd(tmp_path) -> None:
 def test_a_plan_names_its_inputs_dtypes_output_and_summary(tmp_path) -> None:
     ref = _ref(tmp_path, ADD)
     plan = plan_new("add-2", f"{ref}:op", inputs=["x:rows,dim", "y:dim"],
-                    dims=["rows=8", "dim=8"], ranges=["rows=1:64"])  # fmt: skip
+                    dims=["rows=8", "dim=8"], ranges=["rows=1:64"],
+                    bytes_formula="4*rows*dim", flops_formula="rows*dim")  # fmt: skip
+    assert (plan.bytes_formula, plan.flops_formula) == ("4*rows*dim", "rows*dim")
     assert plan.name == "add-2" and plan.summary == "Adds two tensors."
     assert plan.dtypes == ["float16", "float32"]
     assert plan.output_shape == ["rows", "dim"] and plan.output_dtype == "case"
