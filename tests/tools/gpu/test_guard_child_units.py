@@ -92,6 +92,9 @@ KERNEL = textwrap.dedent(
         pass
 
 
+    MADE = []  # classes make_class made (in its call)
+
+
     class Old:  # made at import: a call that sets its attributes patches a class it did not make
         pass
 
@@ -171,6 +174,11 @@ KERNEL = textwrap.dedent(
             dataclasses.dataclass(Old)
         if mode == "patch_old":  # a class's special attributes are what CPython audits
             Old.__doc__ = "patched"
+        if mode == "make_class":  # made in this call: its own here, not in a later call
+            MADE.append(type("Made", (), {}))
+            MADE[-1].__doc__ = "set while it is new"
+        if mode == "patch_made":  # state carried across calls on a class of an earlier call
+            MADE[-1].__doc__ = "patched"
         if mode == "patch_torch":
             torch.nn.Identity.__doc__ = "patched"
         if mode == "new_torch_class":  # torch makes some classes on first use: they stay torch's
@@ -396,6 +404,11 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
         replies["kept2"] = call(proc, arena, "kept")
         replies["end_case"] = proc.ask({"op": "end_case"})
         replies["kept3"] = call(proc, arena, "kept")
+        for label in ("unmarked", "marked"):  # the parent marks before each call; a call
+            replies[f"make_class/{label}"] = call(proc, arena, "make_class")  # unmarked walks
+            if label == "marked":
+                replies["mark"] = proc.ask({"op": "mark"})
+            replies[f"patch_made/{label}"] = call(proc, arena, "patch_made")
         replies["os_thread"] = call(proc, arena, "os_thread")
         replies["thread"] = call(proc, arena, "thread")
         replies["after_thread"] = call(proc, arena, "double")
@@ -485,6 +498,16 @@ def test_a_host_read_is_host_compute_and_gives_the_candidate_the_value(session, 
     assert session.slots[mode] == [2.0, 4.0, 6.0, 8.0]  # scale read as 1: one doubling
 
 
+@pytest.mark.parametrize("label", ["unmarked", "marked"])
+def test_a_class_made_in_one_call_is_not_the_next_calls_own(session, label) -> None:
+    """Setting attributes of a class is a patch unless the same call made it: a class made in
+    one call and changed in the next carries state across calls, with or without a mark
+    (the class snapshot the parent asks for between calls) before the second."""
+    assert session.replies[f"make_class/{label}"]["codes"] == []
+    assert session.replies[f"patch_made/{label}"]["codes"] == ["monkey_patch"]
+    assert session.replies["mark"] == {"ok": True}
+
+
 def test_a_library_exec_is_not_dynamic_code(session) -> None:
     assert "dynamic_code" not in session.replies["namedtuple"]["codes"]  # collections' exec
 
@@ -530,7 +553,8 @@ def test_exit_ends_the_process_without_a_reply_and_without_the_candidates_atexit
 
 
 def test_the_candidates_prints_go_to_stderr_never_into_the_protocol(session) -> None:
-    calls = len(MODES) + 9  # and no_kwargs, kwargs, empty, kept (3), os_thread, thread, after
+    calls = len(MODES) + 13  # and no_kwargs, kwargs, empty, kept (3), make/patch (4),
+    # os_thread, thread, after
     assert session.stderr == "imported-" + "called-" * calls
 
 
@@ -811,6 +835,7 @@ def test_a_class_alive_when_the_window_opened_is_never_the_candidates(obs: Any) 
         assert not obs.made_here(cls, sys._getframe()), cls
     newer = type("Newer", (deeper,), {"__module__": "_hl_candidate"})
     assert obs.made_here(newer, None)
+    obs.close()
     obs.open()  # the next call: what the last one made is old now
     assert not obs.made_here(newer, None)
 

@@ -103,13 +103,32 @@ def test_the_candidate_process_dispatches_each_op_and_stops_at_anything_else(sta
     seen: list[Any] = []
     child = guard_child.Child.__new__(guard_child.Child)
     child.load = lambda: seen.append("load")
-    for name in ("map_arena", "call", "record", "end_case"):
+    for name in ("map_arena", "call", "record", "end_case", "mark"):
         setattr(child, name, lambda msg, name=name: seen.append((name, msg["op"])))
-    requests = [{"op": "load"}, {"op": "arena", "size": 8}, {"op": "call"},
+    requests = [{"op": "load"}, {"op": "arena", "size": 8}, {"op": "mark"}, {"op": "call"},
                 {"op": "record"}, {"op": "end_case"}]  # fmt: skip
     child.serve(frames(*requests, {"op": "exit"}, {"op": "load"}))
-    assert seen == ["load", ("map_arena", "arena"), ("call", "call"), ("record", "record"),
-                    ("end_case", "end_case")]  # fmt: skip
+    assert seen == ["load", ("map_arena", "arena"), ("mark", "mark"), ("call", "call"),
+                    ("record", "record"), ("end_case", "end_case")]  # fmt: skip
     seen.clear()
     child.serve(frames({"op": ["load"]}, {"op": "load"}))  # not an op name: ends it
     assert seen == []
+
+
+def test_a_marked_window_walks_no_class_and_a_closed_window_forgets_its_mark(staged, monkeypatch):
+    """Observer.mark takes the class snapshot (between windows, at the parent's request), so
+    the window opened after it walks none inside the parent's clock; close spends the mark, so
+    a window opened without one walks the classes itself (never judged by a stale one)."""
+    guard_child = staged("verify.guard_child")
+    walks: list[int] = []
+    monkeypatch.setattr(guard_child, "every_class", lambda: walks.append(1) or {len(walks): int})
+    obs = guard_child.Observer(None, "/nowhere")
+    obs.mark()
+    assert (walks, obs.before) == ([1], {1: int})
+    obs.open()
+    assert (walks, obs.recording) == ([1], True)  # the mark's snapshot, no walk in the window
+    obs.stream = 5
+    obs.close()
+    assert (obs.recording, obs.stream, obs.before) == (False, None, None)
+    obs.open()
+    assert (walks, obs.before) == ([1, 1], {2: int})  # no mark since: walked on open

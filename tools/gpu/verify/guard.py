@@ -636,6 +636,7 @@ class Verify:
                 slot = lay["slots"][kid.role]
                 if v.expected.numel():
                     view(slot).fill_(float("nan"))
+                kid.ask({"op": "mark"})  # its class snapshot, outside the clock below
                 reply, wall_us = kid.ask({"op": "call", "args": msg_args,
                                           "kwargs": v.kwargs, "slot": slot})  # fmt: skip
                 out = view(slot) if reply.get("copied") else None

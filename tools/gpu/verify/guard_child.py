@@ -145,16 +145,28 @@ class Observer:
         self.stream: int | None = None
         self.codes: set[str] = set()
         self.own_launches = 0
-        self.before: dict[int, type] = {}
+        self.before: dict[int, type] | None = None
 
     def reset(self) -> None:
         self.codes, self.own_launches = set(), 0
 
-    def open(self) -> None:
-        """The candidate's code runs from now on (its import, a call): no class alive now is its
-        own (made_here)."""
+    def mark(self) -> None:
+        """No class alive now is the candidate's own (made_here) in the next window. Taken
+        between windows (the parent's mark request), since walking every class costs 1.5-5 ms
+        that would otherwise fall inside the parent's clock around a call."""
         self.before = every_class()
+
+    def open(self) -> None:
+        """The candidate's code runs from now on (its import, a call), judged against the last
+        mark, taken now when none was since the last window closed."""
+        if self.before is None:
+            self.mark()
         self.recording = True
+
+    def close(self) -> None:
+        """The window is over: its mark is spent (a class the candidate made in it is not its
+        own in the next one, where patching it could carry state across calls)."""
+        self.recording, self.stream, self.before = False, None, None
 
     @staticmethod
     def reads_module_name(frame: Any) -> bool:
@@ -172,7 +184,8 @@ class Observer:
         if issubclass(type(target), type):
             module = TYPE_MODULE(target)
             root = module.split(".")[0] if type(module) is str else ""
-            return address(target) not in self.before and root not in PROTECTED
+            before = self.before  # None outside a window: nothing is its own
+            return before is not None and address(target) not in before and root not in PROTECTED
         return (
             frame.f_code is NAMEDTUPLE
             and type(target) is FUNCTION
@@ -362,12 +375,17 @@ class EndCaseRequest(TypedDict):
     op: Literal["end_case"]
 
 
+class MarkRequest(TypedDict):  # CPU path: before each timed call (Observer.mark)
+    op: Literal["mark"]
+
+
 class ExitRequest(TypedDict):
     op: Literal["exit"]
 
 
 Request = (
-    LoadRequest | ArenaRequest | CallRequest | RecordRequest | EndCaseRequest | ExitRequest
+    LoadRequest | ArenaRequest | CallRequest | RecordRequest | EndCaseRequest | MarkRequest
+    | ExitRequest
 )  # fmt: skip
 
 
@@ -451,7 +469,7 @@ class Child:
         except BaseException as exc:  # the candidate's import failing is a result, not a crash
             error = exception_kind(exc)
         finally:
-            self.obs.recording = False
+            self.obs.close()
         self.reply(ok=not error, error=error, codes=self.codes())
         self.obs.reset()
 
@@ -481,6 +499,11 @@ class Child:
         """CPU: map the parent's arena (the memfd it passed at start), for the whole verify."""
         self.arena = mmap.mmap(int(self.cfg["memfd"]), int(msg["size"]))
         self.held = []
+        self.reply(ok=True)
+
+    def mark(self, msg: MarkRequest) -> None:
+        """Before a timed call (CPU): the class snapshot, outside the parent's clock."""
+        self.obs.mark()
         self.reply(ok=True)
 
     def end_case(self, msg: EndCaseRequest) -> None:
@@ -548,7 +571,7 @@ class Child:
         except BaseException as exc:
             error = exception_kind(exc)
         finally:
-            self.obs.recording, self.obs.stream = False, None
+            self.obs.close()
         facts: dict[str, Any] = {"error": error, "plain": type(out) is torch.Tensor, "out": out}
         if out is not None and facts["plain"]:
             facts["shape"] = list(out.shape)
@@ -571,6 +594,7 @@ class Child:
             "call": self.call,
             "record": self.record,
             "end_case": self.end_case,
+            "mark": self.mark,
         })  # fmt: skip
 
 
