@@ -11,7 +11,9 @@ run_objective and sweep_kernel_config. Prints one table.
   compiling and timing the same configs serially in one runner process (cold cache too).
 
     python benchmarks/bench_ssh_e2e.py [--parts objective,fresh,sweep] [--calls 6]
-        [--configs 32] [--breakdown] [--json FILE]
+        [--configs 32] [--breakdown] [--language triton|cuda] [--json FILE]
+
+--language cuda runs all of it on rmsnorm_gate's CUDA C++ template (kernel.cu through NVRTC).
 """
 
 from __future__ import annotations
@@ -48,8 +50,13 @@ def start_ssh_server(work: Path, triton_cache: Path) -> tuple[subprocess.Popen, 
 
 
 async def mcp_calls(
-    ws: Path, info: dict, state: Path, *, warm: bool, calls: int, sweeps: int, sweep_configs: int
-) -> dict:
+    ws: Path, info: dict, state: Path, *, warm: bool, calls: int, sweeps: int, sweep_configs: int,
+    language: str = "triton",
+) -> dict:  # fmt: skip
+    # The server's state dir holds the workspace's binding (its task and kernel language): bind
+    # it there as init did (a workspace first opened in a new state dir is bound to its task's
+    # Triton version).
+    init_workspace("rmsnorm_gate", ws, Settings(state_dir=state), force=True, language=language)
     env = {
         **os.environ,
         "HARNESSLAB_STATE_DIR": str(state),
@@ -84,9 +91,14 @@ async def mcp_calls(
             if res.is_error:
                 print("run_objective error:", res.content, file=sys.stderr)
         for k in range(sweeps):
-            if k:  # a changed candidate: new hash, so a cold Triton cache on the warm pool
-                kernel = ws / "kernel.py"
-                kernel.write_text(kernel.read_text() + f"\n# sweep {k}\n")
+            if k:  # a changed candidate: new hash, so a cold Triton (or NVRTC) cache on the
+                # warm pool
+                for name in ("kernel.py", "kernel.cu"):
+                    kernel = ws / name
+                    if kernel.exists():
+                        kernel.write_text(kernel.read_text() + f"\n// sweep {k}\n"
+                                          if name.endswith(".cu") else
+                                          kernel.read_text() + f"\n# sweep {k}\n")  # fmt: skip
             t0 = time.perf_counter()
             res = await client.call_tool("sweep_kernel_config", {"max_configs": sweep_configs})
             sweep_s = time.perf_counter() - t0
@@ -148,7 +160,7 @@ def serial_sweep(
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         print("serial sweep failed:", out.stderr[-2000:], file=sys.stderr)
-    per_config = []
+    per_config, passed = [], 0
     for line in out.stdout.splitlines():
         try:
             msg = json.loads(line)
@@ -156,6 +168,8 @@ def serial_sweep(
             continue
         if msg.get("event") == "result" and isinstance(msg.get("configs"), list):
             per_config = [float(e.get("wall_s") or 0.0) for e in msg["configs"]]
+            passed = sum(e.get("status") == "passed" for e in msg["configs"])
+    print(f"serial: {passed} of {len(per_config)} configs passed", flush=True)
     return wall, per_config
 
 
@@ -205,14 +219,19 @@ def main() -> int:
         help="configs for the serial baseline (its rate in configs/min is what is compared)",
     )
     ap.add_argument("--breakdown", action="store_true", help="per-phase seconds of a warm call")
+    ap.add_argument("--language", default="triton", help="the template's kernel language")
     ap.add_argument("--json", type=Path, help="write every number measured here to this file")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
-    report: dict = {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    report: dict = {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "language": args.language}  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="hl-ssh-e2e-"))
-    ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=tmp / "state")).root
+    lang = {"language": args.language}
+    ws = init_workspace("rmsnorm_gate", tmp / "ws", Settings(state_dir=tmp / "state"), **lang).root
     configs = expand_space(
-        init_workspace("rmsnorm_gate", tmp / "ws_serial", Settings(state_dir=tmp / "state_serial")),
+        init_workspace(
+            "rmsnorm_gate", tmp / "ws_serial", Settings(state_dir=tmp / "state_serial"), **lang
+        ),
         None,
         args.configs,
         json.loads((ws / "kernel_config.json").read_text()),
@@ -233,7 +252,14 @@ def main() -> int:
         if "fresh" in parts:
             fresh = anyio.run(
                 lambda: mcp_calls(
-                    ws, info, tmp / "state_fresh", warm=False, calls=3, sweeps=0, sweep_configs=0
+                    ws,
+                    info,
+                    tmp / "state_fresh",
+                    warm=False,
+                    calls=3,
+                    sweeps=0,
+                    sweep_configs=0,
+                    language=args.language,
                 )
             )
         warm = anyio.run(
@@ -245,6 +271,7 @@ def main() -> int:
                 calls=args.calls if "objective" in parts else 0,
                 sweeps=args.sweeps if "sweep" in parts else 0,
                 sweep_configs=args.configs,
+                language=args.language,
             )
         )
     finally:

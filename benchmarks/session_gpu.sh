@@ -14,7 +14,8 @@
 #   repeat       REPEATS guarded verifies of rmsnorm_gate's fast.py: false rejections, spread, cost
 #   fresh        REPEATS guarded verifies of fast.py, each in a fresh state dir: all must pass
 #   concurrent   four guarded verifies at once in one state dir against one alone (<= 2x)
-#   sweep        32-config sweep on the warm compile pool against the serial path (bench_ssh_e2e.py)
+#   sweep        32-config sweep on the warm compile pool against the serial path (bench_ssh_e2e.py;
+#                SWEEP_LANGS="triton cuda": each template in turn, CUDA C++'s whole space is 20)
 #   objective    warm run_objective over SSH, phases, back-to-back agreement (bench_ssh_e2e.py)
 #   variants     rmsnorm_gate's solution, its variants and the peers (rmsnorm_variants_gpu.py)
 #   kernelbench  three imported KernelBench problems through eval and verify (kernelbench_gpu.sh)
@@ -58,9 +59,12 @@ for part in corpus honest repeat fresh concurrent; do
   fi
 done
 if has sweep; then
-  el "== sweep"
-  timeout "${SWEEP_S:-170}" python3 benchmarks/bench_ssh_e2e.py --parts sweep --configs 32 --serial-configs 8 \
-    --json "$OUT/sweep.json" 2>"$OUT/sweep.err" | tail -30; echo "sweep rc=${PIPESTATUS[0]}"
+  for lang in ${SWEEP_LANGS:-triton}; do  # one language after the other, same machine
+    el "== sweep ($lang)"
+    timeout "${SWEEP_S:-170}" python3 benchmarks/bench_ssh_e2e.py --parts sweep --configs 32 --serial-configs 8 \
+      --language "$lang" --json "$OUT/sweep_$lang.json" 2>"$OUT/sweep_$lang.err" | tail -30
+    echo "sweep ($lang) rc=${PIPESTATUS[0]}"; tail -3 "$OUT/sweep_$lang.err"
+  done
 fi
 if has objective; then
   el "== objective"
