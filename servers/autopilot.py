@@ -9,7 +9,11 @@ with the SDK's stdio client.
 - attempt (kernel and step tasks): inspect_context -> a preset sweep from a registered
   generated server, if there is one -> run_objective -> sweep_kernel_config (coarse, then around
   the best) -> apply the best config -> numerical_probe -> guarded_final_verify; a config that
-  fails the probe or the verify is undone. A step task's cases are its dev traces.
+  fails the probe or the verify is undone. A step task's cases are its dev traces. With the
+  turn's limit (--time-limit-s, which the loop passes) each sweep tries only the configs that
+  leave time for the probe and the verify (a config costs about one run_objective, then what
+  the coarse sweep measured); with no room for two, the attempt stops after run_objective and
+  says so.
 - command tasks: servers/autopilot_command.py (one-knob changes of the config file, scored
   with run_objective; the build writes a tool that restores the winning config).
 - build / repair: through the meta-server, generate a task-specific server that offers the
@@ -68,6 +72,12 @@ class Session:
         if self.notes_path.is_file():
             self.notes = json.loads(self.notes_path.read_text())
         self.result: dict[str, Any] = {"status": "failed", "session_id": self.session_id}
+        limit = getattr(args, "time_limit_s", None)
+        self.deadline = time.monotonic() + limit if limit else None
+
+    def left_s(self) -> float | None:
+        """Seconds until the turn's limit (None: no limit known)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
     async def connect(self, name: str, entry: dict[str, Any]) -> Client:
         env = dict(entry.get("env") or {})
@@ -201,6 +211,14 @@ def pick_cases(dev_cases: list[dict[str, Any]], interpreted: bool) -> list[str] 
     return sorted(set(names))
 
 
+def configs_that_fit(left_s: float | None, per_config_s: float, reserve_s: float, cap: int) -> int:
+    """How many configs a sweep may try so that `reserve_s` (the probe and the verify after
+    it) is still left before the turn's limit, at `per_config_s` each (at most `cap`)."""
+    if left_s is None:
+        return cap
+    return max(0, min(cap, int((left_s - reserve_s) // max(per_config_s, 1e-3))))
+
+
 def best_of(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     ok = [r for r in results if r.get("status") == "ok" and r.get("score_us") is not None]
     return min(ok, key=lambda r: r["score_us"]) if ok else None
@@ -241,14 +259,26 @@ async def attempt(s: Session, servers: dict[str, dict[str, Any]], ws: Workspace)
                 except ToolFailed as exc:
                     s.log({"event": "tool_failed", "error": str(exc)})
 
+    started = time.monotonic()
     base = await s.call(TASK_SERVER, "run_objective", cases=cases)
     s.result["metrics"]["dev_score_us_before"] = base.get("score")
+    # What the turn's limit allows: a config costs about one objective call (then what the
+    # coarse sweep measured), and the probe and the verify after the sweeps about three.
+    per_config_s = time.monotonic() - started
+    reserve_s = 3 * per_config_s
     known = best_of([r for sw in sweeps for r in sw.get("results", [])])
     if known is None:
-        coarse = coarse_space(space, max_configs)
+        fit = configs_that_fit(s.left_s(), per_config_s, reserve_s, max_configs)
+        if fit < 2:
+            s.result.update(status="no_change", summary=no_time(s, per_config_s))
+            s.save()
+            return
+        coarse = coarse_space(space, fit)
+        started = time.monotonic()
         sw = await s.call(
-            TASK_SERVER, "sweep_kernel_config", space=coarse, cases=cases, max_configs=max_configs
+            TASK_SERVER, "sweep_kernel_config", space=coarse, cases=cases, max_configs=fit
         )
+        per_config_s = (time.monotonic() - started) / max(int(sw.get("tried") or 0), 1)
         sweeps.append(sw)
         known = best_of(sw.get("results", []))
     else:
@@ -258,10 +288,11 @@ async def attempt(s: Session, servers: dict[str, dict[str, Any]], ws: Workspace)
         s.result.update(status="failed", summary="no config in the coarse sweep passed")
         s.save()
         return
-    around = refine_space(space, coarse, known["config"], max_configs)
-    if _size(around) > 1:
+    fit = configs_that_fit(s.left_s(), per_config_s, reserve_s, max_configs)
+    around = refine_space(space, coarse, known["config"], max(fit, 1))
+    if fit > 1 and _size(around) > 1:
         sw = await s.call(
-            TASK_SERVER, "sweep_kernel_config", space=around, cases=cases, max_configs=max_configs
+            TASK_SERVER, "sweep_kernel_config", space=around, cases=cases, max_configs=fit
         )
         sweeps.append(sw)
     best = best_of([r for sw in sweeps for r in sw.get("results", [])]) or known
@@ -290,6 +321,17 @@ async def attempt(s: Session, servers: dict[str, dict[str, Any]], ws: Workspace)
         verify_score_us=verdict.get("score_us"),
     )
     s.save()
+
+
+def no_time(s: Session, objective_s: float) -> str:
+    """Why the attempt stopped before its sweep, and what gives it room."""
+    left = s.left_s() or 0.0
+    s.log({"event": "no_time", "objective_s": round(objective_s, 1), "left_s": round(left, 1)})
+    return (
+        f"no sweep: run_objective took {objective_s:.0f} s and {left:.0f} s of the turn were "
+        f"left, too little for two configs and the probe and verify after them (~"
+        f"{3 * objective_s:.0f} s); raise the limit (harnesslab run --attempt-timeout)"
+    )
 
 
 def server_spec(task_name: str, notes: dict[str, Any]) -> dict[str, Any]:
@@ -390,6 +432,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="per sweep (default 6 on the CPU); command tasks: one-knob tries (0: none)",
+    )
+    p.add_argument(
+        "--time-limit-s",
+        type=float,
+        default=None,
+        help="the turn's limit: sweeps shrink to leave time for the probe and the verify",
     )
     p.add_argument(
         "--self-test",

@@ -102,6 +102,8 @@ class AutopilotRunner(AgentRunner):
             str(turn.result_file),
             "--prompt-file",
             str(turn.prompt_file),
+            "--time-limit-s",
+            f"{turn.timeout_s:g}",
         ]
         if turn.session_id:
             argv += ["--session-id", turn.session_id]

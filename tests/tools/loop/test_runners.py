@@ -386,3 +386,10 @@ def test_claude_reads_the_turns_skills_from_the_toolkits_plugin_folder(tmp_path)
     argv = ClaudeRunner().argv(turn)
     assert argv[argv.index("--setting-sources") + 1] == "user"
     assert argv[argv.index("--plugin-dir") + 1] == str(tmp_path / "plugin")
+
+
+def test_the_autopilot_is_told_the_turns_limit(tmp_path: Path) -> None:
+    """It sizes its sweeps to leave the probe and the verify their time before the limit."""
+    argv = build_runner("autopilot").argv(make_turn(tmp_path))
+    i = argv.index("--time-limit-s")
+    assert float(argv[i + 1]) == TURN_LIMIT_S
