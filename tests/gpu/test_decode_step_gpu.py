@@ -171,6 +171,9 @@ def test_the_triton_solutions_verify_scores_a_lower_p50_than_the_eager_baseline(
         assert v.unverified == ["step_work"]
         print(name, v.score_us, [(c.name, c.median_us, c.buckets[0].p95_us, c.buckets[0].steps)
                                  for c in v.result.cases if c.buckets])  # fmt: skip
+        phases = v.evidence.get("runner_phases_s") or {}
+        print(name, "wall", round(v.evidence.get("runner_wall_s") or 0, 1), "s; phases",
+              {k: round(t, 1) for k, t in phases.items()})  # fmt: skip
     for e, s in zip(eager.result.cases, sol.result.cases, strict=True):
         assert s.median_us is not None and e.median_us is not None
         assert s.median_us < e.median_us, (e.name, e.median_us, s.median_us)

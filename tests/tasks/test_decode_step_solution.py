@@ -13,6 +13,7 @@ import pytest
 
 from harnesslab.tests.conftest_shared import make_launcher, make_settings, make_workspace
 from harnesslab.tools.evaluation import run_step_objective
+from harnesslab.tools.integrity import public_verdict
 from harnesslab.tools.integrity.step_verify import guarded_step_verify
 from harnesslab.tools.task import load_task
 
@@ -84,3 +85,10 @@ def test_the_guarded_step_verify_passes_the_triton_solution(tmp_path) -> None:
     v = anyio.run(go)
     assert v.verdict == "passed", v.reasons
     assert v.certifies == "step_outputs" and all(c.passed for c in v.result.cases)
+    # Where the parent's seconds went, for the operator (never in what an agent reads).
+    phases = v.evidence["runner_phases_s"]
+    assert set(phases) == {"start", "state", "reference", "poison", "candidate", "compare",
+                           "timed"}  # fmt: skip
+    assert all(t > 0 for t in phases.values()), phases
+    assert sum(phases.values()) <= v.evidence["runner_wall_s"]
+    assert "runner_phases_s" not in public_verdict(v)["evidence"]

@@ -197,6 +197,7 @@ async def guarded_step_verify(
         "driver": env.driver,
         "versions": {"torch": env.torch, "triton": env.triton, "cuda": env.cuda},
         "runner_wall_s": raw.get("wall_s"),
+        "runner_phases_s": raw.get("phases_s"),  # where the parent's seconds went
         "sandbox": raw.get("sandbox"),
     }
     return Verdict(

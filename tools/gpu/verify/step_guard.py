@@ -130,6 +130,10 @@ class StepVerify:
     def __init__(self, env, req: dict[str, Any], rt: types.ModuleType) -> None:
         self.env, self.rt, self.torch = env, rt, env.torch
         self.started = time.perf_counter()
+        # Where the verify's seconds go (summed over traces; operator-side evidence only):
+        # start, state, reference, candidate, poison, compare, timed.
+        self.phases = rt.Phases()
+        self.sync = env.torch.cuda.synchronize if env.device == "cuda" else None
         digest = hashlib.sha256(f"{req.get('seed', 0)}:{os.urandom(16).hex()}".encode())
         self.req = {**req, "seed": int(digest.hexdigest()[:15], 16)}
         self.ref = rt.load_module(Path(req["reference"]), "_hl_step_verify_reference")
@@ -176,12 +180,13 @@ class StepVerify:
                                   "sandbox": {}, "certifies": "step_outputs"}  # fmt: skip
         kid = None
         try:
-            kid = self.candidate_kid(arena.fd)
-            result["sandbox"]["candidate"] = kid.started()
-            kid.send({"device": self.env.device, "candidate_dir": req["candidate_dir"],
-                      "entry": req["entry"], "reference": req["reference"],
-                      "memfd": arena.fd})  # fmt: skip
-            reply, _ = kid.ask({"op": "load"})
+            with self.phases("start"):
+                kid = self.candidate_kid(arena.fd)
+                result["sandbox"]["candidate"] = kid.started()
+                kid.send({"device": self.env.device, "candidate_dir": req["candidate_dir"],
+                          "entry": req["entry"], "reference": req["reference"],
+                          "memfd": arena.fd})  # fmt: skip
+                reply, _ = kid.ask({"op": "load"})
             err = guard.error_text(reply)
             result["load"]["candidate"] = {"ok": bool(reply.get("ok")) and not err}
             if not result["load"]["candidate"]["ok"]:
@@ -209,57 +214,68 @@ class StepVerify:
             self.lock.close()
             arena.close()
             result["wall_s"] = time.perf_counter() - self.started
+            result["phases_s"] = dict(self.phases)
         return result
 
     def one_trace(self, kid: Kid, arena: Arena, config, trace: dict[str, Any], weight_seed: int,
                   rec: dict[str, Any]) -> None:  # fmt: skip
         """The passes of one hidden trace, checked then timed; reasons go into rec["codes"] (the
         first stops it), the timed pass's figures into rec (step_timed.timing)."""
-        ref, device = self.ref, self.env.device
         layout, _ = Arena.layout(config)
         views = arena.views(layout)
         with self.lock.work():
-            truth = ref.new_state(config, seed=weight_seed, device=device)
-            for name, w in truth.weights.items():
-                views[f"w.{name}"].copy_(w)
-            views["rope_cos"].copy_(truth.rope_cos)
-            views["rope_sin"].copy_(truth.rope_sin)
-            # The parent's handle on the candidate's State (the same arena the child's views
-            # see): reference.prefill and advance write prompts and lengths into it as into any
-            # State.
-            cand = ref.State(
-                config=config, weights={}, kv_cache=views["kv_cache"], lengths=views["lengths"],
-                host_lengths=[0] * config.batch, rope_cos=views["rope_cos"],
-                rope_sin=views["rope_sin"],
-            )  # fmt: skip
-            kid.ask({"op": "trace", "layout": layout, "config": _config_dict(config)})
+            with self.phases("state", self.sync):
+                truth, cand = self.states(kid, views, layout, config, weight_seed)
             for variant in range(PASSES):
                 if not self.checked_pass(kid, views, truth, cand, trace, variant, rec):
                     return None
-        samples = step_timed.TimedPass(self, kid, views, truth, cand, rec).run(trace, PASSES)
+        with self.phases("timed"):
+            samples = step_timed.TimedPass(self, kid, views, truth, cand, rec).run(trace, PASSES)
         if not rec["codes"]:
             rec.update(step_timed.timing(samples))
         return None
+
+    def states(self, kid: Kid, views: dict[str, Any], layout, config, weight_seed: int):
+        """The reference's State here and the candidate's in the arena (the same weights), and
+        the child told the trace's layout."""
+        ref = self.ref
+        truth = ref.new_state(config, seed=weight_seed, device=self.env.device)
+        for name, w in truth.weights.items():
+            views[f"w.{name}"].copy_(w)
+        views["rope_cos"].copy_(truth.rope_cos)
+        views["rope_sin"].copy_(truth.rope_sin)
+        # The parent's handle on the candidate's State (the same arena the child's views see):
+        # reference.prefill and advance write prompts and lengths into it as into any State.
+        cand = ref.State(
+            config=config, weights={}, kv_cache=views["kv_cache"], lengths=views["lengths"],
+            host_lengths=[0] * config.batch, rope_cos=views["rope_cos"],
+            rope_sin=views["rope_sin"],
+        )  # fmt: skip
+        kid.ask({"op": "trace", "layout": layout, "config": _config_dict(config)})
+        return truth, cand
 
     def checked_pass(self, kid: Kid, views: dict[str, Any], truth, cand, trace: dict[str, Any],
                      variant: int, rec: dict[str, Any]) -> bool:  # fmt: skip
         """One checked pass: the prompts written and every stale slot poisoned before each step,
         the cache copied around each step on a GPU (step_child's "step")."""
-        torch, ref, device = self.torch, self.ref, self.env.device
+        torch, ref, device, phase = self.torch, self.ref, self.env.device, self.phases
         for s in (truth, cand):
             step_trace.reset_state(s)
         for index, (prompts, toks) in enumerate(
             step_trace.schedule(trace, variant, truth.config.vocab)
         ):
             where = f"pass {variant} step {index}"
-            for b, length, seed in prompts:
-                for s in (truth, cand):
-                    ref.prefill(s, b, length, seed)
+            with phase("reference", self.sync):  # the prompts, written into both States
+                for b, length, seed in prompts:
+                    for s in (truth, cand):
+                        ref.prefill(s, b, length, seed)
             expected = list(truth.host_lengths)
-            step_trace.poison_stale(torch, cand, expected)
-            views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
-            views["logits"].fill_(float("nan"))
-            reply, _ = kid.ask({"op": "step", "host_lengths": expected})
+            with phase("poison"):
+                step_trace.poison_stale(torch, cand, expected)
+                views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
+                views["logits"].fill_(float("nan"))
+            with phase("candidate"):
+                reply, _ = kid.ask({"op": "step", "host_lengths": expected})
             err = guard.error_text(reply)
             if err:
                 self.fail(rec, "candidate_error", f"{where}: the step raised {err}")
@@ -268,17 +284,21 @@ class StepVerify:
                 self.fail(rec, "wrong_shape", f"{where}: the logits are not a plain tensor of "
                           "the reference's shape and dtype")  # fmt: skip
                 return False
-            got = views["logits"].to(device, copy=True)
-            want = ref.reference_step(truth, torch.tensor(toks, dtype=torch.long, device=device))
-            if not self.logits_ok(got, want, truth.config, rec, where):
-                return False
+            with phase("reference", self.sync):
+                got = views["logits"].to(device, copy=True)
+                want = ref.reference_step(truth, torch.tensor(toks, dtype=torch.long,
+                                                              device=device))  # fmt: skip
+            with phase("compare", self.sync):
+                if not self.logits_ok(got, want, truth.config, rec, where):
+                    return False
             if views["lengths"].tolist() != expected:
                 self.fail(rec, "lengths_modified", f"{where}: the step changed the lengths")
                 return False
             rec["steps_checked"] += 1
             for s in (truth, cand):
                 ref.advance(s)
-        return self.cache_ok(views, truth, rec, f"after pass {variant}")
+        with phase("compare", self.sync):
+            return self.cache_ok(views, truth, rec, f"after pass {variant}")
 
     @staticmethod
     def fail(rec: dict[str, Any], code: str, detail: str) -> None:
