@@ -107,8 +107,8 @@ def verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         cand.mkdir()
         (cand / "kernel.py").write_text(source)
         events: list[dict[str, Any]] = []
-        rt = types.SimpleNamespace(load_module=runner.load_module, compare=runner.compare,
-                                   emit=events.append)  # fmt: skip
+        rt = types.SimpleNamespace(load_module=runner.load_module, Phases=runner.Phases,
+                                   compare=runner.compare, emit=events.append)  # fmt: skip
         env = types.SimpleNamespace(device="cpu", interpret=True, torch=torch)
         v = step_guard.StepVerify(env, request(cand, traces), rt)
         kid = kid_type()
@@ -351,7 +351,9 @@ def test_the_verify_takes_its_timeout_lock_and_scratch_from_the_request(
 ) -> None:
     monkeypatch.setattr(step_guard, "stage_root", lambda: str(tmp_path / "stage"))
     events: list[dict[str, Any]] = []
-    rt = types.SimpleNamespace(load_module=runner.load_module, emit=events.append)
+    rt = types.SimpleNamespace(
+        load_module=runner.load_module, Phases=runner.Phases, emit=events.append
+    )
     env = types.SimpleNamespace(device="cpu", interpret=True, torch=torch)
     req = {**request(tmp_path), "gpu_lock": {"file": str(tmp_path / "locks" / "gpu3"), "gpu": 3}}
     v = step_guard.StepVerify(env, req, rt)
