@@ -14,7 +14,7 @@ import pytest
 
 from harnesslab.servers import autopilot, commands, task_tools
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.evaluation import overview
+from harnesslab.tools.evaluation import overview, probe, profiling
 from harnesslab.tools.loop import driver
 from harnesslab.tools.task.kinds import KINDS, TaskKind, kind_of
 from harnesslab.tools.task.spec import TaskSpec, load_task, parse_task
@@ -28,6 +28,12 @@ TABLES = {
     "tools.loop.driver.SCORE_BY_KIND": driver.SCORE_BY_KIND,
     "tools.evaluation.overview.TASK_FIELDS_BY_KIND": overview.TASK_FIELDS_BY_KIND,
     "tools.evaluation.overview.NEXT_BY_KIND": overview.NEXT_BY_KIND,
+    "tools.evaluation.probe.PROBES_BY_KIND": probe.PROBES_BY_KIND,
+}
+# Tables of one tool's work per kind: they name every kind the tool applies to (the rest refuse
+# it before, require_runner).
+TOOL_TABLES = {
+    "tools.evaluation.profiling.PROFILE_BY_KIND": ("profile_kernel", profiling.PROFILE_BY_KIND),
 }
 
 
@@ -54,6 +60,12 @@ def command_task(tmp_path: Path, *, unit: str = "", final: bool = False) -> Task
 @pytest.mark.parametrize("table", sorted(TABLES))
 def test_every_per_kind_table_names_every_kind(table):
     assert set(TABLES[table]) == set(KINDS)
+
+
+@pytest.mark.parametrize("table", sorted(TOOL_TABLES))
+def test_every_tools_per_kind_table_names_every_kind_the_tool_applies_to(table):
+    tool, entries = TOOL_TABLES[table]
+    assert set(entries) == {name for name, kind in KINDS.items() if kind.applies(tool)}
 
 
 def test_a_kernel_task_is_run_by_the_runner_and_refuses_the_objective_paths():
@@ -375,3 +387,65 @@ def test_a_tools_cases_name_the_dev_cases_with_their_sizes_and_a_step_tasks_its_
     ]
     assert step.dev_cases == []  # ...not the kernel cases a step task does not have
     assert kind_of(step).dev_cases(step.model_copy(update={"step": None})) == []
+
+
+def test_a_runs_cases_are_checked_and_selected_by_the_kind_in_the_order_given(tmp_path):
+    """Rule: `cases` names a kernel task's dev cases (in the order given), a step task's dev
+    traces (in the task's order); an unknown name is refused with the argument's name and
+    every name it takes; None is all of them."""
+    kernel = load_task("rmsnorm_gate")
+    kind = kind_of(kernel)
+    names = [c.name for c in kernel.dev_cases]
+    assert kind.select(kernel, None) == list(kernel.dev_cases) == kind.select(kernel, [])
+    picked = kind.select(kernel, [names[1], names[0]])
+    assert picked == [kernel.dev_cases[1], kernel.dev_cases[0]]
+    with pytest.raises(UsageError) as err:
+        kind.select(kernel, [names[0], "nope"], "case")
+    assert err.value.message == "case: unknown case 'nope'."
+    assert err.value.next_step == f"case takes {', '.join(names)}"
+    step = load_task("decode_step")
+    traces = kind_of(step).select(step, ["dynamic_bf16", "fixed_fp16"])
+    assert [(c.name, c.dtype, c.shape) for c in traces] == [
+        ("fixed_fp16", "float16", {}), ("dynamic_bf16", "bfloat16", {})]  # fmt: skip
+    assert [c.name for c in kind_of(step).select(step, None)] == [
+        "fixed_fp16", "dynamic_fp16", "dynamic_bf16"]  # fmt: skip
+    with pytest.raises(UsageError) as err:
+        kind_of(step).select(step, ["fixed"])
+    assert err.value.message == "cases: unknown trace 'fixed'."
+    assert err.value.next_step == "cases takes fixed_fp16, dynamic_fp16, dynamic_bf16"
+    with pytest.raises(UsageError, match="unknown case 'x'") as err:
+        kind_of(command_task(tmp_path)).check_cases(command_task(tmp_path), ["x"], "cases")
+    assert err.value.next_step == "cases takes none"
+    kind.check_cases(kernel, None, "cases")  # nothing named: nothing to refuse
+
+
+def test_a_runner_request_carries_a_kernels_cases_and_a_step_tasks_step_table():
+    """Rule: what kernel_request is given for `names`: a kernel's selected cases, a step task's
+    [step] request with the named traces (all: None), never the other's key."""
+    kernel = load_task("rmsnorm_gate")
+    names = [c.name for c in kernel.dev_cases]
+    assert kind_of(kernel).runner_cases(kernel, None) == {"cases": list(kernel.dev_cases)}
+    assert kind_of(kernel).runner_cases(kernel, names[:1]) == {"cases": kernel.dev_cases[:1]}
+    step = load_task("decode_step")
+    assert step.step is not None
+    assert kind_of(step).runner_cases(step, None) == {"step": step.step.request()}
+    named = kind_of(step).runner_cases(step, ["dynamic_bf16"])
+    assert named == {"step": step.step.request(["dynamic_bf16"])}
+    assert [t["name"] for t in named["step"]["traces"]] == ["dynamic_bf16"]
+    with pytest.raises(UsageError, match="unknown trace 'nope'"):
+        kind_of(step).runner_cases(step, ["nope"])
+    with pytest.raises(UsageError, match="unknown case 'nope'"):
+        kind_of(kernel).runner_cases(kernel, ["nope"])
+
+
+def test_a_step_tasks_sweep_scores_a_config_with_a_whole_run_a_kernels_compiles_first():
+    assert KINDS["step"].sweep_runs_objective
+    assert not KINDS["kernel"].sweep_runs_objective
+    assert not KINDS["command"].sweep_runs_objective
+
+
+def test_require_steps_hands_over_the_step_table_and_refuses_a_step_task_without_one():
+    step = load_task("decode_step")
+    assert kind_of(step).require_steps(step, "x") is step.step
+    with pytest.raises(UsageError, match="x: step task 'decode_step' has no \\[step\\] table"):
+        kind_of(step).require_steps(step.model_copy(update={"step": None}), "x")
