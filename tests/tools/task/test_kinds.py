@@ -7,11 +7,14 @@ tool call)."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
 import pytest
 
+import harnesslab.servers as servers
+import harnesslab.tools as tools
 from harnesslab.servers import autopilot, commands, task_tools
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.evaluation import overview, probe, profiling
@@ -449,3 +452,106 @@ def test_require_steps_hands_over_the_step_table_and_refuses_a_step_task_without
     assert kind_of(step).require_steps(step, "x") is step.step
     with pytest.raises(UsageError, match="x: step task 'decode_step' has no \\[step\\] table"):
         kind_of(step).require_steps(step.model_copy(update={"step": None}), "x")
+
+
+# Where a task's kind may be tested: the kinds themselves (tools/task/), and the staged GPU side,
+# which never sees a TaskSpec (its `step` is a step index).
+KIND_HOMES = (Path(tools.__path__[0]) / "task", Path(tools.__path__[0]) / "gpu")
+
+
+def kind_tests(source: str) -> list[str]:
+    """The expressions in `source` that test a task's kind instead of asking it: a task's
+    `.kind` compared with anything; any `.step`, or a name bound to one (`step = t.step`),
+    compared with None; a task's `.step` or such a name taken as a truth value."""
+    tree = ast.parse(source)
+    aliases = {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "step"
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+    def a_step(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "step") or (
+            isinstance(node, ast.Name) and node.id in aliases
+        )
+
+    def of_task(node: ast.AST, attr: str) -> bool:
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == attr
+            and ast.unparse(node.value).endswith("task")
+        )
+
+    found = []
+    for node in ast.walk(tree):
+        tested: list[ast.expr] = []
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            none = any(isinstance(x, ast.Constant) and x.value is None for x in sides)
+            if any(of_task(x, "kind") for x in sides) or (none and any(map(a_step, sides))):
+                found.append(ast.unparse(node))
+        elif isinstance(node, ast.If | ast.IfExp | ast.While | ast.Assert):
+            tested = [node.test]
+        elif isinstance(node, ast.BoolOp):
+            tested = node.values
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            tested = [node.operand]
+        elif isinstance(node, ast.comprehension):
+            tested = node.ifs
+        found += [
+            ast.unparse(t)
+            for t in tested
+            if of_task(t, "step") or (isinstance(t, ast.Name) and t.id in aliases)
+        ]
+    return found
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "if ws.task.step is not None: pass",
+        "x = 1 if task.step is None else 2",
+        "assert t.step is not None",
+        "if state.workspace.task.step: pass",
+        "ok = not task.step",
+        "ok = bool(x) and ws.task.step",
+        'if task.kind == "step": pass',
+        'x = [1 for _ in y if ws.task.kind in ("kernel", "step")]',
+        'if task.kind != "command": pass',
+        "step = ws.task.step\nx = {} if step is None else step.request()",
+        "step = t.step\nmodel = step.model if step else None",
+    ],
+)
+def test_a_test_of_the_tasks_kind_is_seen(source):
+    assert kind_tests(source) != []
+
+
+def test_asking_the_kind_and_other_steps_and_kinds_are_not_kind_tests():
+    source = (
+        "kind_of(task).require_steps(task, 'x')\n"
+        "if kind.sweep_runs_objective: pass\n"
+        "while it.step != 'done': pass\n"  # the loop's phase
+        "if report.kind == 'command': pass\n"  # an import report's, not a task's
+        "if p.kind == p.VAR_KEYWORD: pass\n"
+        "step = kind.require_steps(task, 'x')\n"
+    )
+    assert kind_tests(source) == []
+
+
+def test_callers_never_test_a_tasks_kind_they_ask_it():
+    """Rule: outside the kinds (tools/task/), tools/ and servers/ never branch on a task's kind
+    or on whether it has a [step] table: they ask `kind_of(task)` (select, runner_cases,
+    require_steps, ...) or take the kind's entry of a per-kind table (TABLES, TOOL_TABLES)."""
+    roots = [Path(tools.__path__[0]), Path(servers.__path__[0])]
+    found = [
+        f"{path.relative_to(root.parent)}: {hit}"
+        for root in roots
+        for path in sorted(root.rglob("*.py"))
+        if not any(home in path.parents for home in KIND_HOMES)
+        for hit in kind_tests(path.read_text())
+    ]
+    assert found == []
