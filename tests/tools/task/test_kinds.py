@@ -314,6 +314,13 @@ def test_a_step_task_needs_an_entry_a_step_table_tolerances_and_trace_dtypes(tmp
     assert "step.traces 'dynamic_bf16': dtype bfloat16 is not one of the task's dtypes" in (
         refusal(text.replace('dtypes = ["float16", "bfloat16"]', 'dtypes = ["float16"]'), tmp_path)
     )
+    unlisted = text.replace(
+        'editable = ["kernel.py", "kernel_config.json"]', 'editable = ["kernel.py"]'
+    )
+    assert "editable must list the launch config kernel_config.json" in refusal(unlisted, tmp_path)
+    # no launch config at all: nothing for editable to list
+    no_config = unlisted.replace('config_file = "kernel_config.json"\n', "")
+    assert parse_task(no_config, tmp_path).config_file == ""
 
 
 def test_each_generic_tool_applies_to_a_command_task(tmp_path):
