@@ -49,16 +49,6 @@ from .task_models import (
 )
 
 
-def check_cases(state: ServerState, names: list[str] | None, arg: str = "cases") -> None:
-    """Unknown case names answered with the argument's name and every allowed value."""
-    known = [c.name for c in state.workspace.task.dev_cases]
-    for name in names or []:
-        if name not in known:
-            raise UsageError(
-                f"{arg}: unknown case {name!r}.", next_step=f"{arg} takes {', '.join(known)}"
-            )
-
-
 async def _inspect(state: ServerState, args: InspectIn, ctx: Context | None) -> Overview:
     return overview(state.workspace, state.launcher, recent=args.recent)
 
@@ -125,7 +115,6 @@ async def _kernel_objective(
 ) -> ObjectiveOut:
     """A kernel task's dev cases on the runner (tools/evaluation/objective.py)."""
     ws = state.workspace
-    check_cases(state, args.cases)
     res = await run_objective(
         ws,
         state.launcher,
@@ -179,8 +168,7 @@ async def _step_objective(
 
 async def _sweep(state: ServerState, args: SweepIn, ctx: Context | None) -> SweepOut:
     ws = state.workspace
-    if ws.task.step is None:  # a step task's trace names: select_traces checks them
-        check_cases(state, args.cases)
+    kind_of(ws.task).check_cases(ws.task, args.cases, "cases")  # before the space's checks
     for knob, wanted in (args.space or {}).items():
         allowed = ws.task.space.get(knob, [])
         bad = [v for v in wanted if isinstance(v, bool) and not any(a is v for a in allowed)]
@@ -385,17 +373,12 @@ async def _restore(state: ServerState, args: RestoreIn, ctx: Context | None) -> 
 
 
 async def _profile(state: ServerState, args: ProfileIn, ctx: Context | None) -> ProfileReport:
-    task = state.workspace.task
-    case = args.case
-    if task.step is not None:  # a dev trace (profile_step checks the name)
-        case = case or task.step.traces[0].name
-    check_cases(state, [case] if case and task.step is None else None, "case")
-    if case is None:
-        case = max(
-            task.dev_cases, key=lambda c: c.shape.get("rows", 1) * c.shape.get("dim", 1)
-        ).name
     return await profile_kernel(
-        state.workspace, state.launcher, case=case, repeats=args.repeats, progress=reporter(ctx)
+        state.workspace,
+        state.launcher,
+        case=args.case,
+        repeats=args.repeats,
+        progress=reporter(ctx),
     )
 
 

@@ -25,9 +25,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..task import TaskSpec, load_task
+from ..task import DTYPES, TaskSpec, load_task
 from ..task.declaration import INPUT_DTYPES
-from ..task.spec import DTYPES, NAME_RE
+from ..task.spec import NAME_RE
 
 # |out - ref| <= atol + rtol * |ref|, ref in fp32 from the same inputs: a few ulp of the output
 # dtype (fp16 ~1e-3, bf16 ~8e-3 relative), and room for fp32 accumulation-order differences.

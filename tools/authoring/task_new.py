@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..task import DTYPES
 from ..task.declaration import INPUT_DTYPES
-from ..task.spec import DTYPES, NAME_RE
+from ..task.spec import NAME_RE
 from .scaffold import (
     DEFAULT_SPACE,
     DISTINCT_SIZES,

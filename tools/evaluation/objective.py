@@ -21,7 +21,7 @@ from ..state import Candidate, Workspace
 from ..task import Case, kind_of
 from .progress import case_events_progress
 from .recording import breakdown, record, to_eval_result
-from .request import check_bounds, kernel_request, select_cases, select_traces
+from .request import check_bounds, kernel_request
 from .results import EvalResult
 
 
@@ -37,22 +37,23 @@ async def run_objective(
     save: bool = True,
 ) -> EvalResult:
     """Evaluate the workspace on dev cases (all, or `cases` by name)."""
-    kind_of(ws.task).require_runner(ws.task, "run_objective on the runner")
+    kind = kind_of(ws.task)
+    kind.require_runner(ws.task, "run_objective on the runner")
+    selected = kind.select(ws.task, cases)
     check_bounds(warmup, repeats)
     t_begin = time.perf_counter()
     candidate = ws.snapshot()
     config = ws.read_config(candidate)
-    selected = select_cases(ws, cases)
     seed = secrets.randbelow(2**31) if seed is None else seed
     request = kernel_request(
         ws,
         launcher,
         candidate,
         "evaluate",
-        cases=selected,
         seed=seed,
         warmup=warmup,
         repeats=repeats,
+        **kind.runner_cases(ws.task, cases),
     )
     return await _call(ws, launcher, request, candidate, selected, cases, config=config,
                        seed=seed, save=save, progress=progress, t_begin=t_begin)  # fmt: skip
@@ -102,13 +103,14 @@ async def run_step_objective(
     by name) in the runner's step mode (gpu/step_trace.py); one row per trace with its
     per-bucket table, recorded like every dev run (rank_history and restore_best_checkpoint
     read it). The score: the sum over the traces of the p50 step latency."""
-    kind_of(ws.task).require_steps(ws.task, "run_objective's step traces")
+    kind = kind_of(ws.task)
+    kind.require_steps(ws.task, "run_objective's step traces")
     t_begin = time.perf_counter()
     candidate = ws.snapshot()
-    selected = select_traces(ws, traces)
+    selected = kind.select(ws.task, traces)
     seed = secrets.randbelow(2**31) if seed is None else seed
-    step = ws.task.step.request(traces) if ws.task.step is not None else {}
-    request = kernel_request(ws, launcher, candidate, "step", seed=seed, step=step)
+    request = kernel_request(ws, launcher, candidate, "step", seed=seed,
+                             **kind.runner_cases(ws.task, traces))  # fmt: skip
     return await _call(ws, launcher, request, candidate, selected, traces, config={}, seed=seed,
                        save=save, progress=progress, t_begin=t_begin)  # fmt: skip
 

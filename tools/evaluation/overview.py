@@ -162,15 +162,15 @@ def _command_fields(t: TaskSpec) -> dict[str, Any]:
 def _step_fields(t: TaskSpec) -> dict[str, Any]:
     """What an agent needs of a step task: its entry, tolerances, sizes, dev traces and the
     launch knobs sweep_kernel_config tunes."""
-    step = t.step
+    step = kind_of(t).require_steps(t, "inspect_context's step fields")
     return dict(
         entry=t.entry,
         config_file=t.config_file,
         launch_space=t.space,
         tolerances={k: f"atol={v.atol:g} rtol={v.rtol:g}" for k, v in t.tolerances.items()},
-        model=step.model.model_dump() if step else None,
-        interpreter_model=step.interpreter.model_dump() if step else None,
-        dev_traces={x.name: f"{x.kind} {x.dtype}" for x in step.traces} if step else {},
+        model=step.model.model_dump(),
+        interpreter_model=step.interpreter.model_dump(),
+        dev_traces={x.name: f"{x.kind} {x.dtype}" for x in step.traces},
         score=f"run_objective: {kind_of(t).score_label(t, 'dev')}; guarded_final_verify: "
         f"{kind_of(t).score_label(t, 'final')}",
     )

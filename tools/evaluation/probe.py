@@ -77,11 +77,14 @@ class ProbeReport(BaseModel):
 
 
 def probe_names(task: TaskSpec) -> list[str]:
+    """The probes numerical_probe takes for `task` (PROBES_BY_KIND)."""
+    return PROBES_BY_KIND[kind_of(task).name](task)
+
+
+def _kernel_probes(task: TaskSpec) -> list[str]:
     """The task's own probes (the names in reference.py's PROBES dict literal, in order; a
     declared task has none), then the generic suite's edges and families the task does not
-    skip ([numerics] in task.toml) and does not name itself. A step task: the step probes."""
-    if task.step is not None:
-        return list(STEP_PROBES)
+    skip ([numerics] in task.toml) and does not name itself."""
     own: list[str] = []
     if task.declare is None:
         try:
@@ -91,6 +94,19 @@ def probe_names(task: TaskSpec) -> list[str]:
         own = list(_probe_names(str(task.reference_path), st.st_mtime_ns, st.st_size))
     skip = set(task.numerics.skip) | set(own)
     return [*own, *(n for n in SUITE_NAMES if n not in skip)]
+
+
+def _step_probes(task: TaskSpec) -> list[str]:
+    """A step task's: the decode-step probes (tools/gpu/step_probe.py)."""
+    return list(STEP_PROBES)
+
+
+def _no_probes(task: TaskSpec) -> list[str]:
+    return []  # a command task's candidate is no kernel the runner imports
+
+
+# numerical_probe's probe names per task kind (tools/task/kinds.py KINDS).
+PROBES_BY_KIND = {"kernel": _kernel_probes, "command": _no_probes, "step": _step_probes}
 
 
 @functools.lru_cache(maxsize=32)
@@ -151,9 +167,7 @@ async def numerical_probe(
     wanted, wanted_dtypes = check_probe_request(ws.task, probes, dtypes)
     candidate = ws.snapshot()
     # The generic edges run at a dev case's shape per dtype; a step task's at its [step] sizes.
-    at: dict[str, Any] = {"cases": ws.task.dev_cases}
-    if ws.task.step is not None:
-        at = {"step": ws.task.step.request()}
+    at = kind_of(ws.task).runner_cases(ws.task, None)
     request = kernel_request(
         ws,
         launcher,

@@ -28,7 +28,7 @@ from ..gpu.ncu import NCU_METRICS, parse_ncu_csv
 from ..progress import Progress, report
 from ..state import Workspace
 from ..task import kind_of
-from .request import kernel_request, select_traces
+from .request import kernel_request
 
 _FIND_NCU = (
     "command -v ncu || for p in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; "
@@ -198,14 +198,28 @@ async def profile_kernel(
     ws: Workspace,
     launcher: Launcher,
     *,
-    case: str,
+    case: str | None = None,
     repeats: int = 3,
     progress: Progress | None = None,
 ) -> ProfileReport:
-    kind_of(ws.task).require_runner(ws.task, "profile_kernel")
-    if ws.task.step is not None:
-        return await profile_step(ws, launcher, trace=case, repeats=repeats, progress=progress)
-    selected = ws.task.dev_case(case)
+    """Profile the workspace's candidate on the dev case `case` (None: the kind's default) with
+    the task kind's profiler (PROFILE_BY_KIND)."""
+    kind = kind_of(ws.task)
+    kind.require_runner(ws.task, "profile_kernel")
+    profile = PROFILE_BY_KIND[kind.name]
+    return await profile(ws, launcher, case=case, repeats=repeats, progress=progress)
+
+
+async def profile_ncu(
+    ws: Workspace, launcher: Launcher, *, case: str | None, repeats: int, progress: Progress | None
+) -> ProfileReport:
+    """A kernel task's profile: Nsight Compute on the dev case `case` (None: the largest by
+    rows x dim)."""
+    if not case:
+        case = max(
+            ws.task.dev_cases, key=lambda c: c.shape.get("rows", 1) * c.shape.get("dim", 1)
+        ).name
+    (selected,) = kind_of(ws.task).select(ws.task, [case], "case")
     if launcher.probably_interpreted():
         raise EnvironmentProblem(
             "no GPU: profile_kernel needs a CUDA GPU; use run_objective timings.",
@@ -276,20 +290,17 @@ async def profile_kernel(
 
 
 async def profile_step(
-    ws: Workspace,
-    launcher: Launcher,
-    *,
-    trace: str,
-    repeats: int = 3,
-    progress: Progress | None = None,
+    ws: Workspace, launcher: Launcher, *, case: str | None, repeats: int, progress: Progress | None
 ) -> ProfileReport:
-    """A step task's profile: the per-kernel breakdown of one step of `trace` (a dev trace),
-    `repeats` steps profiled (the trace's last), in the runner's sandboxed process."""
-    (selected,) = select_traces(ws, [trace])
+    """A step task's profile: the per-kernel breakdown of one step of the dev trace `case`
+    (None: the first), `repeats` steps profiled (the trace's last), in the runner's sandboxed
+    process."""
+    kind = kind_of(ws.task)
+    trace = case or kind.select(ws.task, None)[0].name
+    kind.check_cases(ws.task, [trace], "case")
     candidate = ws.snapshot()
-    step = ws.task.step.request([selected.name]) if ws.task.step is not None else {}
-    request = kernel_request(ws, launcher, candidate, "step_profile", seed=0, step=step,
-                             repeats=repeats)  # fmt: skip
+    request = kernel_request(ws, launcher, candidate, "step_profile", seed=0, repeats=repeats,
+                             **kind.runner_cases(ws.task, [trace]))  # fmt: skip
     await report(progress, 0, 1, f"torch.profiler on {trace} ({repeats} steps)")
     call = await launcher.call(request, task=ws.task)
     if (fault := call.fault()) is not None:  # killed from outside: not the candidate's
@@ -335,12 +346,18 @@ async def profile_step(
     )
 
 
+# profile_kernel's profiler per kind of task it applies to (TaskKind.applies).
+PROFILE_BY_KIND = {"kernel": profile_ncu, "step": profile_step}
+
+
 __all__ = [
     "NCU_METRICS",
+    "PROFILE_BY_KIND",
     "KernelProfile",
     "ProfileReport",
     "classify",
     "parse_ncu_csv",
     "profile_kernel",
+    "profile_ncu",
     "profile_step",
 ]

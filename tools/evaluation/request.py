@@ -1,6 +1,7 @@
 """What the runner is asked: the one request shape for the candidate of every mode (evaluate,
-sweep, probe, profile, the guarded verify, a step task's traces), the dev cases (or traces) a
-call names, and the bounds of the agent's timing knobs.
+sweep, probe, profile, the guarded verify, a step task's traces) and the bounds of the agent's
+timing knobs. Which dev cases (a step task's: traces) a call names, and what the request carries
+for them, is the task kind's (tools/task/kinds.py `select`, `runner_cases`).
 
 Side of the trust boundary: trusted (host). The candidate's files travel as staged files under
 their hash; nothing of the request comes from the workspace but the agent's case names and
@@ -17,25 +18,6 @@ from ..state import Candidate, Workspace
 from ..task import Case
 
 MAX_WARMUP, MAX_REPEATS = 100, 200
-
-
-def select_cases(ws: Workspace, names: list[str] | None) -> list[Case]:
-    if not names:
-        return list(ws.task.dev_cases)
-    return [ws.task.dev_case(n) for n in names]
-
-
-def select_traces(ws: Workspace, names: list[str] | None) -> list[Case]:
-    """A step task's dev traces (all, or `names`), each as the Case its result row answers."""
-    step = ws.task.step
-    known = [t.name for t in step.traces] if step is not None else []
-    for name in names or []:
-        if name not in known:
-            raise UsageError(
-                f"unknown trace {name!r}.", next_step=f"cases takes {', '.join(known) or 'none'}"
-            )
-    wanted = [t for t in step.traces if not names or t.name in names] if step else []
-    return [Case(name=t.name, dtype=t.dtype, shape={}) for t in wanted]
 
 
 def check_bounds(warmup: int | None, repeats: int | None) -> None:
@@ -87,6 +69,4 @@ __all__ = [
     "MAX_WARMUP",
     "check_bounds",
     "kernel_request",
-    "select_cases",
-    "select_traces",
 ]

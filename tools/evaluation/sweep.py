@@ -35,7 +35,7 @@ from ..state import Checkpoints, Workspace
 from ..state import workspace_files as wf
 from ..task import kind_of
 from .progress import case_events_progress
-from .request import kernel_request, select_cases, select_traces
+from .request import kernel_request
 
 ConfigStatus = Literal["ok", "compile_error", "wrong_result", "timeout", "error"]
 
@@ -171,24 +171,25 @@ async def sweep(
     warmup: int | None = None,
     repeats: int | None = None,
 ) -> SweepResult:
-    kind_of(ws.task).require_runner(ws.task, "sweep_kernel_config")
+    kind = kind_of(ws.task)
+    kind.require_runner(ws.task, "sweep_kernel_config")
     if not 1 <= max_configs <= 256:
         raise UsageError(f"max_configs={max_configs} is out of range.", next_step="use 1..256")
     candidate = ws.snapshot()
     base = ws.read_config(candidate)
     configs = expand_space(ws, space, max_configs, base)
-    step = ws.task.step
-    selected = select_cases(ws, cases) if step is None else select_traces(ws, cases)
+    selected = kind.select(ws.task, cases)
     seed = secrets.randbelow(2**31)
     # A kernel's configs run on its dev cases; a step's on its dev traces (the step objective).
-    at: dict[str, Any] = {"cases": selected} if step is None else {"step": step.request(cases)}
+    at = kind.runner_cases(ws.task, cases)
     request = kernel_request(
         ws, launcher, candidate, "sweep", seed=seed, warmup=warmup, repeats=repeats, **at
     )
+    whole_runs = kind.sweep_runs_objective
     compile_s = 0.0
     compiled: dict[str, dict[str, Any]] = {}  # config key -> the pool's entry for it
     interpreted = launcher.probably_interpreted()
-    if step is None and (not interpreted or compile_workers) and len(configs) > 1:
+    if not whole_runs and (not interpreted or compile_workers) and len(configs) > 1:
         # Phase 1: compile (and check) on the launcher's warm compile workers, in parallel,
         # without the GPU lock; Triton's on-disk cache carries the binaries to phase 2.
         t0 = anyio.current_time()
@@ -222,7 +223,8 @@ async def sweep(
             task=ws.task,
             on_event=on_event,
             # A step task's config is a whole step objective (run_objective's timeout each).
-            timeout_s=launcher.settings.eval_timeout_s * max(4, len(shares[i]) if step else 0),
+            timeout_s=launcher.settings.eval_timeout_s
+            * max(4, len(shares[i]) if whole_runs else 0),
             slot=slots[i] if len(slots) > 1 else None,
         )
 

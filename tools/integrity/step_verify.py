@@ -134,16 +134,15 @@ async def guarded_step_verify(
     secret, new traces). A passed verdict's score is the sum over traces of the timed pass's
     p50 step latency (us, lower is better), recorded in the ledger (mode "final")."""
     task = ws.task
-    kind_of(task).require_steps(task, "the guarded step verify")
-    assert task.step is not None
+    spec = kind_of(task).require_steps(task, "the guarded step verify")
     ensure_outside_workspace(settings, ws.root)
     secret = workspace_secret(settings, ws.root, rotate=rotate)
-    traces = task.step.hidden(secret["seed"])
+    traces = spec.hidden(secret["seed"])
     cs = case_set_id(secret["seed"])
     candidate = ws.snapshot()
     seed, nonce = secrets.randbelow(2**31), secrets.token_hex(12)
-    step = {"model": task.step.model.model_dump(),
-            "interpreter": task.step.interpreter.model_dump(), "traces": traces}  # fmt: skip
+    step = {"model": spec.model.model_dump(),
+            "interpreter": spec.interpreter.model_dump(), "traces": traces}  # fmt: skip
     request = kernel_request(ws, launcher, candidate, "step_verify", seed=seed, nonce=nonce,
                              step=step)  # fmt: skip
     call = await _call_quietly(launcher, request, ws, progress)

@@ -6,7 +6,17 @@ Side of the trust boundary: trusted (a task's reference and domain decide what i
 task folder is taken only from the operator, never from a workspace.
 """
 
+from .case import DTYPES
 from .kinds import TaskKind, kind_of
 from .spec import Case, FinalDomain, TaskSpec, list_tasks, load_task
 
-__all__ = ["Case", "FinalDomain", "TaskKind", "TaskSpec", "kind_of", "list_tasks", "load_task"]
+__all__ = [
+    "DTYPES",
+    "Case",
+    "FinalDomain",
+    "TaskKind",
+    "TaskSpec",
+    "kind_of",
+    "list_tasks",
+    "load_task",
+]

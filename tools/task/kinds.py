@@ -1,18 +1,22 @@
 """Task kinds: what differs between a kernel task, a command task and a step task (a decode step
 over a KV cache), in one object per kind.
 
-Callers ask a task's kind (`kind_of(task)`) what it does instead of testing it: which tools
-apply, which evaluation takes its candidate (`require_runner`, `require_objective`,
-`require_steps`: each refuses with a next step), which case set a full run is, the score's unit, direction and key
-(`scoring`), what a new workspace gets from the template, whether its folder may sit inside a
-workspace (`check_folder`), whether its final verify draws hidden cases. Code of the layers
+Callers ask a task's kind (`kind_of(task)`) what it does instead of testing it (or testing
+whether the task has a `[step]` table: tests/tools/task/test_kinds.py scans for both): which
+tools apply, which evaluation takes its candidate (`require_runner`, `require_objective`,
+`require_steps`: each refuses with a next step), which case set a full run is, which dev cases
+(a step task's: traces) a run's `cases` names (`select`, `check_cases`) and what the runner
+request carries for them (`runner_cases`), the score's unit, direction and key (`scoring`),
+what a new workspace gets from the template, whether its folder may sit inside a workspace
+(`check_folder`), whether its final verify draws hidden cases. Code of the layers
 above (the dev objective, the final verify, the loop's score) is picked from tables keyed by
 the kind's name there (docs/architecture.md "Adding a task kind"). A new kind (a "bring your
 own kernel" task) is one subclass registered in KINDS and an entry in each of those tables
 (tests/tools/task/test_kinds.py); tests/tasks/test_task_contract.py runs over every task.
 
 A kind reads its task through `TaskView`, a Protocol of what it uses of spec.TaskSpec: spec.py
-validates a task through its kind (`problems`), so this module imports nothing of spec.py.
+validates a task through its kind (`problems`), so this module imports nothing of spec.py (a
+`Case` is case.py's).
 
 Side of the trust boundary: trusted (it decides which path, guarded or not, scores a task).
 """
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
 from ..errors import UsageError
+from .case import Case
 from .declaration import Declaration
 from .step import StepSpec
 
@@ -39,15 +44,6 @@ class ObjectiveView(Protocol):
     def unit(self) -> str | None: ...
     @property
     def higher_is_better(self) -> bool | None: ...
-
-
-class CaseView(Protocol):
-    """A dev case (spec.Case): its name and named sizes."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def shape(self) -> Mapping[str, int]: ...
 
 
 class LanguageView(Protocol):
@@ -83,7 +79,7 @@ class TaskView(Protocol):
     @property
     def tolerances(self) -> Mapping[str, object]: ...
     @property
-    def dev_cases(self) -> Sequence[CaseView]: ...
+    def dev_cases(self) -> Sequence[Case]: ...
     @property
     def final(self) -> object | None: ...
     @property
@@ -154,6 +150,38 @@ class TaskKind:
         task's order: each case's name with its named sizes (the task's dev cases)."""
         return [{"name": c.name, **c.shape} for c in task.dev_cases]
 
+    # What one name of `cases` (profile_kernel: `case`) names, in the refusal of an unknown one.
+    case_noun: ClassVar[str] = "case"
+
+    def check_cases(self, task: TaskView, names: Sequence[str] | None, arg: str) -> None:
+        """Refuse a name in `names` (the tool argument `arg`) that is none of dev_cases',
+        saying every name `arg` takes."""
+        known = [c["name"] for c in self.dev_cases(task)]
+        for name in names or []:
+            if name not in known:
+                raise UsageError(
+                    f"{arg}: unknown {self.case_noun} {name!r}.",
+                    next_step=f"{arg} takes {', '.join(known) or 'none'}",
+                )
+
+    def select(self, task: TaskView, names: list[str] | None, arg: str = "cases") -> list[Case]:
+        """The dev cases a run on the runner takes for `names` (all of them: None or empty),
+        checked (check_cases), each as the Case its result row answers: the named ones in
+        the order given."""
+        self.check_cases(task, names, arg)
+        by_name = {c.name: c for c in task.dev_cases}
+        return [by_name[n] for n in names] if names else list(task.dev_cases)
+
+    def runner_cases(self, task: TaskView, names: list[str] | None) -> dict[str, Any]:
+        """What a runner request carries for the dev cases `names` (all: None), as keyword
+        arguments of evaluation/request.py's kernel_request: the cases themselves."""
+        return {"cases": self.select(task, names)}
+
+    # sweep_kernel_config: whether a config is scored by one whole dev run of the candidate (a
+    # step task's traces: no compile-only phase on the compile workers, a run's timeout per
+    # config) rather than compiled and checked apart first, then timed per dev case.
+    sweep_runs_objective: ClassVar[bool] = False
+
     def draws_hidden_cases(self, task: TaskView) -> bool:
         """Whether the final score is taken on cases drawn from the workspace's secret (so a
         rotation draws new ones)."""
@@ -202,9 +230,9 @@ class TaskKind:
         (the guarded verify; a command task's final objective)."""
         return None
 
-    def require_steps(self, task: TaskView, what: str) -> None:
+    def require_steps(self, task: TaskView, what: str) -> StepSpec:
         """Refuse `what` unless this kind's candidate is a decode step the runner runs over
-        traces (its step mode: tools/gpu/step_trace.py)."""
+        traces (its step mode: tools/gpu/step_trace.py); the task's `[step]` table."""
         raise UsageError(
             f"{what} runs a step task's traces; {task.name!r} is a {task.kind} task.",
             next_step="use run_objective",
@@ -380,12 +408,37 @@ class StepKind(TaskKind):
             "restore_best_checkpoint",
         )
 
-    def require_steps(self, task: TaskView, what: str) -> None:
-        return None
+    def require_steps(self, task: TaskView, what: str) -> StepSpec:
+        if task.step is None:  # problems() refuses it where task.toml is parsed
+            raise UsageError(
+                f"{what}: step task {task.name!r} has no [step] table.",
+                next_step="add one to its task.toml (tools/task/step.py)",
+            )
+        return task.step
 
     def dev_cases(self, task: TaskView) -> list[dict[str, Any]]:
         """A step task's `cases` name its dev traces (no sizes: a trace has its own)."""
         return [{"name": t.name} for t in task.step.traces] if task.step is not None else []
+
+    case_noun = "trace"
+    sweep_runs_objective = True  # a config is the step objective over the traces
+
+    def select(self, task: TaskView, names: list[str] | None, arg: str = "cases") -> list[Case]:
+        """The dev traces `names` names (all: None), in the task's order, each as a Case
+        without sizes (a trace has its own)."""
+        self.check_cases(task, names, arg)
+        traces = task.step.traces if task.step is not None else []
+        return [
+            Case(name=t.name, dtype=t.dtype, shape={})
+            for t in traces
+            if not names or t.name in names
+        ]
+
+    def runner_cases(self, task: TaskView, names: list[str] | None) -> dict[str, Any]:
+        """The runner's step mode reads the model's sizes and the traces `names` (all: None)
+        from `step` (task/step.py StepSpec.request)."""
+        self.check_cases(task, names, "cases")
+        return {"step": task.step.request(names) if task.step is not None else {}}
 
     def in_lab(self, task: TaskView) -> bool:
         return True  # the lab's decode row: tools/gpu/kernel_lab/lab_step.py

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..errors import UsageError
 from ..gpu.numerics import NAMES as NUMERICS_NAMES
+from .case import MAX_DIM, Case
 from .declaration import Declaration
 from .kinds import KINDS
 from .step import StepSpec
@@ -31,29 +32,7 @@ from .step import StepSpec
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 OBJECTIVE_PLACEHOLDERS = ("python", "warmup", "repeats", "cases", "cases_file", "task_dir")
-DTYPES = ("float16", "bfloat16", "float32")
 MAX_TOML_BYTES = 1 << 20
-# A size of a case (rows, dim, m, n, k): positive, and an int32 index (what Triton kernels
-# index with), checked where task.toml is parsed, before any tensor is allocated.
-MAX_DIM = 2**31 - 1
-
-
-class Case(BaseModel):
-    """One input shape + dtype. `shape` holds the task's named sizes (rows/dim, m/n/k, ...)."""
-
-    name: str
-    dtype: str
-    shape: dict[str, Annotated[int, Field(ge=1, le=MAX_DIM)]]
-
-    @field_validator("dtype")
-    @classmethod
-    def _dtype(cls, v: str) -> str:
-        if v not in DTYPES:
-            raise ValueError(f"dtype {v!r} is not one of {', '.join(DTYPES)}")
-        return v
-
-    def label(self) -> str:
-        return self.name
 
 
 class Tolerance(BaseModel):

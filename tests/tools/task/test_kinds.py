@@ -7,14 +7,17 @@ tool call)."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
 import pytest
 
+import harnesslab.servers as servers
+import harnesslab.tools as tools
 from harnesslab.servers import autopilot, commands, task_tools
 from harnesslab.tools.errors import UsageError
-from harnesslab.tools.evaluation import overview
+from harnesslab.tools.evaluation import overview, probe, profiling
 from harnesslab.tools.loop import driver
 from harnesslab.tools.task.kinds import KINDS, TaskKind, kind_of
 from harnesslab.tools.task.spec import TaskSpec, load_task, parse_task
@@ -28,6 +31,12 @@ TABLES = {
     "tools.loop.driver.SCORE_BY_KIND": driver.SCORE_BY_KIND,
     "tools.evaluation.overview.TASK_FIELDS_BY_KIND": overview.TASK_FIELDS_BY_KIND,
     "tools.evaluation.overview.NEXT_BY_KIND": overview.NEXT_BY_KIND,
+    "tools.evaluation.probe.PROBES_BY_KIND": probe.PROBES_BY_KIND,
+}
+# Tables of one tool's work per kind: they name every kind the tool applies to (the rest refuse
+# it before, require_runner).
+TOOL_TABLES = {
+    "tools.evaluation.profiling.PROFILE_BY_KIND": ("profile_kernel", profiling.PROFILE_BY_KIND),
 }
 
 
@@ -54,6 +63,12 @@ def command_task(tmp_path: Path, *, unit: str = "", final: bool = False) -> Task
 @pytest.mark.parametrize("table", sorted(TABLES))
 def test_every_per_kind_table_names_every_kind(table):
     assert set(TABLES[table]) == set(KINDS)
+
+
+@pytest.mark.parametrize("table", sorted(TOOL_TABLES))
+def test_every_tools_per_kind_table_names_every_kind_the_tool_applies_to(table):
+    tool, entries = TOOL_TABLES[table]
+    assert set(entries) == {name for name, kind in KINDS.items() if kind.applies(tool)}
 
 
 def test_a_kernel_task_is_run_by_the_runner_and_refuses_the_objective_paths():
@@ -299,6 +314,13 @@ def test_a_step_task_needs_an_entry_a_step_table_tolerances_and_trace_dtypes(tmp
     assert "step.traces 'dynamic_bf16': dtype bfloat16 is not one of the task's dtypes" in (
         refusal(text.replace('dtypes = ["float16", "bfloat16"]', 'dtypes = ["float16"]'), tmp_path)
     )
+    unlisted = text.replace(
+        'editable = ["kernel.py", "kernel_config.json"]', 'editable = ["kernel.py"]'
+    )
+    assert "editable must list the launch config kernel_config.json" in refusal(unlisted, tmp_path)
+    # no launch config at all: nothing for editable to list
+    no_config = unlisted.replace('config_file = "kernel_config.json"\n', "")
+    assert parse_task(no_config, tmp_path).config_file == ""
 
 
 def test_each_generic_tool_applies_to_a_command_task(tmp_path):
@@ -375,3 +397,168 @@ def test_a_tools_cases_name_the_dev_cases_with_their_sizes_and_a_step_tasks_its_
     ]
     assert step.dev_cases == []  # ...not the kernel cases a step task does not have
     assert kind_of(step).dev_cases(step.model_copy(update={"step": None})) == []
+
+
+def test_a_runs_cases_are_checked_and_selected_by_the_kind_in_the_order_given(tmp_path):
+    """Rule: `cases` names a kernel task's dev cases (in the order given), a step task's dev
+    traces (in the task's order); an unknown name is refused with the argument's name and
+    every name it takes; None is all of them."""
+    kernel = load_task("rmsnorm_gate")
+    kind = kind_of(kernel)
+    names = [c.name for c in kernel.dev_cases]
+    assert kind.select(kernel, None) == list(kernel.dev_cases) == kind.select(kernel, [])
+    picked = kind.select(kernel, [names[1], names[0]])
+    assert picked == [kernel.dev_cases[1], kernel.dev_cases[0]]
+    with pytest.raises(UsageError) as err:
+        kind.select(kernel, [names[0], "nope"], "case")
+    assert err.value.message == "case: unknown case 'nope'."
+    assert err.value.next_step == f"case takes {', '.join(names)}"
+    step = load_task("decode_step")
+    traces = kind_of(step).select(step, ["dynamic_bf16", "fixed_fp16"])
+    assert [(c.name, c.dtype, c.shape) for c in traces] == [
+        ("fixed_fp16", "float16", {}), ("dynamic_bf16", "bfloat16", {})]  # fmt: skip
+    assert [c.name for c in kind_of(step).select(step, None)] == [
+        "fixed_fp16", "dynamic_fp16", "dynamic_bf16"]  # fmt: skip
+    with pytest.raises(UsageError) as err:
+        kind_of(step).select(step, ["fixed"])
+    assert err.value.message == "cases: unknown trace 'fixed'."
+    assert err.value.next_step == "cases takes fixed_fp16, dynamic_fp16, dynamic_bf16"
+    with pytest.raises(UsageError, match="unknown case 'x'") as err:
+        kind_of(command_task(tmp_path)).check_cases(command_task(tmp_path), ["x"], "cases")
+    assert err.value.next_step == "cases takes none"
+    kind.check_cases(kernel, None, "cases")  # nothing named: nothing to refuse
+
+
+def test_a_runner_request_carries_a_kernels_cases_and_a_step_tasks_step_table():
+    """Rule: what kernel_request is given for `names`: a kernel's selected cases, a step task's
+    [step] request with the named traces (all: None), never the other's key."""
+    kernel = load_task("rmsnorm_gate")
+    names = [c.name for c in kernel.dev_cases]
+    assert kind_of(kernel).runner_cases(kernel, None) == {"cases": list(kernel.dev_cases)}
+    assert kind_of(kernel).runner_cases(kernel, names[:1]) == {"cases": kernel.dev_cases[:1]}
+    step = load_task("decode_step")
+    assert step.step is not None
+    assert kind_of(step).runner_cases(step, None) == {"step": step.step.request()}
+    named = kind_of(step).runner_cases(step, ["dynamic_bf16"])
+    assert named == {"step": step.step.request(["dynamic_bf16"])}
+    assert [t["name"] for t in named["step"]["traces"]] == ["dynamic_bf16"]
+    with pytest.raises(UsageError, match="unknown trace 'nope'"):
+        kind_of(step).runner_cases(step, ["nope"])
+    with pytest.raises(UsageError, match="unknown case 'nope'"):
+        kind_of(kernel).runner_cases(kernel, ["nope"])
+
+
+def test_a_step_tasks_sweep_scores_a_config_with_a_whole_run_a_kernels_compiles_first():
+    assert KINDS["step"].sweep_runs_objective
+    assert not KINDS["kernel"].sweep_runs_objective
+    assert not KINDS["command"].sweep_runs_objective
+
+
+def test_require_steps_hands_over_the_step_table_and_refuses_a_step_task_without_one():
+    step = load_task("decode_step")
+    assert kind_of(step).require_steps(step, "x") is step.step
+    with pytest.raises(UsageError, match="x: step task 'decode_step' has no \\[step\\] table"):
+        kind_of(step).require_steps(step.model_copy(update={"step": None}), "x")
+
+
+# Where a task's kind may be tested: the kinds themselves (tools/task/), and the staged GPU side,
+# which never sees a TaskSpec (its `step` is a step index).
+KIND_HOMES = (Path(tools.__path__[0]) / "task", Path(tools.__path__[0]) / "gpu")
+
+
+def kind_tests(source: str) -> list[str]:
+    """The expressions in `source` that test a task's kind instead of asking it: a task's
+    `.kind` compared with anything; any `.step`, or a name bound to one (`step = t.step`),
+    compared with None; a task's `.step` or such a name taken as a truth value."""
+    tree = ast.parse(source)
+    aliases = {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "step"
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+    def a_step(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "step") or (
+            isinstance(node, ast.Name) and node.id in aliases
+        )
+
+    def of_task(node: ast.AST, attr: str) -> bool:
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == attr
+            and ast.unparse(node.value).endswith("task")
+        )
+
+    found = []
+    for node in ast.walk(tree):
+        tested: list[ast.expr] = []
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            none = any(isinstance(x, ast.Constant) and x.value is None for x in sides)
+            if any(of_task(x, "kind") for x in sides) or (none and any(map(a_step, sides))):
+                found.append(ast.unparse(node))
+        elif isinstance(node, ast.If | ast.IfExp | ast.While | ast.Assert):
+            tested = [node.test]
+        elif isinstance(node, ast.BoolOp):
+            tested = node.values
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            tested = [node.operand]
+        elif isinstance(node, ast.comprehension):
+            tested = node.ifs
+        found += [
+            ast.unparse(t)
+            for t in tested
+            if of_task(t, "step") or (isinstance(t, ast.Name) and t.id in aliases)
+        ]
+    return found
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "if ws.task.step is not None: pass",
+        "x = 1 if task.step is None else 2",
+        "assert t.step is not None",
+        "if state.workspace.task.step: pass",
+        "ok = not task.step",
+        "ok = bool(x) and ws.task.step",
+        'if task.kind == "step": pass',
+        'x = [1 for _ in y if ws.task.kind in ("kernel", "step")]',
+        'if task.kind != "command": pass',
+        "step = ws.task.step\nx = {} if step is None else step.request()",
+        "step = t.step\nmodel = step.model if step else None",
+    ],
+)
+def test_a_test_of_the_tasks_kind_is_seen(source):
+    assert kind_tests(source) != []
+
+
+def test_asking_the_kind_and_other_steps_and_kinds_are_not_kind_tests():
+    source = (
+        "kind_of(task).require_steps(task, 'x')\n"
+        "if kind.sweep_runs_objective: pass\n"
+        "while it.step != 'done': pass\n"  # the loop's phase
+        "if report.kind == 'command': pass\n"  # an import report's, not a task's
+        "if p.kind == p.VAR_KEYWORD: pass\n"
+        "step = kind.require_steps(task, 'x')\n"
+    )
+    assert kind_tests(source) == []
+
+
+def test_callers_never_test_a_tasks_kind_they_ask_it():
+    """Rule: outside the kinds (tools/task/), tools/ and servers/ never branch on a task's kind
+    or on whether it has a [step] table: they ask `kind_of(task)` (select, runner_cases,
+    require_steps, ...) or take the kind's entry of a per-kind table (TABLES, TOOL_TABLES)."""
+    roots = [Path(tools.__path__[0]), Path(servers.__path__[0])]
+    found = [
+        f"{path.relative_to(root.parent)}: {hit}"
+        for root in roots
+        for path in sorted(root.rglob("*.py"))
+        if not any(home in path.parents for home in KIND_HOMES)
+        for hit in kind_tests(path.read_text())
+    ]
+    assert found == []
