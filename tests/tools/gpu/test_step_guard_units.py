@@ -133,6 +133,10 @@ def test_an_honest_step_is_checked_on_every_step_of_both_passes_and_timed(verify
     assert res["nonce"] == "n-1" and res["load"] == {"candidate": {"ok": True}}
     assert res["sandbox"] == {"candidate": {"level": "none"}} and res["wall_s"] > 0
     assert "error" not in res
+    # where the seconds went (operator-side evidence): every phase ran, within the wall time
+    assert set(res["phases_s"]) == {"start", "state", "reference", "poison", "candidate",
+                                    "compare", "timed"}  # fmt: skip
+    assert 0 < sum(res["phases_s"].values()) <= res["wall_s"]
     rows = res["cases"]
     assert [r["name"] for r in rows] == list(STEPS) and [r["dtype"] for r in rows] == [
         "float16"
