@@ -15,6 +15,7 @@ import torch
 
 from harnesslab.tools.authoring.scaffold import (
     CHECK_FILE,
+    DEFAULT_SPACE,
     DISTINCT_SIZES,
     InputSpec,
     TaskPlan,
@@ -431,6 +432,18 @@ def test_nothing_of_a_failed_task_stays_but_an_old_folder_is_left_alone(tmp_path
 
 
 # -- the baseline check's record, and the baseline ---------------------------------------------
+
+
+def test_a_plan_defaults_to_a_function_with_no_keywords_and_the_default_knobs(tmp_path) -> None:
+    p = TaskPlan(name="t", summary="", reference_file=tmp_path / "op.py", reference_name="f",
+                 inputs=[], output_shape=[1], dims={}, dtypes=["float32"], entry_function="f")  # fmt: skip
+    assert (p.reference_kind, p.scalars, p.scalar_dims, p.space) == (
+        "function",
+        {},
+        {},
+        DEFAULT_SPACE,
+    )
+    assert p.space is not DEFAULT_SPACE  # a plan's knobs are its own
 
 
 def test_a_row_is_written_or_refused_with_nothing_else_said_by_default() -> None:
