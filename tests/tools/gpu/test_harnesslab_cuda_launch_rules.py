@@ -41,8 +41,10 @@ def test_a_launch_is_configured_with_a_grid_a_block_and_optional_shared_bytes(la
     k[3, 32](x)
     k[(3, 2), (32, 2), 100](x)
     k.launch(5, 64, x, shared=8)
+    k.launch(1, 1, x)
     assert [(ln.grid, ln.block, ln.shared) for ln in launches] == [
-        ((3, 1, 1), (32, 1, 1), 0), ((3, 2, 1), (32, 2, 1), 100), ((5, 1, 1), (64, 1, 1), 8)
+        ((3, 1, 1), (32, 1, 1), 0), ((3, 2, 1), (32, 2, 1), 100), ((5, 1, 1), (64, 1, 1), 8),
+        ((1, 1, 1), (1, 1, 1), 0),
     ]  # fmt: skip
     for bad in ((1,), (1, 2, 3, 4)):
         with pytest.raises(
@@ -93,6 +95,8 @@ def test_a_block_has_at_most_1024_threads(launches) -> None:
     k[1, (32, 32, 1)](None)
     with pytest.raises(hc.LaunchError, match=r"block \(513, 2, 1\): 1026 threads, at most 1024"):
         k[1, (513, 2)](None)
+    with pytest.raises(hc.LaunchError, match=r"block \(41, 25, 1\): 1025 threads"):
+        k[1, (41, 25)](None)
     assert len(launches) == 1
 
 

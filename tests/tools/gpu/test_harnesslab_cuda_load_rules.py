@@ -122,7 +122,8 @@ def test_the_arch_is_the_configured_then_this_gpus_then_sm_90(monkeypatch) -> No
 
 
 @pytest.mark.parametrize(
-    ("version", "major"), [("12.4", 12), ("13.0", 13), (None, None), ("", None), ("x", None)]
+    ("version", "major"),
+    [("12.4", 12), ("13.0", 13), ("9.2", 9), (None, None), ("", None), ("x", None)],
 )
 def test_nvrtc_is_asked_for_torchs_cuda_major(monkeypatch, version, major) -> None:
     asked: list = []
@@ -200,7 +201,9 @@ def test_a_signature_overrides_the_declaration_and_either_may_be_refused(tmp_pat
     with pytest.raises(hc.LaunchError, match="signature: 'wat'"):
         load_in(tmp_path, "kernel.cu", "scale", signature="ptr, wat")
     struct_src = 'struct P { int a; };\nextern "C" __global__ void k(P p) {}\n'
-    with pytest.raises(hc.LaunchError, match="which the launcher cannot pass"):
+    with pytest.raises(
+        hc.LaunchError, match="^s.cu:2: parameter 0 .* which the launcher cannot pass"
+    ):
         load_in(tmp_path, "s.cu", "k", files={"s.cu": struct_src})
     assert load_in(tmp_path, "s.cu", "k", signature="i32").params[0].type == "i32"
 
@@ -234,6 +237,14 @@ def test_the_source_is_a_regular_cu_or_cuh_file_in_the_callers_own_folder(tmp_pa
             hc.LaunchError, match=f"^{name}: not a regular .cu/.cuh file beside kernel.py"
         ):
             load_in(tmp_path / "cand", name, "scale", files={"notes.txt": SRC})
+
+
+def test_a_source_may_be_up_to_one_mib(tmp_path) -> None:
+    (tmp_path / "big.cu").write_bytes(b" " * (1 << 20))
+    assert len(hc._read(str(tmp_path / "big.cu"))) == 1 << 20
+    (tmp_path / "big.cu").write_bytes(b" " * ((1 << 20) + 1))
+    with pytest.raises(hc.LaunchError, match="big.cu is larger than 1048576 bytes"):
+        hc._read(str(tmp_path / "big.cu"))
 
 
 def test_a_source_is_read_up_to_its_size_limit_as_text(tmp_path, nvrtc, monkeypatch) -> None:
@@ -416,6 +427,7 @@ def test_each_cubin_and_function_is_one_kernel_entry_with_what_the_replay_needs(
     }  # fmt: skip
     assert entry["_cubin"] is a.compiled.image
     assert [kernels[s["kernel"]]["num_warps"] for s in steps[2:]] == [1, 1]
+    assert [kernels[s["kernel"]]["shared"] for s in steps[2:]] == [0, 0]  # no launch asked for any
     assert steps[1] == {"op": "launch", "kernel": "cu0__Z1av", "grid": [3, 1, 1], "block": [1024, 1, 1],
                         "shared": 16, "params": [{"k": "ptr", "null": True},
                                                  {"k": "scalar", "type": "u32", "value": 0x3F800000}]}  # fmt: skip
