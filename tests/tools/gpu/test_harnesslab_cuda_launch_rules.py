@@ -237,7 +237,8 @@ def test_aligned_asks_every_tensors_first_element_address() -> None:
     assert not hc.aligned(x, x[1:]) and hc.aligned(x[1:], to=4) and not hc.aligned(x[4:], to=32)
 
 
-def test_cpu_tensors_are_checked_on_the_cpu(launches) -> None:
+def test_cpu_tensors_are_checked_on_the_cpu(launches, monkeypatch) -> None:
+    monkeypatch.setattr(hc, "_has_gpu", lambda: False)  # as here, also on a GPU host
     fake_kernel("ptr, i32")[1, 32](torch.zeros(2), 3)
     fake_kernel("i32")[1, 32](3)  # no tensor, no GPU here: the CPU
     assert [(ln.device, ln.stream) for ln in launches] == [("cpu", 0), ("cpu", 0)]
