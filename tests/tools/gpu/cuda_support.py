@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -48,3 +48,35 @@ def rmsnorm_gate_cuda(which: str) -> tuple[Any, dict[str, Path]]:
         return spec, {p.name: p for p in spec.workspace_template.iterdir() if p.is_file()}
     sol = spec.solutions("cuda")["cuda_rmsnorm_gate"]
     return spec, {"kernel.py": sol, sol.with_suffix(".cu").name: sol.with_suffix(".cu")}
+
+
+def fake_kernel(
+    signature: str, *, arch: str = "sm_90", expression: str = "k", image: bytes = b""
+) -> Any:
+    """A harnesslab_cuda Kernel with the parameters `signature` gives (load's `signature=` form)
+    and a stand-in compile result: the launch checks and the recorder need no NVRTC."""
+    hc, nvrtc, cuda_source = staged("harnesslab_cuda"), staged("nvrtc"), staged("cuda_source")
+    compiled = nvrtc.Compiled(
+        key=expression, arch=arch, target="cubin", image=image or b"\x7fELF" + expression.encode(),
+        ptx="", lowered={expression: f"_Z1{expression}v"}, log="", nvrtc_version=(13, 0),
+        compile_s=0.0, options=("--gpu-architecture=sm_90", "-std=c++17", "--include-path=/i", "-DV=8"),
+    )  # fmt: skip
+    params = cuda_source.parse_signature_text(signature)
+    return hc.Kernel(compiled, expression, "k.cu", params, {}, "/src/k.cu")
+
+
+class GpuTensor:
+    """What the launcher asks of a CUDA tensor (it tells tensors by their type's module), for
+    the launch checks on a machine without a GPU."""
+
+    __module__ = "torch.fake"
+    is_cuda = True
+
+    def __init__(self, ptr: int, index: int = 0, dtype: Any = None) -> None:
+        import torch  # noqa: PLC0415 (only the CUDA tests)
+
+        self.ptr, self.device = ptr, SimpleNamespace(index=index)
+        self.dtype = torch.float16 if dtype is None else dtype
+
+    def data_ptr(self) -> int:
+        return self.ptr
