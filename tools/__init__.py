@@ -90,6 +90,7 @@ MOVED = {
     "gpu_lock": "execution.gpu_lock",
     "guard": "gpu.verify.guard",
     "guard_child": "gpu.verify.guard_child",
+    "guard_observer": "gpu.verify.guard_observer",
     "guard_gpu": "gpu.verify.guard_gpu",
     "health": "execution.health",
     "history": "evaluation.history",

@@ -18,7 +18,7 @@ the one way to start it, sandbox_confine.py, sandbox_limits.py and sandbox_mount
 trusted up to the exec of its target; runner.py (dev modes; with timing.py, scores.py, correctness.py,
 failures.py) runs inside sandbox.py with the candidate; verify/ is the guarded verify (its
 docstring says which of its files are trusted: all but the candidate's process guard_child.py,
-guard_record.py and step_child.py); step_trace.py is a step task's dev objective (the runner's
+guard_observer.py, guard_record.py and step_child.py); step_trace.py is a step task's dev objective (the runner's
 step mode; step_probe.py its probes, step_profile.py its profile), run inside sandbox.py with the candidate's step like the runner, so what it reports
 is dev feedback, never a verdict; modelnew.py (a KernelBench `ModelNew` class as the entry) and
 cuda_cpp/harnesslab_cuda.py (with nvrtc.py and cuda_source.py, imported by a CUDA kernel.py)
@@ -54,6 +54,7 @@ STAGED = (
     "verify/guard_gpu.py",
     "verify/guard_schema.py",
     "verify/guard_child.py",
+    "verify/guard_observer.py",
     "verify/guard_record.py",
     "verify/phase_lock.py",
     "verify/replay.py",

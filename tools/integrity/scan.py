@@ -61,6 +61,7 @@ FORBIDDEN_MODULES: dict[str, str] = {
     "runner": "harness_access",
     "guard": "harness_access",
     "guard_child": "harness_access",
+    "guard_observer": "harness_access",
     "harnesslab": "harness_access",
     "__main__": "harness_access",
     "__mp_main__": "harness_access",

@@ -27,6 +27,7 @@ import torch
 
 from harnesslab.tools.gpu import wire
 from harnesslab.tools.gpu.verify import guard_child as gc
+from harnesslab.tools.gpu.verify import guard_observer as go
 
 KERNEL = textwrap.dedent(
     """
@@ -746,7 +747,7 @@ def chain(tmp: Path, files: list[str], walk: Callable[[], bool]) -> bool:
 def obs(tmp_path: Path) -> Any:
     (tmp_path / "cand").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "cand")
-    return gc.Observer(torch, str(tmp_path / "link"))  # the folder's real path is kept
+    return go.Observer(torch, str(tmp_path / "link"))  # the folder's real path is kept
 
 
 def test_the_culprit_is_the_first_frame_outside_the_standard_library_and_this_module(
@@ -757,7 +758,7 @@ def test_the_culprit_is_the_first_frame_outside_the_standard_library_and_this_mo
     assert chain(tmp_path, ["link/k.py"], walk) is True
     assert chain(tmp_path, ["lib/k.py"], walk) is False
     assert chain(tmp_path, ["cand/k.py", "lib/k.py"], walk) is False  # a library's own work
-    for skipped in ("<frozen>", os.path.join(gc.STDLIB, "fake.py"), gc.__file__):
+    for skipped in ("<frozen>", os.path.join(go.STDLIB, "fake.py"), gc.__file__, go.__file__):
         assert chain(tmp_path, ["cand/k.py", skipped], walk) is True, skipped
         assert chain(tmp_path, ["lib/k.py", skipped], walk) is False, skipped
 
@@ -769,8 +770,8 @@ def test_a_torch_call_is_the_candidates_when_the_nearest_frame_outside_libraries
     assert chain(tmp_path, ["cand/k.py"], walk) is True
     assert chain(tmp_path, ["lib/k.py"], walk) is False
     assert chain(tmp_path, ["cand/k.py", "lib/k.py"], walk) is False
-    libs = os.path.join(gc.LIBS[0], "site", "fake.py")
-    for skipped in ("<frozen>", gc.__file__, libs, "a/torch/f.py", "a/triton/f.py"):
+    libs = os.path.join(go.LIBS[0], "site", "fake.py")
+    for skipped in ("<frozen>", gc.__file__, go.__file__, libs, "a/torch/f.py", "a/triton/f.py"):
         assert chain(tmp_path, ["cand/k.py", skipped], walk) is True, skipped
         assert chain(tmp_path, ["lib/k.py", skipped], walk) is False, skipped
 
@@ -858,7 +859,7 @@ def test_only_the_new_that_namedtuple_compiled_in_that_frame_may_get_its_default
 ) -> None:
     namespace: dict[str, Any] = {}
     new = eval("lambda a, b: 0", namespace)
-    at = SimpleNamespace(f_code=gc.NAMEDTUPLE, f_locals={"namespace": namespace})
+    at = SimpleNamespace(f_code=go.NAMEDTUPLE, f_locals={"namespace": namespace})
     obs.open()
     assert obs.made_here(new, at)
     assert not obs.made_here(eval("lambda a, b: 0", {}), at)  # a function it did not compile

@@ -119,10 +119,11 @@ def test_a_marked_window_walks_no_class_and_a_closed_window_forgets_its_mark(sta
     """Observer.mark takes the class snapshot (between windows, at the parent's request), so
     the window opened after it walks none inside the parent's clock; close spends the mark, so
     a window opened without one walks the classes itself (never judged by a stale one)."""
-    guard_child = staged("verify.guard_child")
+    guard_observer = staged("verify.guard_observer")
     walks: list[int] = []
-    monkeypatch.setattr(guard_child, "every_class", lambda: walks.append(1) or {len(walks): int})
-    obs = guard_child.Observer(None, "/nowhere")
+    monkeypatch.setattr(guard_observer, "every_class",
+                        lambda: walks.append(1) or {len(walks): int})  # fmt: skip
+    obs = guard_observer.Observer(None, "/nowhere")
     obs.mark()
     assert (walks, obs.before) == ([1], {1: int})
     obs.open()

@@ -5,7 +5,7 @@ CPU path too), guard_kid.py (a sandboxed child process and its socket), guard_gp
 path: record in the candidate's process, replay in a clean one, check, time), guard_schema.py
 (a recording is hostile input: its check), replay.py (the replayer's process), phase_lock.py
 (the GPU lock held phase by phase). Untrusted side: guard_child.py (the candidate's process,
-with guard_record.py recording its launches). A step task's guarded verify: step_guard.py (the
+with guard_observer.py watching what its code does and guard_record.py recording its launches). A step task's guarded verify: step_guard.py (the
 parent, with step_timed.py, its timed pass) and step_child.py (the candidate's process).
 
 The runner (../runner.py) hands a "verify" request to guard.verify and a "step_verify" one to

@@ -1,16 +1,17 @@
-"""Exploit: tampering with the harness module. The kernel imports the guard's child module
-(already loaded in its process) and replaces its globals, e.g. the timer it binds.
+"""Exploit: tampering with the harness module. The kernel imports the guard's observer module
+(already loaded in its process) and replaces its globals: the standard library's folder, so
+that every frame looks like the standard library's and nothing is ever its culprit.
 
 expect: harness_access
 runtime: harness_access
 """
 
-import guard_child
+import guard_observer
 import torch
 import triton
 import triton.language as tl
 
-guard_child.STDLIB = "/"
+guard_observer.STDLIB = "/"
 
 
 @triton.jit
