@@ -42,6 +42,10 @@ else:
     import wire
     from guard_observer import THREAD_STARTS, Observer
 
+    # Out of sys.modules: a candidate's `import guard_observer` is then an import the audit hook
+    # sees (harness_access) and gets a fresh copy, never the live Observer's globals.
+    del sys.modules["guard_observer"]
+
 # torch functions and Tensor methods a host wrapper may call: allocation, metadata, views,
 # copies, casts. Anything else (mul, rsqrt, mean, silu, matmul, ...) is math done in torch.
 ALLOWED_FUNCS = {
