@@ -272,3 +272,16 @@ def test_an_unknown_probe_name_fails_that_probe_alone(tmp_path):
     nope, longest = out["probes"]
     assert not nope["passed"] and "unknown step probe 'nope'" in nope["reason"]
     assert nope["note"] == "" and longest["passed"]
+
+
+def test_the_probe_runs_on_the_device_it_is_given(monkeypatch):
+    seen = []
+
+    def run_trace(torch_, ref, step, config, trace, **kwargs):
+        seen.append(kwargs["device"])
+        return {"correct": True, "steps": 8, "failures": []}
+
+    monkeypatch.setattr(step_probe.step_trace, "run_trace", run_trace)
+    row = step_probe.one(torch, REF, None, _request(), "large_values", "float16",
+                         interpret=False, device="cuda")  # fmt: skip
+    assert seen == ["cuda"] and row["passed"] and row["context"] == 1024 + 8
