@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -95,16 +97,23 @@ def test_without_an_eager_step_there_is_nothing_to_compile(tmp_path):
     assert errors["torch_compile"] == "skipped: the eager step did not import"
 
 
-def test_on_a_gpu_the_eager_step_is_compiled_with_room_for_every_bucket(tmp_path, monkeypatch):
+@pytest.mark.parametrize("knobs", [("recompile_limit", "cache_size_limit"), ("cache_size_limit",),
+                                   ("recompile_limit",)])  # fmt: skip
+def test_on_a_gpu_the_eager_step_is_compiled_with_room_for_every_bucket(
+    tmp_path, monkeypatch, knobs
+):
+    """Whichever of the recompile limit's names this torch has (the old one alone, the new one
+    alone, both) is raised."""
     task = _task_folder(tmp_path)
     resets = []
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    monkeypatch.setattr(torch._dynamo, "config", SimpleNamespace(**dict.fromkeys(knobs, 8)))
     monkeypatch.setattr(lab_step, "compiled", lambda eager: ("compiled", eager))
     fns, errors = lab_step.strategies(runner, task, interpret=False, no_compile=False)
     assert list(fns) == ["torch_eager", "torch_compile", "sol:a_fast", "sol:b_fast"]
     assert fns["torch_compile"] == ("compiled", fns["torch_eager"]) and resets == [1]
-    assert torch._dynamo.config.recompile_limit == 256 and list(errors) == ["sol:broken"]
+    assert vars(torch._dynamo.config) == dict.fromkeys(knobs, 256)
+    assert list(errors) == ["sol:broken"]
 
 
 # -- run_task with a stand-in run_trace --------------------------------------------------------
@@ -157,8 +166,21 @@ def _run(monkeypatch, script, fns=("torch_eager", "sol:fast"), errors=None, *, i
     return lab_step.run_task(runner, env, task, opts, deadline)
 
 
-def test_a_strategy_that_ran_gives_a_row_per_bucket_and_its_whole_trace(monkeypatch, capsys):
+class _Stdout(io.StringIO):
+    """stdout that notes how much was written when each flush came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed: list[int] = []
+
+    def flush(self) -> None:
+        self.flushed.append(len(self.getvalue()))
+
+
+def test_a_strategy_that_ran_gives_a_row_per_bucket_and_its_whole_trace(monkeypatch):
     script = _Script(torch_eager=[_out(10.0, buckets=(16, 64))])
+    stdout = _Stdout()
+    monkeypatch.setattr(sys, "stdout", stdout)
     done = _run(monkeypatch, script, fns=("torch_eager",), interpret=True)
     first, _, whole = done["rows"]
     assert first == {
@@ -174,9 +196,13 @@ def test_a_strategy_that_ran_gives_a_row_per_bucket_and_its_whole_trace(monkeypa
     ((_, trace, kwargs),) = script.calls
     assert trace == "fixed_20x6"  # the interpreter's sizes of the first trace
     assert kwargs == {"device": "dev", "tolerance": TASK["tolerances"]["float16"]}
-    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert printed == [{k: r[k] for k in ("task", "strategy", "case", "status", "median_us",
-                                          "p95_us")} for r in done["rows"]]  # fmt: skip
+    lines = stdout.getvalue().splitlines(keepends=True)
+    assert [json.loads(line) for line in lines] == [
+        {k: r[k] for k in ("task", "strategy", "case", "status", "median_us", "p95_us")}
+        for r in done["rows"]
+    ]  # fmt: skip
+    ends = [sum(len(x) for x in lines[: i + 1]) for i in range(len(lines))]
+    assert stdout.flushed == ends  # each progress line reaches the host as it is printed
 
 
 def test_a_wrong_strategy_fails_its_rows_with_the_first_failure(monkeypatch):
@@ -208,8 +234,10 @@ def test_a_row_is_measured_once_off_a_gpu_off_the_claims_when_wrong_or_not_compa
     outs = {"torch_eager": [_out(10.0, correct=why != "wrong")], "sol:fast": [_out(4.0)]}
     targets = [{"vs": "torch_eager" if why != "not compared" else "",
                 "cases": ["fixed_fp16:all" if why != "not a claim trace" else "other:all"]}]  # fmt: skip
-    done = _run(monkeypatch, _Script(**outs), fns=("torch_eager",), targets=targets,
+    script = _Script(**outs)
+    done = _run(monkeypatch, script, fns=("torch_eager",), targets=targets,
                 interpret=why == "interpreter")  # fmt: skip
+    assert len(script.calls) == 1
     assert all(len(r["repeat_medians_us"]) == 1 for r in done["rows"])
 
 
@@ -229,13 +257,13 @@ def test_a_repeat_that_fails_or_raises_fails_every_row_of_that_strategy(monkeypa
 
 
 def test_a_repeat_median_of_zero_or_of_another_bucket_is_not_a_median(monkeypatch):
-    first = _out(0.0, buckets=(16, 64))
-    first["total"]["p50_us"] = 0.0
-    script = _Script(**{"sol:a": [first, _out(7.0, buckets=(16, 64)), _out(9.0, buckets=(16,))]})
+    first, second = _out(0.0, buckets=(16, 64)), _out(7.0, buckets=(16, 64))
+    first["total"]["p50_us"] = second["buckets"][1]["p50_us"] = 0.0
+    script = _Script(**{"sol:a": [first, second, _out(9.0, buckets=(16,))]})
     done = _run(monkeypatch, script, fns=("sol:a",), targets=[{"cases": ["fixed_fp16:all"]}])
     rows = {r["case"]: r for r in done["rows"]}
     assert rows["fixed_fp16:16"]["repeat_medians_us"] == [7.0, 9.0]
-    assert rows["fixed_fp16:64"]["repeat_medians_us"] == [1.0, 8.0]  # the third has no 64
+    assert rows["fixed_fp16:64"]["repeat_medians_us"] == [1.0]  # the second's 0, the third's none
     assert rows["fixed_fp16:all"]["repeat_medians_us"] == [107.0, 109.0]
 
 
