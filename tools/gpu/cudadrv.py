@@ -146,8 +146,7 @@ class Driver:
         return bytes(h)  # all 64 bytes: `h.reserved` reads as a C string, cut at its first NUL
 
     def ipc_open(self, handle: bytes) -> int:
-        h = IpcHandle()
-        ctypes.memmove(ctypes.addressof(h), handle, 64)  # into h (h.reserved is a copy)
+        h = IpcHandle.from_buffer_copy(handle)  # its 64 bytes; a shorter handle is refused
         p = ctypes.c_uint64()
         self.call("cuIpcOpenMemHandle", ctypes.byref(p), h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
         return p.value

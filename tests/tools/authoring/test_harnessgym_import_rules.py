@@ -153,6 +153,18 @@ def test_an_entry_names_a_kernel_of_another_name_and_the_closest_contract_takes_
     assert namespace["rmsnorm_gate"](1, 2, 3, eps=4) == "out" and calls == [((1, 2, 3), {"eps": 4})]
 
 
+def test_lookalikes_are_other_names_in_editable_python_files_the_folder_has() -> None:
+    src = b"def fused(x, gate, weight, eps=1e-5):\n    pass\n"
+    named = b"def rmsnorm_gate(x, gate, weight, eps=1e-5):\n    pass\n"
+    files = {"kernel.py": src, "k.txt": src, "own.py": named}
+    found = hg.lookalikes(CONTRACTS, files, ["kernel.py", "k.txt", "missing.py", "own.py"])
+    # not a .txt, not a file the folder lacks; rmsnorm_gate is no lookalike of its own task
+    # (kernel_contract finds it by name), only of softmax's (x)
+    assert {k: t.name for k, t in found.items()} == {
+        "kernel.py:fused": "rmsnorm_gate", "own.py:rmsnorm_gate": "softmax"
+    }  # fmt: skip
+
+
 def report() -> hg.ImportReport:
     return hg.ImportReport(source="s", task_folder="t", name="n", kind="command", editable=[])
 

@@ -174,6 +174,10 @@ def test_an_ipc_handle_is_its_64_bytes_both_ways_nul_bytes_included(
     lib.answers["cuIpcOpenMemHandle_v2"] = open_
     assert drv.ipc_open(handle[::-1]) == 0xAB
     assert seen == [handle[::-1]]
+    calls = len(lib.calls)
+    with pytest.raises(ValueError):  # never a read past a short handle
+        drv.ipc_open(handle[:63])
+    assert len(lib.calls) == calls
     drv.ipc_close(0xAB)
     assert names(lib)[-1] == "cuIpcCloseMemHandle"
 

@@ -116,6 +116,21 @@ def test_the_same_generator_draws_the_same_inputs(tmp_path) -> None:
     assert not torch.equal(a[0], c[0]) and not torch.equal(a[0], a[1])
 
 
+def test_draws_are_made_on_the_generators_device_whatever_torchs_default_is(tmp_path) -> None:
+    """On a GPU host the generator is CUDA's and torch's default device the CPU (or what a
+    reference set); here a CPU generator under a meta default stands in for that."""
+    ref = function_task(tmp_path)
+    shape = ref._shape({"shape": [64]}, {})
+    want_seed = int(torch.randint(0, 2**62, (1,), generator=gen(2)))
+    for dist in ("randint", "uniform", "normal"):
+        d = {"distribution": dist, "high": 1000}
+        with torch.device("meta"):
+            drawn = ref._draw(d, shape, gen(5))
+        assert drawn.device.type == "cpu" and torch.equal(drawn, ref._draw(d, shape, gen(5)))
+    with torch.device("meta"), ref._seeded(gen(2), torch.device("cpu")):
+        assert torch.initial_seed() == want_seed  # the seed drawn on the generator's device
+
+
 def test_each_distribution_draws_within_its_declared_bounds(tmp_path) -> None:
     ref = function_task(tmp_path)
     shape = ref._shape({"shape": ["n"]}, {"n": 4000, "k": 9})

@@ -750,6 +750,44 @@ def obs(tmp_path: Path) -> Any:
     return go.Observer(torch, str(tmp_path / "link"))  # the folder's real path is kept
 
 
+def test_a_host_read_inside_a_launch_is_the_launchs_not_host_compute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interpreter reads scalars to the host while it runs a kernel (on a GPU build, the
+    launch's own reads): only a read outside a launch, while recording, is the candidate's. A
+    stand-in tensor class takes the hooks (the real one's reads are not made to order here)."""
+
+    class Tensor:
+        def item(self) -> int:
+            return 7
+
+        def tolist(self) -> list[int]:
+            return [7]
+
+        def numpy(self) -> str:
+            return "array"
+
+        def __array__(self) -> str:
+            return "array"
+
+    for mod, name in gc.THREAD_STARTS:  # the hooks replace these too: put back after the test
+        if hasattr(mod, name):
+            monkeypatch.setattr(mod, name, getattr(mod, name))
+    watch = gc.Observer(SimpleNamespace(Tensor=Tensor), str(tmp_path))
+    watch.install_host_hooks()
+    t = Tensor()
+    reads = [t.item, t.tolist, t.numpy, t.__array__]
+    watch.recording, watch.in_launch = True, 1
+    assert [r() for r in reads] == [7, [7], "array", "array"] and watch.codes == set()
+    watch.recording, watch.in_launch = False, 0
+    assert [r() for r in reads] == [7, [7], "array", "array"] and watch.codes == set()
+    for read in reads:
+        watch.codes.clear()
+        watch.recording = True
+        read()
+        assert watch.codes == {"host_compute"}, read
+
+
 def test_the_culprit_is_the_first_frame_outside_the_standard_library_and_this_module(
     tmp_path: Path, obs: Any
 ) -> None:

@@ -177,7 +177,7 @@ def test_without_a_list_of_metrics_the_hmma_one_is_guessed(
     monkeypatch.setattr(subprocess, "run", bounded)
     quiet = script(tmp_path / "ncu-quiet", "pass\n")
     assert ncu.ncu_metrics(quiet, tensor=True) == [*lab, HMMA]
-    assert asked[0]["timeout"] > 0  # a query that hangs is cut
+    assert asked[0]["timeout"] == 60  # a query that hangs is cut after a minute
 
 
 def test_ncu_is_found_on_the_path_else_where_cuda_installs_it(
@@ -259,6 +259,14 @@ def test_launches_that_do_not_match_cases_times_calls_are_not_attributed(
     assert "by_case" not in rec and rec["launches"] == 3 and rec["rc"] == 3
     assert rec["error"].startswith("3 profiled launches for 2 cases x 2 calls: cannot attribute")
     assert rec["error"].endswith("(rc=3): " + ("E" * 3000 + "tail of stderrout")[-300:])
+    # what is kept of each stream: the last 2000 characters of stderr and 1000 of stdout
+    fake(times=[1, 2, 3], rc=3, stderr="A" + " " * 2000, stdout="B" + " " * 1000)
+    rec = ncu.profile(["t"], ["a", "b"], 2, tmp_path / "log.csv", 20, tensor=False)
+    assert rec["error"].endswith("(rc=3): ")
+    for stderr, stdout, kept in (("A" + " " * 1999, "", "A"), ("", "B" + " " * 999, "B")):
+        fake(times=[1, 2, 3], rc=3, stderr=stderr, stdout=stdout)
+        rec = ncu.profile(["t"], ["a", "b"], 2, tmp_path / "log.csv", 20, tensor=False)
+        assert rec["error"].endswith("(rc=3): " + kept)
     fake(times=[])
     rec = ncu.profile(["t"], [], 2, tmp_path / "log.csv", 20, tensor=False)
     assert "by_case" not in rec and rec["error"].startswith("0 profiled launches")

@@ -54,6 +54,7 @@ class Torch:
     def __init__(self) -> None:
         self.released = 0
         self.generators: list[Any] = []
+        self.seeded: list[Any] = []  # the generators handed out (initial_seed(): all 64 bits)
         self.cuda = type("cuda", (), {"empty_cache": lambda _: self._release()})()
 
     def _release(self) -> None:
@@ -64,7 +65,8 @@ class Torch:
 
     def Generator(self, device: Any = "cpu") -> Any:  # noqa: N802 (torch's name)
         self.generators.append(device)
-        return torch.Generator(device="cpu")
+        self.seeded.append(torch.Generator(device="cpu"))
+        return self.seeded[-1]
 
 
 class FakeEnv:
@@ -216,10 +218,16 @@ def test_inputs_are_seeded_by_the_request_the_case_and_the_salt(tmp_path: Path) 
     del req["seed"]
     unseeded = runner.Evaluator(FakeEnv(), req).make(shape, torch.float32, salt=3)[0][0]
     assert torch.equal(unseeded, torch.randn(2, 8, generator=torch.Generator().manual_seed(3)))
-    for big in (-(-(2**63) // 1_000_003), 3**63 + 5):  # a product past 2**63 is cut to 63 bits
-        drawn = evaluator(tmp_path, seed=big).make(shape, torch.float32, salt=3)[0][0]
+    bigs = (-(-(2**63) // 1_000_003), 3**63 + 5)  # a product past 2**63 is cut to 63 bits
+    assert any((big * 1_000_003 + 3) % 2**64 >= 2**63 for big in bigs)  # bit 63 set before
+    for big in bigs:
+        ev = evaluator(tmp_path, seed=big)
+        drawn = ev.make(shape, torch.float32, salt=3)[0][0]
         seed = (big * 1_000_003 + 3) % 2**63
         assert torch.equal(drawn, torch.randn(2, 8, generator=torch.Generator().manual_seed(seed)))
+        # what the device's generator is seeded with: the CPU's reads the low 32 bits only,
+        # CUDA's Philox all 64, so bit 63 is pinned on the seed itself
+        assert ev.env.torch.seeded[-1].initial_seed() == seed
     (tmp_path / "ref" / "plain.py").write_text(REFERENCE.split("def interpreter_shape")[0])
     plain = runner.Evaluator(
         FakeEnv(), {**request(tmp_path), "reference": str(tmp_path / "ref" / "plain.py")}

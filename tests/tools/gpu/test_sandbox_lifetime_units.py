@@ -3,7 +3,9 @@ of the test as tests/tools/gpu/test_sandbox_units.py runs it: a signal to the ou
 reaper ends the whole sandbox, a killed outer takes the reaper and the target with it
 (PDEATHSIG), a dead caller takes the outer (`die_with_parent`), the outer cannot be read by a
 same-user process (not dumpable), a reaper whose mounts fail or that never gets its go runs no
-target, a cgroup it cannot join runs nothing, an in-place target keeps its scratch folder's
+target, a cgroup it cannot join runs nothing (and leaves no reaper behind), the cgroup is removed
+after a run and after a setup that failed, the reaper stops at its target's exit (in a PID
+namespace its end takes the target's orphans), an in-place target keeps its scratch folder's
 lock, and the scratch-full bound."""
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from harnesslab.tests.tools.gpu.test_sandbox_units import FULL, PROBE, SH, run
+from harnesslab.tests.tools.gpu.test_sandbox_units import FULL, PROBE, SH, Outcome, run
 from harnesslab.tools.gpu.isolation import sandbox
 from harnesslab.tools.gpu.isolation import sandbox_policy as sp
 
@@ -187,7 +189,12 @@ def test_a_cgroup_the_sandbox_cannot_join_runs_nothing(tmp_path: Path) -> None:
             return group
 
         sandbox.sl.Cgroup.create = staticmethod(refusing)
-        return main()
+        code = main()
+        try:  # the reaper, told no go, was waited for: the outer leaves no child behind
+            print("left=", os.waitpid(-1, os.WNOHANG))
+        except ChildProcessError:
+            print("left=none")
+        return code
 
     marker = tmp_path / "out-ran"
     out = run(tmp_path, [SH, "-c", f"echo x > {marker}"], inside=inside, landlock=False,
@@ -195,13 +202,14 @@ def test_a_cgroup_the_sandbox_cannot_join_runs_nothing(tmp_path: Path) -> None:
     assert (out.code, out.reports[-1]["status"]) == (126, 126)
     assert "sandbox: cannot move the sandbox into its cgroup" in out.stderr
     assert not marker.exists()
+    assert "left=none" in out.stdout
     folders = out.stdout.split("cgroup=", 1)[1].split()[0].split(",")
     assert folders and not any(os.path.exists(f) for f in folders)  # removed at the end
 
 
-def test_a_run_removes_its_cgroup(tmp_path: Path) -> None:
-    if PROBE["cgroup"] == "none":
-        pytest.skip("no cgroup here")
+def cgroup_folders(tmp_path: Path, fail_after: bool) -> tuple[Outcome, list[str]]:
+    """A run whose cgroup's folders are printed when made; `fail_after`: the setup fails right
+    after the cgroup was made."""
 
     def inside(main: Any) -> int:
         create = sandbox.sl.Cgroup.create
@@ -211,13 +219,40 @@ def test_a_run_removes_its_cgroup(tmp_path: Path) -> None:
             print("cgroup=" + ",".join(group.folders), flush=True)
             return group
 
+        def failing(*a: Any) -> Any:
+            raise OSError("no plan")
+
         sandbox.sl.Cgroup.create = staticmethod(noted)
+        if fail_after:
+            sandbox.plan_limits = failing
         return main()
 
     out = run(tmp_path, [SH, "-c", "exit 0"], inside=inside, landlock=False)
+    return out, out.stdout.split("cgroup=", 1)[1].split()[0].split(",")
+
+
+def test_a_run_removes_its_cgroup_and_so_does_a_setup_that_failed(tmp_path: Path) -> None:
+    if PROBE["cgroup"] == "none":
+        pytest.skip("no cgroup here")
+    out, folders = cgroup_folders(tmp_path, fail_after=False)
     assert out.code == 0
-    folders = out.stdout.split("cgroup=", 1)[1].split()[0].split(",")
     assert folders and not any(os.path.exists(f) for f in folders)
+    failed, folders = cgroup_folders(tmp_path, fail_after=True)
+    assert failed.code == sandbox.SETUP_FAILED and "no plan" in failed.stderr
+    assert folders and not any(os.path.exists(f) for f in folders)
+
+
+@FULL
+def test_the_reaper_ends_with_its_target_and_takes_what_the_target_left(tmp_path: Path) -> None:
+    """In a PID namespace the target's orphans are the reaper's children: it reaps them while
+    the target runs, but stops at the target's exit (its own exit ends the namespace)."""
+    marker = tmp_path / "out-orphan"
+    out = run(tmp_path, [SH, "-c", f"(sleep 0.5; echo x > {marker}) & exit 4"],
+              write=[str(tmp_path)])  # fmt: skip
+    assert out.reports[0]["lifetime"] == "pid_namespace"
+    assert out.code == 4
+    time.sleep(1.0)  # the orphan's sleep, and then some
+    assert not marker.exists()
 
 
 def test_an_in_place_target_holds_its_scratch_folders_lock(tmp_path: Path) -> None:

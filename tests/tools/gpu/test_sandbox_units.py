@@ -61,7 +61,7 @@ def launch(tmp: Path, args: list[str], stdin: bytes = b"", inside: Any = None) -
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
-            os._exit(code)
+            os._exit(0 if code is None else code)  # as sys.exit(main()) exits
     os.close(in_r)
     os.close(rep_w)
     os.write(in_w, stdin)
@@ -319,6 +319,7 @@ def test_a_caller_that_is_not_the_parent_ends_the_sandbox_before_the_target(
 ) -> None:
     out = run(tmp_path, [SH, "-c", "echo ran"], die_with_parent=1)
     assert (out.code, out.stdout) == (1, "")
+    assert out.reports[-1]["event"] == "sandbox_exit" and out.reports[-1]["status"] == 1
     alive = run(tmp_path, [SH, "-c", "echo ran"], die_with_parent=os.getpid())
     assert (alive.code, alive.stdout) == (0, "ran\n")
 
@@ -546,6 +547,13 @@ def test_a_target_that_cannot_be_started_exits_126_and_says_why(tmp_path: Path) 
     assert (out.code, out.stdout) == (126, "")
     assert "sandbox: cannot start the target: " in out.stderr
     assert out.reports[-1]["status"] == 126
+
+    def buffered(main: Any) -> int:  # a caller's stderr need not be line-buffered
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - the fork's own stderr
+        return main()
+
+    out = run(tmp_path, [str(script)], inside=buffered, namespaces=False, landlock=False)
+    assert out.code == 126 and "sandbox: cannot start the target: " in out.stderr
 
 
 @FULL
