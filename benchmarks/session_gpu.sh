@@ -24,6 +24,7 @@
 #   autopilot    the autopilot from HarnessGym's baseline kernel for AP_BUDGET s (autopilot_hg.sh)
 #   apstep       the autopilot on decode_step for AP_BUDGET s (autopilot_step.sh)
 #   lab          the lab matrix of LAB_TASKS (CUDA column, peers, ncu) into $OUT/lab (lab_gpu.py)
+#   profile      profile_kernel on rmsnorm_gate's Triton and CUDA templates (profile_gpu.py: PROF_ARGS)
 #   ncuprobe     ncu on one strategy over chosen cases (ncu_strategy_gpu.py: NCU_ARGS)
 #   hgproto      HarnessGym's verifier per case over HG_CONFIGS (hg_verifier_configs.sh)
 #   stepprobe    the step verify's timed_step work in process, phase by phase (step_timed_probe_gpu.py)
@@ -101,6 +102,10 @@ if has lab; then
   el "== lab"
   timeout "${LAB_S:-400}" python3 benchmarks/lab_gpu.py --out "$OUT/lab" --tasks "${LAB_TASKS:-rmsnorm_gate,softmax,swiglu}" \
     --budget-s $(( ${LAB_S:-400} - 30 )) 2>"$OUT/lab.err" | tail -40; echo "lab rc=${PIPESTATUS[0]}"; tail -3 "$OUT/lab.err"
+fi
+if has profile; then
+  el "== profile_kernel (ncu through the tool's path)"
+  timeout "${PROF_S:-150}" python3 benchmarks/profile_gpu.py ${PROF_ARGS:-} 2>&1 | tail -10
 fi
 if has ncuprobe; then
   el "== ncu probe"
