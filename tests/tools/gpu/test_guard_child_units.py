@@ -916,3 +916,14 @@ def test_only_the_standard_librarys_own_module_name_readers_may_ask_for_a_frame(
         twin = code.replace(co_filename="/candidate/k.py")  # equal, as code objects compare
         assert twin == code and not gc.Observer.reads_module_name(SimpleNamespace(f_code=twin))
     assert not gc.Observer.reads_module_name(SimpleNamespace(f_code=(lambda: 0).__code__))
+
+
+def test_outside_a_window_no_class_is_the_candidates_own(obs: Any) -> None:
+    """made_here with no mark (before a window opens, after it closes): every class set is a
+    patch, never an error in the audit hook."""
+    new = type("New", (), {"__module__": "_hl_candidate"})
+    assert obs.before is None
+    assert obs.made_here(new, None) is False
+    obs.open()
+    obs.close()
+    assert obs.made_here(new, None) is False
