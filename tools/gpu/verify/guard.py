@@ -21,8 +21,8 @@ every hidden case it
 3. judges every call here and writes every reason's text itself (the candidate's process
    reports reason codes; no string it produced is kept).
 It returns raw measurements; the host (tools/integrity/verify.py) computes the verdict from them.
-The GPU path (record, replay, time) is guard_gpu.py; siblings are imported by the one rule in
-runner.py's docstring.
+The interpreter's path (the shared arena, a case) is guard_cpu.py, the GPU path (record, replay,
+time) guard_gpu.py; siblings are imported by the one rule in runner.py's docstring.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import mmap
 import os
 import random
 import sys
-import tempfile
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -259,8 +258,9 @@ class Verify:
         # State the case methods fill in as the verify goes (declared here, not stashed):
         self.skipped: dict[str, list[list[str]]] = {}  # per case: edges the reference cannot take
         self.partial: dict[str, Any] | None = None  # the last case record (kept on a failure)
-        self.arena: mmap.mmap | None = None  # the CPU path's shared arena, for the whole verify
-        self.arena_sent = False  # the candidate's processes have mapped it
+        self.arena: mmap.mmap | None = None  # the CPU path's shared arena (guard_cpu.py) ...
+        self.arena_size = 0  # ... its size (guard_cpu.arena_fd) ...
+        self.arena_sent = False  # ... and whether the candidate's processes have mapped it
         self.replayers: dict[str, Kid] = {}  # the GPU path, per role: guard_gpu.replayer
         self.replay_sandbox: dict[str, dict[str, Any]] = {}  # per role: its sandbox's report
         self.loaded: dict[str, set[str]] = {}  # per role: kernel ids its replayer holds
@@ -301,7 +301,7 @@ class Verify:
         if env.interpret:  # every case's inputs first: the one shared arena fits the largest
             for idx, case in enumerate(cases):
                 self.case_variants(case, idx)
-        memfd = self.arena_fd() if env.interpret else None
+        memfd = _cpu().arena_fd(self) if env.interpret else None
         result: dict[str, Any] = {
             "status": "measured",
             "input_seed": req["seed"],
@@ -407,53 +407,6 @@ class Verify:
             interpret=self.env.interpret, scale=lambda s: self.ev.case_shape({"shape": s}),
         )  # fmt: skip
 
-    def arena_fd(self) -> int:
-        """CPU: one shared memory arena for every case (sized for the largest), sealed against
-        resizing so a hostile child cannot truncate it under this process."""
-        size = max(self.cpu_layout(vs)[1] for vs in self.variants_per_case.values()) + 4096
-        try:
-            fd = os.memfd_create("hl-arena", os.MFD_ALLOW_SEALING)  # type: ignore[attr-defined]
-            os.ftruncate(fd, size)
-            import fcntl
-
-            fcntl.fcntl(fd, 1033, 0x0002 | 0x0004 | 0x0001)  # F_ADD_SEALS: SHRINK|GROW|SEAL
-        except (AttributeError, OSError):
-            tmp = tempfile.TemporaryFile(dir=self.scratch_root)
-            os.ftruncate(tmp.fileno(), size)
-            fd = os.dup(tmp.fileno())
-            tmp.close()
-        self.arena_size = size
-        return fd
-
-    def cpu_layout(self, variants: list[Variant]) -> tuple[list[dict[str, Any]], int]:
-        """Offsets in the arena: each variant's tensor inputs, then one output slot per role."""
-        off = 0
-        layout = []
-
-        def take(nbytes: int) -> int:
-            nonlocal off
-            start = off
-            off += (nbytes + 255) // 256 * 256 + 256
-            return start
-
-        for v in variants:
-            ins: list[dict[str, Any] | None] = []
-            for a in v.args:
-                if isinstance(a, self.torch.Tensor):
-                    ins.append({"offset": take(a.numel() * a.element_size()), "shape": list(a.shape),
-                                "dtype": str(a.dtype)[6:]})  # fmt: skip
-                else:
-                    ins.append(None)
-            shape, dtype = v.spec
-            numel = 1
-            for s in shape:
-                numel *= int(s)
-            nbytes = numel * self.torch.finfo(dtype).bits // 8
-            slots = {r: {"offset": take(nbytes), "shape": list(shape), "dtype": str(dtype)[6:]}
-                     for r in ("candidate", "incumbent")}  # fmt: skip
-            layout.append({"inputs": ins, "slots": slots})
-        return layout, off
-
     # -- cases -----------------------------------------------------------------------------------
     def run_cases(self, result: dict[str, Any], memfd: int | None) -> None:
         """Check every case (stopping at the first the candidate fails), then time them all."""
@@ -495,7 +448,7 @@ class Verify:
         if not self.env.interpret:
             return _gpu().gpu_case(self, case, idx, variants)
         with self.phases("check"), self.lock.work():  # the interpreter times by its checked calls
-            return self.cpu_case(case, idx, variants, memfd), None
+            return _cpu().cpu_case(self, case, idx, variants, memfd), None
 
     def lose_incumbent(self, result: dict[str, Any], exc: KidFailed) -> None:
         """An incumbent's failure loses the comparison, not the verdict: it is dropped (and
@@ -593,76 +546,20 @@ class Verify:
         return {"passed": not codes, "codes": codes, "max_abs_err": stats.get("max_abs_err"),
                 "max_rel_err": stats.get("max_rel_err")}  # fmt: skip
 
-    def cpu_case(self, case: dict[str, Any], idx: int, variants: list[Variant],
-                 memfd: int | None) -> dict[str, Any]:  # fmt: skip
-        """The interpreter: the candidate's process computes into the shared arena."""
-        torch = self.torch
-        rec = self.case_record(case, variants)
-        tol = self.ev.tolerances[case["dtype"]]
-        layout, _ = self.cpu_layout(variants)
-        assert memfd is not None
-        if self.arena is None:  # kept for the whole verify: views pin it
-            self.arena = mmap.mmap(memfd, self.arena_size)
-        arena = self.arena
-        if not self.arena_sent:
-            for kid in self.kids:
-                kid.ask({"op": "arena", "size": self.arena_size})
-            self.arena_sent = True
 
-        def view(spec):
-            numel = 1
-            for s in spec["shape"]:
-                numel *= int(s)
-            if not numel:
-                return torch.empty(spec["shape"], dtype=getattr(torch, spec["dtype"]))
-            t = torch.frombuffer(arena, dtype=getattr(torch, spec["dtype"]), count=numel,
-                                 offset=int(spec["offset"]))  # fmt: skip
-            return t.view(*spec["shape"]) if spec["shape"] else t.view(())
+def _cpu():
+    """The interpreter's path (guard_cpu.py), by plain name: it imports this module, so it is
+    imported when first used (runner.py's docstring)."""
+    import guard_cpu
 
-        plan = list(range(len(variants)))
-        plan.append(0)  # check 0's buffers again with new contents: a cache by address is stale
-        for n, vi in enumerate(plan):
-            v = variants[vi]
-            lay = layout[vi]
-            if n == len(plan) - 1:
-                fresh = self.ev.make(self.ev.case_shape(case), v.args[0].dtype, idx * 1009 + 991)
-                v = Variant("recheck", list(fresh[0]), fresh[1], torch, self.ev.ref)
-            for a, spec in zip(v.args, lay["inputs"], strict=True):
-                if spec is not None and a.numel():
-                    view(spec).copy_(a)
-            msg_args = [{"tensor": spec} if spec is not None else {"value": a}
-                        for a, spec in zip(v.args, lay["inputs"], strict=True)]  # fmt: skip
-            for kid in self.kids[:: 1 if n % 2 == 0 else -1]:  # A B, B A, ...
-                slot = lay["slots"][kid.role]
-                if v.expected.numel():
-                    view(slot).fill_(float("nan"))
-                kid.ask({"op": "mark"})  # its class snapshot, outside the clock below
-                reply, wall_us = kid.ask({"op": "call", "args": msg_args,
-                                          "kwargs": v.kwargs, "slot": slot})  # fmt: skip
-                out = view(slot) if reply.get("copied") else None
-                inputs_now = [view(s) if s is not None else a
-                              for a, s in zip(v.args, lay["inputs"], strict=True)]  # fmt: skip
-                where = f"{v.kind} call {n}" + (f" ({v.family})" if v.family != v.kind else "")
-                call = self.judge_call(reply, out, v, tol, where, inputs_now)
-                call.update(role=kid.role, kind=v.kind, set=n, wall_us=wall_us)
-                rec["calls"].append(call)
-                for a, s in zip(v.pristine, lay["inputs"], strict=True):
-                    if s is not None and a.numel():
-                        view(s).copy_(a)  # restore for the other role
-        for kid in self.kids:
-            kid.ask({"op": "end_case"})
-        return rec
-
-
-_GPU_MODULE: list[Any] = []
+    return guard_cpu
 
 
 def _gpu():
-    if not _GPU_MODULE:
-        import guard_gpu
+    """The GPU path (guard_gpu.py), imported as _cpu() imports the interpreter's."""
+    import guard_gpu
 
-        _GPU_MODULE.append(guard_gpu)
-    return _GPU_MODULE[0]
+    return guard_gpu
 
 
 def _harden() -> None:
