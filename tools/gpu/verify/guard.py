@@ -21,8 +21,9 @@ every hidden case it
 3. judges every call here and writes every reason's text itself (the candidate's process
    reports reason codes; no string it produced is kept).
 It returns raw measurements; the host (tools/integrity/verify.py) computes the verdict from them.
-The interpreter's path (the shared arena, a case) is guard_cpu.py, the GPU path (record, replay,
-time) guard_gpu.py; siblings are imported by the one rule in runner.py's docstring.
+The candidates' processes (their sandbox, their early start) are guard_spawn.py, the interpreter's
+path (the shared arena, a case) guard_cpu.py, the GPU path (record, replay, time) guard_gpu.py;
+siblings are imported by the one rule in runner.py's docstring.
 """
 
 from __future__ import annotations
@@ -41,22 +42,21 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from .. import numerics, timing
+    from .. import numerics
     from ..isolation import sandbox_limits
     from ..isolation import sandbox_policy as sp
-    from . import phase_lock
+    from . import guard_spawn, phase_lock
     from .guard_kid import Kid, KidFailed, close_all, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
+    import guard_spawn
     import numerics
     import phase_lock
     import sandbox_limits
     import sandbox_policy as sp
-    import timing
     from guard_kid import Kid, KidFailed, close_all, stage_root
 
 T = TypeVar("T")
 _perf = time.perf_counter
-HERE = os.path.dirname(os.path.abspath(__file__))
 PRECISION_PROBES = ("large_magnitude", "tiny_magnitude")
 # Reason codes a candidate's process may report (anything else it sends is dropped).
 CHILD_CODES = {
@@ -170,77 +170,6 @@ def arg_specs(torch, variant: Variant) -> list[dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------------------------
-# the candidates' processes
-
-
-def child_policy(req: dict[str, Any], scratch_root: str, read: list[str], *,
-                 env: dict[str, str] | None = None, write: list[str] | None = None,
-                 cache: str | None = None, namespaces: bool | list[str] = True) -> sp.Policy:  # fmt: skip
-    """A child's sandbox: this folder, `read` and this process's own import roots readable,
-    `write` writable, the request's limits."""
-    return sp.Policy(
-        read=[HERE, *read],
-        write=write or [],
-        scratch_root=scratch_root,
-        require=bool(req.get("sandbox_required", True)),
-        env=env or {},
-        env_allow=["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"],
-        triton_cache=cache or "",
-        namespaces=namespaces,
-        limits=sp.Limits.from_dict(req.get("sandbox_limits") or {}),
-        **sp.python_policy(sp.import_roots()),
-    )
-
-
-def spawn_child(req: dict[str, Any], role: str, cand_dir: str, interpret: bool,
-                memfd: int | None) -> Kid:  # fmt: skip
-    """A role's sandboxed process (guard_child.py), started; its cfg is sent by run()."""
-    scratch_root = os.path.join(stage_root(), "scratch")
-    os.makedirs(scratch_root, mode=0o700, exist_ok=True)
-    env = {"TRITON_INTERPRET": "1"} if interpret else {}
-    cache = None
-    write: list[str] = []
-    if not interpret:  # per-candidate Triton cache: only this candidate writes it
-        cache = os.path.join(stage_root(), "tcache", os.path.basename(cand_dir.rstrip("/")))
-        os.makedirs(cache, mode=0o700, exist_ok=True)
-        write = [cache]
-    policy = child_policy(req, scratch_root, [cand_dir, os.path.dirname(req["reference"])],
-                          env=env, write=write, cache=cache)  # fmt: skip
-    timeout_s = float(req.get("case_timeout_s", 120))
-    kid = Kid(role, "guard_child.py", policy, timeout_s, (memfd,) if memfd else ())
-    kid.cand_dir = cand_dir
-    return kid
-
-
-def roles(req: dict[str, Any]) -> list[tuple[str, str]]:
-    """(role, folder): the candidate, and the incumbent when the request has one."""
-    out = [("candidate", req["candidate_dir"])]
-    if req.get("baseline_dir"):
-        out.append(("incumbent", req["baseline_dir"]))
-    return out
-
-
-_EARLY: dict[str, Kid] = {}  # prespawn's processes, until Verify.candidate_kid takes them
-
-
-def gpu_present() -> bool:
-    """A guess without importing torch (the runner's Env decides): an NVIDIA driver's node."""
-    return os.path.exists("/dev/nvidiactl")
-
-
-def prespawn(req: dict[str, Any]) -> None:
-    """On a GPU host, start the roles' sandboxed processes before this runner imports torch:
-    their Python start and torch import (guard_child imports it before it reads its cfg) then
-    overlap this process's. Nothing of the candidate runs before run() sends "load"; a
-    process started for the wrong mode is closed unused (candidate_kid)."""
-    if timing.wants_interpreter(req, gpu_present):  # the runner's rule, without torch
-        return
-    _harden()  # before any child exists
-    for role, folder in roles(req):
-        _EARLY[role] = spawn_child(req, role, folder, False, None)
-
-
-# ----------------------------------------------------------------------------------------------
 # the mode
 
 
@@ -274,17 +203,17 @@ class Verify:
         )  # fmt: skip
 
     def policy(self, read: list[str], **kw: Any) -> sp.Policy:
-        return child_policy(self.req, self.scratch_root, read, **kw)
+        return guard_spawn.child_policy(self.req, self.scratch_root, read, **kw)
 
     def candidate_kid(self, role: str, cand_dir: str, memfd: int | None) -> Any:
-        kid = _EARLY.pop(role, None)  # started before this process imported torch (prespawn)
+        kid = guard_spawn.EARLY.pop(role, None)  # started before this process imported torch
         if kid is not None and (
             self.env.interpret or memfd is not None or kid.cand_dir != cand_dir
         ):
             kid.close()  # started for another mode than this process found: not used
             kid = None
         if kid is None:
-            kid = spawn_child(self.req, role, cand_dir, self.env.interpret, memfd)
+            kid = guard_spawn.spawn_child(self.req, role, cand_dir, self.env.interpret, memfd)
         kid.cfg = {  # type: ignore[attr-defined]
             "device": self.env.device,
             "candidate_dir": cand_dir,
@@ -317,7 +246,7 @@ class Verify:
         }
         try:
             with self.phases("start"):
-                for role, folder in roles(req):
+                for role, folder in guard_spawn.roles(req):
                     self.kids.append(self.candidate_kid(role, folder, memfd))
                 for kid in list(self.kids):
                     with self.incumbent_may_fail(result):
@@ -562,27 +491,15 @@ def _gpu():
     return guard_gpu
 
 
-def _harden() -> None:
-    """Make this process non-dumpable: same-user processes cannot read its memory through
-    /proc/<pid>/mem or open its file descriptors (the sandbox already forbids it to children)."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-        except (OSError, AttributeError):
-            pass
-
-
 def verify(env, req: dict[str, Any], rt: types.ModuleType) -> dict[str, Any]:
     """The guarded verify of req['candidate_dir'] (and req['baseline_dir'], the incumbent)."""
     if any(name.startswith("_hl_candidate") for name in sys.modules):
         raise RuntimeError(
             "the guarded verify needs a fresh runner process (this one has run candidate code)"
         )
-    _harden()
+    guard_spawn.harden()
     try:
         return Verify(env, req, rt).run()
     finally:
-        close_all(_EARLY.values())  # any prespawn did not hand over
-        _EARLY.clear()
+        close_all(guard_spawn.EARLY.values())  # any prespawn did not hand over
+        guard_spawn.EARLY.clear()

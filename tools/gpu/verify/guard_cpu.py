@@ -131,3 +131,6 @@ def cpu_case(vf: guard.Verify, case: dict[str, Any], idx: int, variants: list[gu
     for kid in vf.kids:
         kid.ask({"op": "end_case"})
     return rec
+
+
+__all__ = ["arena_fd", "arena_layout", "cpu_case"]
