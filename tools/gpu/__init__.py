@@ -51,6 +51,8 @@ STAGED = (
     # The guarded verify (verify/__init__.py says which file does what).
     "verify/guard.py",
     "verify/guard_kid.py",
+    "verify/guard_spawn.py",
+    "verify/guard_cpu.py",
     "verify/guard_gpu.py",
     "verify/guard_schema.py",
     "verify/guard_child.py",

@@ -484,12 +484,13 @@ def check_harness(expected: dict[str, str]) -> None:
 
 
 def prespawn(req: dict[str, Any]) -> None:
-    """The guarded verify's early start (guard.prespawn), after the staged files are checked."""
+    """The guarded verify's early start (guard_spawn.prespawn), after the staged files are
+    checked."""
     if isinstance(req.get("harness_sha256"), dict):
         check_harness(req["harness_sha256"])
-    import guard
+    import guard_spawn
 
-    guard.prespawn(req)
+    guard_spawn.prespawn(req)
 
 
 def _step_profile(env: Env, req: dict[str, Any], ev: Evaluator) -> dict[str, Any]:

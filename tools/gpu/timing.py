@@ -58,7 +58,7 @@ BATCH_STEP, WINDOW_US = 4, 500.0
 def wants_interpreter(req: dict[str, Any], cuda_available: Callable[[], bool]) -> bool:
     """Whether `req` runs on the Triton interpreter: its "interpret" (else the runner's
     HARNESSLAB_RUNNER_INTERPRET, else "auto"); "never" or a false value is no, "auto" asks
-    `cuda_available` (the runner imports torch for it; guard.prespawn guesses without torch)."""
+    `cuda_available` (the runner imports torch for it; guard_spawn.prespawn guesses without torch)."""
     want = req.get("interpret", os.environ.get("HARNESSLAB_RUNNER_INTERPRET", "auto"))
     if want == "auto":
         return not cuda_available()

@@ -1,4 +1,4 @@
-"""The interpreter's case in the guarded verify's parent (guard.Verify.cpu_case): what it asks
+"""The interpreter's case in the guarded verify's parent (guard_cpu.cpu_case): what it asks
 each candidate process, in which order. The parent's wall clock around a call is the CPU path's
 timing sample, so each call is preceded by a mark (the child's class snapshot, 1.5-5 ms) that
 stays outside that clock. The kids are stand-ins that record the requests; the whole verify
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from harnesslab.tools.gpu.verify import guard
+from harnesslab.tools.gpu.verify import guard, guard_cpu
 
 
 class AskingKid:
@@ -44,7 +44,7 @@ def test_each_timed_call_is_preceded_by_a_mark_to_the_same_process() -> None:
     memfd = os.memfd_create("hl-test-arena")
     try:
         os.ftruncate(memfd, v.arena_size)
-        rec = v.cpu_case({"dtype": "float32"}, 0, variants, memfd)
+        rec = guard_cpu.cpu_case(v, {"dtype": "float32"}, 0, variants, memfd)
     finally:
         if v.arena is not None:
             v.arena.close()

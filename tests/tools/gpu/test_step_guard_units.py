@@ -375,7 +375,7 @@ def test_the_verify_takes_its_timeout_lock_and_scratch_from_the_request(
 
 def test_verify_hardens_the_process_then_runs_the_step_verify(monkeypatch) -> None:
     calls: list[Any] = []
-    monkeypatch.setattr(step_guard.guard, "_harden", lambda: calls.append("harden"))
+    monkeypatch.setattr(step_guard.guard_spawn, "harden", lambda: calls.append("harden"))
 
     class Fake:
         def __init__(self, env, req, rt) -> None:

@@ -377,7 +377,7 @@ def test_a_zero_median_has_no_rate_and_no_interval() -> None:
 def test_a_request_runs_on_the_interpreter_by_its_interpret_field_and_auto_asks_for_cuda(
     want: object, cuda: bool, expected: bool
 ) -> None:
-    """One rule for the runner's Env and the guarded verify's early start (guard.prespawn)."""
+    """One rule for the runner's Env and the guarded verify's early start (guard_spawn.prespawn)."""
     assert timing.wants_interpreter({"interpret": want}, lambda: cuda) is expected
 
 

@@ -1,7 +1,8 @@
 """The guarded verify: how a final score is judged (staged flat with the rest of tools/gpu).
 
-Trusted side: guard.py (the parent: the judged candidate's cases, variants and timing, on the
-CPU path too), guard_kid.py (a sandboxed child process and its socket), guard_gpu.py (the GPU
+Trusted side: guard.py (the parent: the judged candidate's cases, variants and timing),
+guard_kid.py (a sandboxed child process and its socket), guard_cpu.py (the interpreter's path:
+the shared arena the candidate's process computes into, a case's calls), guard_gpu.py (the GPU
 path: record in the candidate's process, replay in a clean one, check, time), guard_schema.py
 (a recording is hostile input: its check), replay.py (the replayer's process), phase_lock.py
 (the GPU lock held phase by phase). Untrusted side: guard_child.py (the candidate's process,

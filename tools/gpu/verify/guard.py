@@ -21,8 +21,9 @@ every hidden case it
 3. judges every call here and writes every reason's text itself (the candidate's process
    reports reason codes; no string it produced is kept).
 It returns raw measurements; the host (tools/integrity/verify.py) computes the verdict from them.
-The GPU path (record, replay, time) is guard_gpu.py; siblings are imported by the one rule in
-runner.py's docstring.
+The candidates' processes (their sandbox, their early start) are guard_spawn.py, the interpreter's
+path (the shared arena, a case) guard_cpu.py, the GPU path (record, replay, time) guard_gpu.py;
+siblings are imported by the one rule in runner.py's docstring.
 """
 
 from __future__ import annotations
@@ -35,29 +36,27 @@ import mmap
 import os
 import random
 import sys
-import tempfile
 import time
 import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
-    from .. import numerics, timing
+    from .. import numerics
     from ..isolation import sandbox_limits
     from ..isolation import sandbox_policy as sp
-    from . import phase_lock
+    from . import guard_spawn, phase_lock
     from .guard_kid import Kid, KidFailed, close_all, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
+    import guard_spawn
     import numerics
     import phase_lock
     import sandbox_limits
     import sandbox_policy as sp
-    import timing
     from guard_kid import Kid, KidFailed, close_all, stage_root
 
 T = TypeVar("T")
 _perf = time.perf_counter
-HERE = os.path.dirname(os.path.abspath(__file__))
 PRECISION_PROBES = ("large_magnitude", "tiny_magnitude")
 # Reason codes a candidate's process may report (anything else it sends is dropped).
 CHILD_CODES = {
@@ -171,77 +170,6 @@ def arg_specs(torch, variant: Variant) -> list[dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------------------------
-# the candidates' processes
-
-
-def child_policy(req: dict[str, Any], scratch_root: str, read: list[str], *,
-                 env: dict[str, str] | None = None, write: list[str] | None = None,
-                 cache: str | None = None, namespaces: bool | list[str] = True) -> sp.Policy:  # fmt: skip
-    """A child's sandbox: this folder, `read` and this process's own import roots readable,
-    `write` writable, the request's limits."""
-    return sp.Policy(
-        read=[HERE, *read],
-        write=write or [],
-        scratch_root=scratch_root,
-        require=bool(req.get("sandbox_required", True)),
-        env=env or {},
-        env_allow=["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"],
-        triton_cache=cache or "",
-        namespaces=namespaces,
-        limits=sp.Limits.from_dict(req.get("sandbox_limits") or {}),
-        **sp.python_policy(sp.import_roots()),
-    )
-
-
-def spawn_child(req: dict[str, Any], role: str, cand_dir: str, interpret: bool,
-                memfd: int | None) -> Kid:  # fmt: skip
-    """A role's sandboxed process (guard_child.py), started; its cfg is sent by run()."""
-    scratch_root = os.path.join(stage_root(), "scratch")
-    os.makedirs(scratch_root, mode=0o700, exist_ok=True)
-    env = {"TRITON_INTERPRET": "1"} if interpret else {}
-    cache = None
-    write: list[str] = []
-    if not interpret:  # per-candidate Triton cache: only this candidate writes it
-        cache = os.path.join(stage_root(), "tcache", os.path.basename(cand_dir.rstrip("/")))
-        os.makedirs(cache, mode=0o700, exist_ok=True)
-        write = [cache]
-    policy = child_policy(req, scratch_root, [cand_dir, os.path.dirname(req["reference"])],
-                          env=env, write=write, cache=cache)  # fmt: skip
-    timeout_s = float(req.get("case_timeout_s", 120))
-    kid = Kid(role, "guard_child.py", policy, timeout_s, (memfd,) if memfd else ())
-    kid.cand_dir = cand_dir
-    return kid
-
-
-def roles(req: dict[str, Any]) -> list[tuple[str, str]]:
-    """(role, folder): the candidate, and the incumbent when the request has one."""
-    out = [("candidate", req["candidate_dir"])]
-    if req.get("baseline_dir"):
-        out.append(("incumbent", req["baseline_dir"]))
-    return out
-
-
-_EARLY: dict[str, Kid] = {}  # prespawn's processes, until Verify.candidate_kid takes them
-
-
-def gpu_present() -> bool:
-    """A guess without importing torch (the runner's Env decides): an NVIDIA driver's node."""
-    return os.path.exists("/dev/nvidiactl")
-
-
-def prespawn(req: dict[str, Any]) -> None:
-    """On a GPU host, start the roles' sandboxed processes before this runner imports torch:
-    their Python start and torch import (guard_child imports it before it reads its cfg) then
-    overlap this process's. Nothing of the candidate runs before run() sends "load"; a
-    process started for the wrong mode is closed unused (candidate_kid)."""
-    if timing.wants_interpreter(req, gpu_present):  # the runner's rule, without torch
-        return
-    _harden()  # before any child exists
-    for role, folder in roles(req):
-        _EARLY[role] = spawn_child(req, role, folder, False, None)
-
-
-# ----------------------------------------------------------------------------------------------
 # the mode
 
 
@@ -259,8 +187,9 @@ class Verify:
         # State the case methods fill in as the verify goes (declared here, not stashed):
         self.skipped: dict[str, list[list[str]]] = {}  # per case: edges the reference cannot take
         self.partial: dict[str, Any] | None = None  # the last case record (kept on a failure)
-        self.arena: mmap.mmap | None = None  # the CPU path's shared arena, for the whole verify
-        self.arena_sent = False  # the candidate's processes have mapped it
+        self.arena: mmap.mmap | None = None  # the CPU path's shared arena (guard_cpu.py) ...
+        self.arena_size = 0  # ... its size (guard_cpu.arena_fd) ...
+        self.arena_sent = False  # ... and whether the candidate's processes have mapped it
         self.replayers: dict[str, Kid] = {}  # the GPU path, per role: guard_gpu.replayer
         self.replay_sandbox: dict[str, dict[str, Any]] = {}  # per role: its sandbox's report
         self.loaded: dict[str, set[str]] = {}  # per role: kernel ids its replayer holds
@@ -274,17 +203,17 @@ class Verify:
         )  # fmt: skip
 
     def policy(self, read: list[str], **kw: Any) -> sp.Policy:
-        return child_policy(self.req, self.scratch_root, read, **kw)
+        return guard_spawn.child_policy(self.req, self.scratch_root, read, **kw)
 
     def candidate_kid(self, role: str, cand_dir: str, memfd: int | None) -> Any:
-        kid = _EARLY.pop(role, None)  # started before this process imported torch (prespawn)
+        kid = guard_spawn.EARLY.pop(role, None)  # started before this process imported torch
         if kid is not None and (
             self.env.interpret or memfd is not None or kid.cand_dir != cand_dir
         ):
             kid.close()  # started for another mode than this process found: not used
             kid = None
         if kid is None:
-            kid = spawn_child(self.req, role, cand_dir, self.env.interpret, memfd)
+            kid = guard_spawn.spawn_child(self.req, role, cand_dir, self.env.interpret, memfd)
         kid.cfg = {  # type: ignore[attr-defined]
             "device": self.env.device,
             "candidate_dir": cand_dir,
@@ -301,7 +230,7 @@ class Verify:
         if env.interpret:  # every case's inputs first: the one shared arena fits the largest
             for idx, case in enumerate(cases):
                 self.case_variants(case, idx)
-        memfd = self.arena_fd() if env.interpret else None
+        memfd = _cpu().arena_fd(self) if env.interpret else None
         result: dict[str, Any] = {
             "status": "measured",
             "input_seed": req["seed"],
@@ -317,7 +246,7 @@ class Verify:
         }
         try:
             with self.phases("start"):
-                for role, folder in roles(req):
+                for role, folder in guard_spawn.roles(req):
                     self.kids.append(self.candidate_kid(role, folder, memfd))
                 for kid in list(self.kids):
                     with self.incumbent_may_fail(result):
@@ -407,53 +336,6 @@ class Verify:
             interpret=self.env.interpret, scale=lambda s: self.ev.case_shape({"shape": s}),
         )  # fmt: skip
 
-    def arena_fd(self) -> int:
-        """CPU: one shared memory arena for every case (sized for the largest), sealed against
-        resizing so a hostile child cannot truncate it under this process."""
-        size = max(self.cpu_layout(vs)[1] for vs in self.variants_per_case.values()) + 4096
-        try:
-            fd = os.memfd_create("hl-arena", os.MFD_ALLOW_SEALING)  # type: ignore[attr-defined]
-            os.ftruncate(fd, size)
-            import fcntl
-
-            fcntl.fcntl(fd, 1033, 0x0002 | 0x0004 | 0x0001)  # F_ADD_SEALS: SHRINK|GROW|SEAL
-        except (AttributeError, OSError):
-            tmp = tempfile.TemporaryFile(dir=self.scratch_root)
-            os.ftruncate(tmp.fileno(), size)
-            fd = os.dup(tmp.fileno())
-            tmp.close()
-        self.arena_size = size
-        return fd
-
-    def cpu_layout(self, variants: list[Variant]) -> tuple[list[dict[str, Any]], int]:
-        """Offsets in the arena: each variant's tensor inputs, then one output slot per role."""
-        off = 0
-        layout = []
-
-        def take(nbytes: int) -> int:
-            nonlocal off
-            start = off
-            off += (nbytes + 255) // 256 * 256 + 256
-            return start
-
-        for v in variants:
-            ins: list[dict[str, Any] | None] = []
-            for a in v.args:
-                if isinstance(a, self.torch.Tensor):
-                    ins.append({"offset": take(a.numel() * a.element_size()), "shape": list(a.shape),
-                                "dtype": str(a.dtype)[6:]})  # fmt: skip
-                else:
-                    ins.append(None)
-            shape, dtype = v.spec
-            numel = 1
-            for s in shape:
-                numel *= int(s)
-            nbytes = numel * self.torch.finfo(dtype).bits // 8
-            slots = {r: {"offset": take(nbytes), "shape": list(shape), "dtype": str(dtype)[6:]}
-                     for r in ("candidate", "incumbent")}  # fmt: skip
-            layout.append({"inputs": ins, "slots": slots})
-        return layout, off
-
     # -- cases -----------------------------------------------------------------------------------
     def run_cases(self, result: dict[str, Any], memfd: int | None) -> None:
         """Check every case (stopping at the first the candidate fails), then time them all."""
@@ -495,7 +377,7 @@ class Verify:
         if not self.env.interpret:
             return _gpu().gpu_case(self, case, idx, variants)
         with self.phases("check"), self.lock.work():  # the interpreter times by its checked calls
-            return self.cpu_case(case, idx, variants, memfd), None
+            return _cpu().cpu_case(self, case, idx, variants, memfd), None
 
     def lose_incumbent(self, result: dict[str, Any], exc: KidFailed) -> None:
         """An incumbent's failure loses the comparison, not the verdict: it is dropped (and
@@ -593,88 +475,20 @@ class Verify:
         return {"passed": not codes, "codes": codes, "max_abs_err": stats.get("max_abs_err"),
                 "max_rel_err": stats.get("max_rel_err")}  # fmt: skip
 
-    def cpu_case(self, case: dict[str, Any], idx: int, variants: list[Variant],
-                 memfd: int | None) -> dict[str, Any]:  # fmt: skip
-        """The interpreter: the candidate's process computes into the shared arena."""
-        torch = self.torch
-        rec = self.case_record(case, variants)
-        tol = self.ev.tolerances[case["dtype"]]
-        layout, _ = self.cpu_layout(variants)
-        assert memfd is not None
-        if self.arena is None:  # kept for the whole verify: views pin it
-            self.arena = mmap.mmap(memfd, self.arena_size)
-        arena = self.arena
-        if not self.arena_sent:
-            for kid in self.kids:
-                kid.ask({"op": "arena", "size": self.arena_size})
-            self.arena_sent = True
 
-        def view(spec):
-            numel = 1
-            for s in spec["shape"]:
-                numel *= int(s)
-            if not numel:
-                return torch.empty(spec["shape"], dtype=getattr(torch, spec["dtype"]))
-            t = torch.frombuffer(arena, dtype=getattr(torch, spec["dtype"]), count=numel,
-                                 offset=int(spec["offset"]))  # fmt: skip
-            return t.view(*spec["shape"]) if spec["shape"] else t.view(())
+def _cpu():
+    """The interpreter's path (guard_cpu.py), by plain name: it imports this module, so it is
+    imported when first used (runner.py's docstring)."""
+    import guard_cpu
 
-        plan = list(range(len(variants)))
-        plan.append(0)  # check 0's buffers again with new contents: a cache by address is stale
-        for n, vi in enumerate(plan):
-            v = variants[vi]
-            lay = layout[vi]
-            if n == len(plan) - 1:
-                fresh = self.ev.make(self.ev.case_shape(case), v.args[0].dtype, idx * 1009 + 991)
-                v = Variant("recheck", list(fresh[0]), fresh[1], torch, self.ev.ref)
-            for a, spec in zip(v.args, lay["inputs"], strict=True):
-                if spec is not None and a.numel():
-                    view(spec).copy_(a)
-            msg_args = [{"tensor": spec} if spec is not None else {"value": a}
-                        for a, spec in zip(v.args, lay["inputs"], strict=True)]  # fmt: skip
-            for kid in self.kids[:: 1 if n % 2 == 0 else -1]:  # A B, B A, ...
-                slot = lay["slots"][kid.role]
-                if v.expected.numel():
-                    view(slot).fill_(float("nan"))
-                kid.ask({"op": "mark"})  # its class snapshot, outside the clock below
-                reply, wall_us = kid.ask({"op": "call", "args": msg_args,
-                                          "kwargs": v.kwargs, "slot": slot})  # fmt: skip
-                out = view(slot) if reply.get("copied") else None
-                inputs_now = [view(s) if s is not None else a
-                              for a, s in zip(v.args, lay["inputs"], strict=True)]  # fmt: skip
-                where = f"{v.kind} call {n}" + (f" ({v.family})" if v.family != v.kind else "")
-                call = self.judge_call(reply, out, v, tol, where, inputs_now)
-                call.update(role=kid.role, kind=v.kind, set=n, wall_us=wall_us)
-                rec["calls"].append(call)
-                for a, s in zip(v.pristine, lay["inputs"], strict=True):
-                    if s is not None and a.numel():
-                        view(s).copy_(a)  # restore for the other role
-        for kid in self.kids:
-            kid.ask({"op": "end_case"})
-        return rec
-
-
-_GPU_MODULE: list[Any] = []
+    return guard_cpu
 
 
 def _gpu():
-    if not _GPU_MODULE:
-        import guard_gpu
+    """The GPU path (guard_gpu.py), imported as _cpu() imports the interpreter's."""
+    import guard_gpu
 
-        _GPU_MODULE.append(guard_gpu)
-    return _GPU_MODULE[0]
-
-
-def _harden() -> None:
-    """Make this process non-dumpable: same-user processes cannot read its memory through
-    /proc/<pid>/mem or open its file descriptors (the sandbox already forbids it to children)."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-        except (OSError, AttributeError):
-            pass
+    return guard_gpu
 
 
 def verify(env, req: dict[str, Any], rt: types.ModuleType) -> dict[str, Any]:
@@ -683,9 +497,9 @@ def verify(env, req: dict[str, Any], rt: types.ModuleType) -> dict[str, Any]:
         raise RuntimeError(
             "the guarded verify needs a fresh runner process (this one has run candidate code)"
         )
-    _harden()
+    guard_spawn.harden()
     try:
         return Verify(env, req, rt).run()
     finally:
-        close_all(_EARLY.values())  # any prespawn did not hand over
-        _EARLY.clear()
+        close_all(guard_spawn.EARLY.values())  # any prespawn did not hand over
+        guard_spawn.EARLY.clear()

@@ -75,7 +75,7 @@ class Kid:
         # A replayer's end of the socketpair the arena's descriptors travel on (SCM_RIGHTS),
         # set by guard_gpu.replayer; the candidate's process has none.
         self.sock: socket.socket | None = None
-        self.cand_dir = ""  # a candidate's process: the folder it imports (guard.spawn_child)
+        self.cand_dir = ""  # a candidate's process: its folder (guard_spawn.spawn_child)
         try:
             os.write(self.fd_in, launch.stdin)  # the policy, before any frame
         except OSError:

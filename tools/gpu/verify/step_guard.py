@@ -45,10 +45,11 @@ if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstri
     from .. import step_trace
     from ..isolation import sandbox_limits
     from ..isolation import sandbox_policy as sp
-    from . import guard, phase_lock, step_timed
+    from . import guard, guard_spawn, phase_lock, step_timed
     from .guard_kid import Kid, KidFailed, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
     import guard
+    import guard_spawn
     import phase_lock
     import sandbox_limits
     import sandbox_policy as sp
@@ -330,7 +331,7 @@ class StepVerify:
 
 def _sealed_memfd(size: int, scratch_root: str) -> int:
     """A memfd of `size` bytes sealed against resizing (a hostile child cannot truncate it under
-    this process), as guard.Verify.arena_fd makes; a temporary file where memfd is missing."""
+    this process), as guard_cpu.arena_fd makes; a temporary file where memfd is missing."""
     try:
         fd = os.memfd_create("hl-step-arena", os.MFD_ALLOW_SEALING)  # type: ignore[attr-defined]
         os.ftruncate(fd, size)
@@ -357,7 +358,7 @@ def verify(env, req: dict[str, Any], rt: types.ModuleType) -> dict[str, Any]:
         raise RuntimeError(
             "the guarded verify needs a fresh runner process (this one has run candidate code)"
         )
-    guard._harden()  # non-dumpable: same-user processes cannot read the reference's state
+    guard_spawn.harden()  # non-dumpable: same-user processes cannot read the reference's state
     return StepVerify(env, req, rt).run()
 
 
