@@ -53,6 +53,20 @@ MODULES = {
     "cuda_bindings": "host_extension", "cudadrv": "harness_access", "nvrtc": "harness_access",
     "cuda_source": "harness_access", "replay": "harness_access", "guard_gpu": "harness_access",
 }  # fmt: skip
+VERIFY = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "tools/gpu/verify").glob("*.py")
+                if p.stem != "__init__")  # fmt: skip
+
+
+@pytest.mark.parametrize("module", VERIFY)
+def test_every_module_of_the_guarded_verify_is_harness_access_to_the_scan_and_the_child(
+    module: str,
+) -> None:
+    """A kernel importing any of them reaches for the harness (guard_observer.IMPORT_CODES is
+    the child's runtime list, FORBIDDEN_MODULES the scan's)."""
+    from harnesslab.tools.gpu.verify import guard_observer
+
+    assert ("harness_access", "reject") in found(f"import {module}\n")
+    assert guard_observer.IMPORT_CODES.get(module) == "harness_access"
 
 
 @pytest.mark.parametrize(("module", "code"), MODULES.items())

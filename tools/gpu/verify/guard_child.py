@@ -407,7 +407,7 @@ def child_main(make: Callable[[dict[str, Any], int], Any],
 
 
 def _imports() -> None:
-    import torch  # noqa: F401 - while the parent gets ready (guard.prespawn): then the cfg
+    import torch  # noqa: F401 - while the parent gets ready (guard_spawn.prespawn): then the cfg
     import triton  # noqa: F401
 
 
