@@ -96,6 +96,10 @@ KERNEL = textwrap.dedent(
     MADE = []  # classes make_class made (in its call)
 
 
+    class First:  # made at import, patched by the first call (patch_first)
+        pass
+
+
     class Old:  # made at import: a call that sets its attributes patches a class it did not make
         pass
 
@@ -175,6 +179,8 @@ KERNEL = textwrap.dedent(
             dataclasses.dataclass(Old)
         if mode == "patch_old":  # a class's special attributes are what CPython audits
             Old.__doc__ = "patched"
+        if mode == "patch_first":
+            First.__doc__ = "patched"
         if mode == "make_class":  # made in this call: its own here, not in a later call
             MADE.append(type("Made", (), {}))
             MADE[-1].__doc__ = "set while it is new"
@@ -390,6 +396,9 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
         proc.send(cfg)
         replies["load"] = proc.ask({"op": "load"})
         replies["arena"] = proc.ask({"op": "arena", "size": 4096})
+        # first after the import, with no mark: the import's window is closed, so a class it
+        # made is no class of this call's
+        replies["patch_first"] = call(proc, arena, "patch_first")
         for i, mode in enumerate(MODES):
             replies[mode if mode not in replies else f"{mode}#{i}"] = call(proc, arena, mode)
             slots[mode] = slot(arena)
@@ -506,6 +515,7 @@ def test_a_class_made_in_one_call_is_not_the_next_calls_own(session, label) -> N
     (the class snapshot the parent asks for between calls) before the second."""
     assert session.replies[f"make_class/{label}"]["codes"] == []
     assert session.replies[f"patch_made/{label}"]["codes"] == ["monkey_patch"]
+    assert session.replies["patch_first"]["codes"] == ["monkey_patch"]  # right after load
     assert session.replies["mark"] == {"ok": True}
 
 
@@ -554,7 +564,7 @@ def test_exit_ends_the_process_without_a_reply_and_without_the_candidates_atexit
 
 
 def test_the_candidates_prints_go_to_stderr_never_into_the_protocol(session) -> None:
-    calls = len(MODES) + 13  # and no_kwargs, kwargs, empty, kept (3), make/patch (4),
+    calls = len(MODES) + 14  # and patch_first, no_kwargs, kwargs, empty, kept (3), make/patch (4),
     # os_thread, thread, after
     assert session.stderr == "imported-" + "called-" * calls
 
@@ -927,3 +937,13 @@ def test_outside_a_window_no_class_is_the_candidates_own(obs: Any) -> None:
     obs.open()
     obs.close()
     assert obs.made_here(new, None) is False
+
+
+def test_a_mark_request_takes_the_snapshot_and_answers_ok() -> None:
+    """The parent's mark (before each timed CPU call) is the observer's mark, answered."""
+    seen: list[Any] = []
+    child = gc.Child.__new__(gc.Child)
+    child.obs = SimpleNamespace(mark=lambda: seen.append("mark"))
+    child.reply = lambda **msg: seen.append(msg)
+    child.mark({"op": "mark"})
+    assert seen == ["mark", {"ok": True}]
