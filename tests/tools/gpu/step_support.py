@@ -1,8 +1,14 @@
-"""What the step verify's unit tests share (test_step_timed.py, test_step_guard_units.py)."""
+"""What the step tools' unit tests share (test_step_timed.py, test_step_guard_units.py,
+test_step_probe.py, test_step_profile.py)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
+
+import pytest
+
+from harnesslab.tools.gpu import failures
 
 
 def expected_lengths(trace: dict[str, Any], batch: int) -> list[list[int]]:
@@ -16,3 +22,16 @@ def expected_lengths(trace: dict[str, Any], batch: int) -> list[list[int]]:
             out.append(list(lengths))
             lengths = [n + 1 for n in lengths]
     return out
+
+
+def recorded_deadlines(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """failures.deadline replaced by one that only records its seconds (nothing is cut)."""
+    seen: list[float] = []
+
+    @contextlib.contextmanager
+    def deadline(seconds: float):
+        seen.append(seconds)
+        yield
+
+    monkeypatch.setattr(failures, "deadline", deadline)
+    return seen

@@ -9,13 +9,13 @@ fp16 fails the large-embedding probe in fp16 alone."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
 import torch
 
-from harnesslab.tools.gpu import failures, step_probe
+from harnesslab.tests.tools.gpu.step_support import recorded_deadlines
+from harnesslab.tools.gpu import step_probe
 from harnesslab.tools.gpu.runner import load_module
 from harnesslab.tools.task import load_task
 
@@ -230,14 +230,7 @@ def test_only_the_large_probes_edit_the_states_and_by_their_scales(monkeypatch):
 
 
 def test_the_deadline_is_the_requests_case_timeout_or_the_runners_120_s(monkeypatch):
-    seen: list[float] = []
-
-    @contextlib.contextmanager
-    def deadline(seconds):
-        seen.append(seconds)
-        yield
-
-    monkeypatch.setattr(failures, "deadline", deadline)
+    seen = recorded_deadlines(monkeypatch)
     for req in ({}, {"case_timeout_s": 7}):
         out = _run(lambda s, t: None, probes=["long_context"], dtypes=["float16"], **req)
         assert not out["probes"][0]["passed"]

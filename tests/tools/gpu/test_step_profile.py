@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harnesslab.tests.tools.gpu.step_support import expected_lengths
-from harnesslab.tools.gpu import failures, step_profile, step_trace
+from harnesslab.tests.tools.gpu.step_support import expected_lengths, recorded_deadlines
+from harnesslab.tools.gpu import step_profile, step_trace
 from harnesslab.tools.gpu.runner import load_module
 from harnesslab.tools.task import load_task
 
@@ -247,14 +247,7 @@ def test_the_context_is_the_longest_any_profiled_step_reaches():
 
 
 def test_the_deadline_is_the_requests_case_timeout_or_the_runners_120_s(monkeypatch):
-    seen: list[float] = []
-
-    @contextlib.contextmanager
-    def deadline(seconds):
-        seen.append(seconds)
-        yield
-
-    monkeypatch.setattr(failures, "deadline", deadline)
+    seen = recorded_deadlines(monkeypatch)
     for req in ({}, {"case_timeout_s": 7}):
         out = step_profile.profile(torch, REF, lambda s, t: None, _request(**req),
                                    interpret=True, device="cpu")  # fmt: skip
