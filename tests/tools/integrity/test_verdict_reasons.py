@@ -74,10 +74,10 @@ GIVEN: dict[str, set[str]] = {
         "harness_tampered", "candidate_crashed", "sandbox_failed", "timeout", "resource_limit",
         "sandbox_unavailable",
     },
-    "gpu/verify/guard_child.py": {
-        "torch_compute", "foreign_kernel", "side_stream", "host_compute", "background_thread",
-        "monkey_patch", "introspection", "dynamic_code", "subprocess", "exfiltration",
-        "harness_access",
+    "gpu/verify/guard_child.py": {"torch_compute", "background_thread", "monkey_patch"},
+    "gpu/verify/guard_observer.py": {
+        "foreign_kernel", "side_stream", "host_compute", "background_thread", "monkey_patch",
+        "introspection", "dynamic_code", "subprocess", "exfiltration", "harness_access",
     },
     "gpu/verify/guard_schema.py": {"unreplayable", "forged_recording"},
     "integrity/verify.py": {
