@@ -654,3 +654,23 @@ def test_a_bind_with_a_mount_namespace_shows_the_source_at_the_target(tmp_path: 
 def test_in_a_pid_namespace_the_target_sees_only_its_own_processes(tmp_path: Path) -> None:
     out = run(tmp_path, [SH, "-c", "ls /proc | grep -c '^[0-9]'"])
     assert int(out.stdout) <= 4  # the reaper, the shell, ls, grep
+
+
+@FULL
+def test_a_target_in_another_virtual_environment_may_read_that_environment(tmp_path: Path) -> None:
+    """The target's interpreter is argv[0]: its venv (a folder with pyvenv.cfg) is granted
+    for reading and running, not that of a later argument."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "data").write_text("from the venv\n")
+    tool = venv / "bin" / "tool"
+    tool.write_text(f"#!/bin/sh\ncat {venv / 'data'}\n")
+    tool.chmod(0o755)
+    out = run(tmp_path, [str(tool), "an-argument"], namespaces=False)
+    assert (out.code, out.stdout) == (0, "from the venv\n"), out.stderr
+    bare = tmp_path / "elsewhere"  # the same tool outside a venv: not readable there
+    bare.mkdir()
+    (bare / "tool").write_text(tool.read_text())
+    (bare / "tool").chmod(0o755)
+    assert run(tmp_path, [str(bare / "tool"), "an-argument"], namespaces=False).code == 126
