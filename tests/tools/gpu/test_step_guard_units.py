@@ -301,7 +301,7 @@ def test_the_arena_lays_out_every_state_tensor_aligned_and_apart(tmp_path: Path)
 
 
 def test_the_arena_memfd_is_sealed_against_resizing(tmp_path: Path) -> None:
-    fd = step_guard._sealed_memfd(4096, str(tmp_path))
+    fd = step_guard.sealed_memfd(4096, str(tmp_path))
     try:
         assert os.fstat(fd).st_size == 4096
         for size in (0, 8192):
@@ -314,7 +314,7 @@ def test_the_arena_memfd_is_sealed_against_resizing(tmp_path: Path) -> None:
 def test_the_fallback_arena_is_a_file_that_leaves_nothing_in_the_scratch(tmp_path: Path,
                                                                         monkeypatch) -> None:  # fmt: skip
     monkeypatch.delattr(os, "memfd_create")
-    fd = step_guard._sealed_memfd(4096, str(tmp_path))
+    fd = step_guard.sealed_memfd(4096, str(tmp_path))
     try:
         assert os.fstat(fd).st_size == 4096 and list(tmp_path.iterdir()) == []
     finally:
@@ -505,7 +505,7 @@ def test_closing_the_arena_unmaps_it_and_closes_its_fd(tmp_path: Path) -> None:
 def test_no_more_seals_can_be_added_to_the_arena(tmp_path: Path) -> None:
     import fcntl
 
-    fd = step_guard._sealed_memfd(4096, str(tmp_path))
+    fd = step_guard.sealed_memfd(4096, str(tmp_path))
     try:
         with pytest.raises(PermissionError):  # F_ADD_SEALS F_SEAL_WRITE: the parent could not write
             fcntl.fcntl(fd, 1033, 0x0008)

@@ -13,31 +13,21 @@ that clock. guard.py reaches these functions through its `_cpu()`, as it reaches
 from __future__ import annotations
 
 import mmap
-import os
-import tempfile
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
     from . import guard
+    from .guard_kid import sealed_memfd
 else:  # imported by guard.py, from the staged folder on sys.path (guard is loaded first)
     import guard
+    from guard_kid import sealed_memfd
 
 
 def arena_fd(vf: guard.Verify) -> int:
     """One shared memory arena for every case (sized for the largest), sealed against resizing
     so a hostile child cannot truncate it under this process."""
     size = max(arena_layout(vf.torch, vs)[1] for vs in vf.variants_per_case.values()) + 4096
-    try:
-        fd = os.memfd_create("hl-arena", os.MFD_ALLOW_SEALING)  # type: ignore[attr-defined]
-        os.ftruncate(fd, size)
-        import fcntl
-
-        fcntl.fcntl(fd, 1033, 0x0002 | 0x0004 | 0x0001)  # F_ADD_SEALS: SHRINK|GROW|SEAL
-    except (AttributeError, OSError):
-        tmp = tempfile.TemporaryFile(dir=vf.scratch_root)
-        os.ftruncate(tmp.fileno(), size)
-        fd = os.dup(tmp.fileno())
-        tmp.close()
+    fd = sealed_memfd(size, vf.scratch_root)
     vf.arena_size = size
     return fd
 

@@ -202,6 +202,24 @@ class Kid:
                 pass
 
 
+def sealed_memfd(size: int, scratch_root: str) -> int:
+    """A memfd of `size` bytes sealed against resizing, for a child's shared arena (a hostile
+    child cannot truncate it under this process); a temporary file where memfd is missing."""
+    try:
+        fd = os.memfd_create("hl-arena", os.MFD_ALLOW_SEALING)  # type: ignore[attr-defined]
+        os.ftruncate(fd, size)
+        import fcntl
+
+        fcntl.fcntl(fd, 1033, 0x0002 | 0x0004 | 0x0001)  # F_ADD_SEALS: SHRINK|GROW|SEAL
+    except (AttributeError, OSError):
+        import tempfile
+
+        with tempfile.TemporaryFile(dir=scratch_root) as tmp:
+            os.ftruncate(tmp.fileno(), size)
+            fd = os.dup(tmp.fileno())
+    return fd
+
+
 def close_all(kids: Iterable[Kid]) -> None:
     """Ask every process to exit, then reap each: their teardowns (CUDA's included) overlap."""
     kids = list(kids)

@@ -46,7 +46,7 @@ if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstri
     from ..isolation import sandbox_limits
     from ..isolation import sandbox_policy as sp
     from . import guard, guard_spawn, phase_lock, step_timed
-    from .guard_kid import Kid, KidFailed, stage_root
+    from .guard_kid import Kid, KidFailed, sealed_memfd, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
     import guard
     import guard_spawn
@@ -55,7 +55,7 @@ else:  # the runner that imports this put the staged folder on sys.path
     import sandbox_policy as sp
     import step_timed
     import step_trace
-    from guard_kid import Kid, KidFailed, stage_root
+    from guard_kid import Kid, KidFailed, sealed_memfd, stage_root
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PASSES = 2  # per hidden trace: each with its own tokens and prompts, the scratch kept between
@@ -70,7 +70,7 @@ class Arena:
         import mmap
 
         self.torch, self.size = torch, size
-        self.fd = _sealed_memfd(size, scratch_root)
+        self.fd = sealed_memfd(size, scratch_root)
         self.map = mmap.mmap(self.fd, size)
 
     @staticmethod
@@ -327,24 +327,6 @@ class StepVerify:
         if not ok:
             self.fail(rec, "wrong_kv_cache", f"{where}: the cache's valid slots: {why}")
         return ok
-
-
-def _sealed_memfd(size: int, scratch_root: str) -> int:
-    """A memfd of `size` bytes sealed against resizing (a hostile child cannot truncate it under
-    this process), as guard_cpu.arena_fd makes; a temporary file where memfd is missing."""
-    try:
-        fd = os.memfd_create("hl-step-arena", os.MFD_ALLOW_SEALING)  # type: ignore[attr-defined]
-        os.ftruncate(fd, size)
-        import fcntl
-
-        fcntl.fcntl(fd, 1033, 0x0002 | 0x0004 | 0x0001)  # F_ADD_SEALS: SHRINK|GROW|SEAL
-    except (AttributeError, OSError):
-        import tempfile
-
-        with tempfile.TemporaryFile(dir=scratch_root) as tmp:
-            os.ftruncate(tmp.fileno(), size)
-            fd = os.dup(tmp.fileno())
-    return fd
 
 
 def _config_dict(config) -> dict[str, Any]:
