@@ -17,6 +17,7 @@
 #   sweep        32-config sweep on the warm compile pool against the serial path (bench_ssh_e2e.py;
 #                SWEEP_LANGS="triton cuda": each template in turn, CUDA C++'s whole space is 20)
 #   objective    warm run_objective over SSH, phases, back-to-back agreement (bench_ssh_e2e.py)
+#   timingab     TAB_VARIANTS of timing.py (timing_variants.py): the per-case phases and warm run_objective
 #   variants     rmsnorm_gate's solution, its variants and the peers (rmsnorm_variants_gpu.py)
 #   kernelbench  three imported KernelBench problems through eval and verify (kernelbench_gpu.sh)
 #   cuda         CUDA C++ solutions against the Triton ones, NVRTC compile times (cuda_gpu.py)
@@ -71,6 +72,19 @@ if has objective; then
   el "== objective"
   timeout "${OBJ_S:-80}" python3 benchmarks/bench_ssh_e2e.py --parts objective --calls 8 --breakdown \
     --json "$OUT/objective.json" 2>"$OUT/objective.err" | tail -30; echo "objective rc=${PIPESTATUS[0]}"
+fi
+if has timingab; then  # TAB_VARIANTS (benchmarks/timing_variants.py), each in turn on the same machine
+  cp "$W/hl/harnesslab/tools/gpu/timing.py" /tmp/timing_pristine.py
+  for v in ${TAB_VARIANTS:-base}; do
+    el "== timing variant $v"
+    python3 benchmarks/timing_variants.py "$v" /tmp/timing_pristine.py "$W/hl/harnesslab/tools/gpu/timing.py" || continue
+    rm -rf /tmp/flatgpu && mkdir /tmp/flatgpu && cp tools/gpu/*.py /tmp/flatgpu/ \
+      && cp "$W/hl/harnesslab/tools/gpu/timing.py" /tmp/flatgpu/timing.py
+    timeout "${TAB_PH_S:-60}" python3 benchmarks/timing_phases_gpu.py --rounds 3 --gpu-dir /tmp/flatgpu 2>&1 | tail -12
+    timeout "${OBJ_S:-80}" python3 benchmarks/bench_ssh_e2e.py --parts objective --calls "${TAB_CALLS:-8}" --breakdown \
+      --json "$OUT/objective_$v.json" 2>"$OUT/objective_$v.err" | tail -14; echo "objective ($v) rc=${PIPESTATUS[0]}"
+  done
+  cp /tmp/timing_pristine.py "$W/hl/harnesslab/tools/gpu/timing.py"
 fi
 if has variants; then
   el "== rmsnorm_gate variants"
