@@ -21,6 +21,7 @@ Siblings (scores.py) are imported by the one rule in runner.py's docstring.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -48,8 +49,10 @@ RUNNER_VERSION = "3"  # reported in every env block (Env.info)
 MIN_SAMPLES, RELATIVE_CI = 10, 0.005
 # Samples past the floor are taken BATCH_STEP at a time (one synchronize a batch); a sample of
 # back-to-back calls (a graph replay here, a replayer's window in the guarded verify) is about
-# WINDOW_US of device time.
-BATCH_STEP, WINDOW_US = 4, 500.0
+# WINDOW_US of device time: event resolution (~0.5 us) is 0.2% of it. 500 us windows cost twice
+# the capture and replay time for the same agreement (issue 30's A/B on an H100: the three
+# graph-timed dev cases of rmsnorm_gate 29-39 ms against 50-65 ms, back-to-back within 0.31%).
+BATCH_STEP, WINDOW_US = 4, 250.0
 
 # ----------------------------------------------------------------------------------------------
 # environment (torch is imported lazily so `--help` and errors stay cheap)
@@ -208,17 +211,20 @@ class Env:
     ) -> tuple[list[float], list[float]]:
         """One call per sample from a clean L2. `samples` is the floor; with `cap` above it,
         sampling stops early once the median is known to within RELATIVE_CI. Samples are
-        enqueued in batches, [flush, sleep, start, call, end] each (the device sequence of a
-        sample is what it was with a synchronize after each), with one synchronize per batch;
+        enqueued in batches, [flush, start, call, end] each, a sleep before the batch's first
+        (the device sequence of a sample is what it was with a synchronize after each: L2 clean,
+        the call enqueued before its start event runs), with one synchronize per batch;
         a whole-device synchronize after the batch times the tail of work left on other
         streams (`tails`, one a batch)."""
         torch = self.torch
         self.flush_l2()  # allocates the flush buffer before the first sample
         torch.cuda.synchronize()
         # Sleep long enough to cover the host's enqueue of start event + call + end event
-        # (host_us, a single call's launch and synchronize, bounds it) with a margin: the
-        # first sample of a batch needs it; later ones are enqueued while earlier ones run, as
-        # long as a sample's device time (flush + sleep + call) outlasts its enqueue.
+        # (host_us, a single call's launch and synchronize, bounds it) with a margin, before
+        # the first sample of a batch only: later ones are enqueued while earlier ones run, as
+        # long as a sample's device time (flush + call) outlasts its enqueue (a flush and two
+        # events; the call itself is >= ISOLATED_MIN_US of device time here). A host slower
+        # than that only adds its latency to its own samples.
         sleep_cycles = int(min(max(host_us + 50, 100), 5000) * 2000)  # ~2 GHz SM clock
         call(0)
         torch.cuda.synchronize()
@@ -229,9 +235,10 @@ class Env:
             pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(n)]  # fmt: skip
             after_sync = torch.cuda.Event(enable_timing=True)
-            for start, end in pairs:
+            for j, (start, end) in enumerate(pairs):
                 self.flush_l2()
-                torch.cuda._sleep(sleep_cycles)
+                if j == 0:
+                    torch.cuda._sleep(sleep_cycles)
                 start.record()
                 call(next(index))
                 end.record()
@@ -284,6 +291,7 @@ class Env:
         return out  # the graph (and its memory pool) goes with this frame
 
 
+@functools.cache  # once a process: nvidia-smi takes tens of ms, every env block reports it
 def _driver_version() -> str | None:
     exe = shutil.which("nvidia-smi")
     if not exe:
