@@ -75,14 +75,14 @@ if has objective; then
 fi
 if has timingab; then  # TAB_VARIANTS (benchmarks/timing_variants.py), each in turn on the same machine
   cp "$W/hl/harnesslab/tools/gpu/timing.py" /tmp/timing_pristine.py
-  for v in ${TAB_VARIANTS:-base}; do
+  for v in ${TAB_VARIANTS:-base}; do vf=${v//+/_}
     el "== timing variant $v"
     python3 benchmarks/timing_variants.py "$v" /tmp/timing_pristine.py "$W/hl/harnesslab/tools/gpu/timing.py" || continue
     rm -rf /tmp/flatgpu && mkdir /tmp/flatgpu && cp tools/gpu/*.py /tmp/flatgpu/ \
       && cp "$W/hl/harnesslab/tools/gpu/timing.py" /tmp/flatgpu/timing.py
     timeout "${TAB_PH_S:-60}" python3 benchmarks/timing_phases_gpu.py --rounds 3 --gpu-dir /tmp/flatgpu 2>&1 | tail -12
     timeout "${OBJ_S:-80}" python3 benchmarks/bench_ssh_e2e.py --parts objective --calls "${TAB_CALLS:-8}" --breakdown \
-      --json "$OUT/objective_$v.json" 2>"$OUT/objective_$v.err" | tail -14; echo "objective ($v) rc=${PIPESTATUS[0]}"
+      --json "$OUT/objective_$vf.json" 2>"$OUT/objective_$vf.err" | grep -E "run_objective round trip|worst|runner_timing|runner_other|  sync |runner_correctness"; echo "objective ($v) rc=${PIPESTATUS[0]}"
   done
   cp /tmp/timing_pristine.py "$W/hl/harnesslab/tools/gpu/timing.py"
 fi

@@ -4,12 +4,11 @@ variant that no longer applies fails loudly instead of measuring the base twice.
 
     python benchmarks/timing_variants.py VARIANT SRC DST   # write SRC (a timing.py) as VARIANT
 
-Variants (combine with "+", e.g. "window250+sleep1"):
+Variants (combine with "+"):
   base        unchanged
-  window250   a CUDA-graph sample (and a guarded verify's replay window) of ~250 us of device
-              time instead of ~500 us: half the calls captured, half the device time a sample
-  sleep1      isolated samples: the sleep that covers the host's enqueue only before the first
-              sample of a batch (later samples are enqueued while earlier ones run)
+  legacy      timing.py as of 39952d8: 500 us windows, a sleep before every isolated sample,
+              nvidia-smi run for every env block (the first A/B, at 39952d8, measured 250 us
+              windows and one sleep a batch as variants "window250" and "sleep1")
   floor8      adaptive sampling's floor 8 samples instead of 10
 """
 
@@ -20,17 +19,13 @@ from pathlib import Path
 
 EDITS: dict[str, list[tuple[str, str]]] = {
     "base": [],
-    "window250": [("BATCH_STEP, WINDOW_US = 4, 500.0", "BATCH_STEP, WINDOW_US = 4, 250.0")],
-    "sleep1": [
+    "legacy": [
+        ("BATCH_STEP, WINDOW_US = 4, 250.0", "BATCH_STEP, WINDOW_US = 4, 500.0"),
         (
-            "            for start, end in pairs:\n"
-            "                self.flush_l2()\n"
+            "                if j == 0:\n                    torch.cuda._sleep(sleep_cycles)\n",
             "                torch.cuda._sleep(sleep_cycles)\n",
-            "            for j, (start, end) in enumerate(pairs):\n"
-            "                self.flush_l2()\n"
-            "                if j == 0:\n"
-            "                    torch.cuda._sleep(sleep_cycles)\n",
-        )
+        ),
+        ("@functools.cache  # once a process", "# once a process"),
     ],
     "floor8": [("MIN_SAMPLES, RELATIVE_CI = 10, 0.005", "MIN_SAMPLES, RELATIVE_CI = 8, 0.005")],
 }
