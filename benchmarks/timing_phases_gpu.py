@@ -71,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=30, help="the cap of adaptive sampling")
     ap.add_argument("--gpu-dir", type=Path, help="import runner.py and its siblings from here")
     ap.add_argument("--keep-cache", action="store_true", help="no per-case empty_cache()")
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="cProfile the timed cases of the last round: print the N costliest by own time",
+    )
     args = ap.parse_args(argv)
     print(f"runner from {GPU_DIR.name}, keep cache {args.keep_cache}")
     env = runner.Env(interpret=False)
@@ -92,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     cases = [{"name": c["name"], "dtype": c["dtype"], "shape": c["shape"]}
              for c in toml["dev_cases"]]  # fmt: skip
     rows: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    for _ in range(args.rounds):
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    for rnd in range(args.rounds):
         for i, case in enumerate(cases):
             before = dict(ev.phases)
             t0 = time.perf_counter()
@@ -101,8 +112,13 @@ def main(argv: list[str] | None = None) -> int:
             split = {k: ev.phases.get(k, 0.0) - before.get(k, 0.0)
                      for k in ("inputs", "correctness")}  # fmt: skip
             spent.clear()
+            profiling = args.profile and rnd == args.rounds - 1
+            if profiling:
+                prof.enable()
             t0 = time.perf_counter()
             res = ev.run_case(fn, case, i, cand_dir, timing=True)
+            if profiling:
+                prof.disable()
             rows[case["name"]].append({"total_s": time.perf_counter() - t0, "check_s": check_s,
                                        "inputs_s": split["inputs"],
                                        "compare_s": split["correctness"],
@@ -131,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'sum':18} {'':10} {'':>7} {'':>5} {'':>9} | {sums['total_s'] * 1e3:7.1f} {sums['check_s'] * 1e3:7.1f} "
           f"{sums['window_s'] * 1e3:7.1f} {sums['graph_times_s'] * 1e3:7.1f} {sums['isolated_times_s'] * 1e3:8.1f}"
           f" | {sums['inputs_s'] * 1e3:7.1f} {sums['compare_s'] * 1e3:7.1f}")  # fmt: skip
+    if args.profile:
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
     if os.environ.get("OUT"):
         path = Path(os.environ["OUT"]) / "timing_phases.json"
         path.write_text(

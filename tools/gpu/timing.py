@@ -215,17 +215,33 @@ class Env:
         (the device sequence of a sample is what it was with a synchronize after each: L2 clean,
         the call enqueued before its start event runs), with one synchronize per batch;
         a whole-device synchronize after the batch times the tail of work left on other
-        streams (`tails`, one a batch)."""
+        streams (`tails`, one a batch). Where the host cannot keep ahead of the device (a slow
+        launch before a short call: see HOST_AHEAD), every sample gets the sleep and the
+        samples start over."""
+        try:
+            return self._isolated(call, samples, host_us=host_us, cap=cap, sleep_each=False)
+        except _HostBehind:
+            return self._isolated(call, samples, host_us=host_us, cap=cap, sleep_each=True)
+
+    # A batch whose enqueue took longer than HOST_AHEAD x its device time after the first
+    # sleep (the device's span from the first start event to the last end event, plus the
+    # sleep) may have idled the device between a start event and its call: its samples would
+    # hold host latency. Conservative: a host only slightly ahead is treated as behind.
+    HOST_AHEAD = 0.8
+    host_clock = staticmethod(time.perf_counter)  # the enqueue's clock (a stand-in in tests)
+
+    def _isolated(
+        self, call, samples: int, *, host_us: float, cap: int | None, sleep_each: bool
+    ) -> tuple[list[float], list[float]]:
         torch = self.torch
         self.flush_l2()  # allocates the flush buffer before the first sample
         torch.cuda.synchronize()
         # Sleep long enough to cover the host's enqueue of start event + call + end event
         # (host_us, a single call's launch and synchronize, bounds it) with a margin, before
-        # the first sample of a batch only: later ones are enqueued while earlier ones run, as
-        # long as a sample's device time (flush + call) outlasts its enqueue (a flush and two
-        # events; the call itself is >= ISOLATED_MIN_US of device time here). A host slower
-        # than that only adds its latency to its own samples.
-        sleep_cycles = int(min(max(host_us + 50, 100), 5000) * 2000)  # ~2 GHz SM clock
+        # the first sample of a batch: later ones are enqueued while earlier ones run, as long
+        # as the host keeps ahead of the device (checked after each batch: _HostBehind).
+        sleep_us = min(max(host_us + 50, 100), 5000)
+        sleep_cycles = int(sleep_us * 2000)  # ~2 GHz SM clock
         call(0)
         torch.cuda.synchronize()
         tails: list[float] = []
@@ -235,17 +251,23 @@ class Env:
             pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(n)]  # fmt: skip
             after_sync = torch.cuda.Event(enable_timing=True)
+            stream = torch.cuda.current_stream()  # once: record() would look it up each time
+            t0 = self.host_clock()
             for j, (start, end) in enumerate(pairs):
                 self.flush_l2()
-                if j == 0:
+                if j == 0 or sleep_each:
                     torch.cuda._sleep(sleep_cycles)
-                start.record()
+                start.record(stream)
                 call(next(index))
-                end.record()
+                end.record(stream)
+            enqueue_us = (self.host_clock() - t0) * 1e6
             torch.cuda.synchronize()
             after_sync.record()
             after_sync.synchronize()
             tails.append(pairs[-1][1].elapsed_time(after_sync) * 1e3)
+            span_us = pairs[0][0].elapsed_time(pairs[-1][1]) * 1e3
+            if not sleep_each and enqueue_us > self.HOST_AHEAD * (sleep_us + span_us):
+                raise _HostBehind
             return [start.elapsed_time(end) * 1e3 for start, end in pairs]
 
         times, _ = scores.sample_batches_until_stable(
@@ -270,18 +292,26 @@ class Env:
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(calls):
-                call(i)
+        # Captured on the side stream with capture_begin/end: torch.cuda.graph() would also
+        # empty the allocator's caches at every capture (the next case's inputs would pay
+        # cudaMalloc again); capture_end runs on an error too, as graph() does.
+        with torch.cuda.stream(side):
+            graph.capture_begin()
+            try:
+                for i in range(calls):
+                    call(i)
+            finally:
+                graph.capture_end()
         graph.replay()
         torch.cuda.synchronize()
 
         def batch(n: int) -> list[float]:
             events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
-            events[0].record()
+            stream = torch.cuda.current_stream()  # once: record() would look it up each time
+            events[0].record(stream)
             for event in events[1:]:
                 graph.replay()
-                event.record()
+                event.record(stream)
             events[-1].synchronize()
             return [a.elapsed_time(b) * 1e3 / calls for a, b in itertools.pairwise(events)]
 
@@ -289,6 +319,10 @@ class Env:
             batch, floor=samples, cap=cap or samples, rel_ci=RELATIVE_CI, step=BATCH_STEP
         )
         return out  # the graph (and its memory pool) goes with this frame
+
+
+class _HostBehind(Exception):
+    """An isolated batch's enqueue outlasted its device time (Env._isolated)."""
 
 
 @functools.cache  # once a process: nvidia-smi takes tens of ms, every env block reports it
@@ -349,7 +383,7 @@ def time_case(
         # Single eager calls with nothing queued before them: host launch latency included.
         for i in range(max(2, min(warmup, n_sets))):
             call(i)
-        single = [env.window(lambda i=i: call(i)) for i in range(max(5, min(samples, 10)))]
+        single = [env.window(lambda i=i: call(i)) for i in range(5)]
         method, calls = env.method_for(nbytes), 1
         tails = [0.0]
         if method == "isolated":

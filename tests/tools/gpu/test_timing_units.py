@@ -265,8 +265,8 @@ def test_a_gpu_case_isolated() -> None:
     rec, seen = gpu_case(e)
     assert e.log[0] == "sync"  # the input phase ends synchronised
     assert ("isolated", 10, 9.0, 30) in e.log
-    # 3 warm-up calls (min(warmup, sets)), 10 single calls, then the isolated sample's own
-    assert seen[:5] == [11, 12, 13, 11, 12] and len(seen) == 3 + 10 + 1
+    # 3 warm-up calls (min(warmup, sets)), 5 single calls, then the isolated sample's own
+    assert seen[:5] == [11, 12, 13, 11, 12] and len(seen) == 3 + 5 + 1
     assert rec["timing_method"] == "isolated" and rec["calls_per_sample"] == 1
     assert rec["input_sets"] == 3 and rec["samples"] == 3
     assert rec["median_us"] == 5.0 and rec["host_us"] == 9.0
@@ -277,7 +277,7 @@ def test_a_gpu_case_isolated() -> None:
 
 
 def test_a_gpu_case_few_samples_and_warmups() -> None:
-    """At least two warm-up calls and five single calls, at most ten."""
+    """At least two warm-up calls, five single calls."""
     e = GpuEnv("isolated")
     _, seen = gpu_case(e, samples=1, warmup=0)
     assert len(seen) == 2 + 5 + 1
@@ -404,7 +404,8 @@ class FakeCuda:
         self.tail_us = 0.0  # work left on other streams: a whole-device synchronize waits for it
         self.indices: list[int] = []  # the input set each call was given
         self.synced: list[float | None] = []  # when the events synchronized on were recorded
-        self.on_side = False
+        self.on_side = self.capturing = False
+        self.host_call_us, self.host_us = 0.0, 0.0  # the host's clock: each call's launch
         cuda = self
 
         class Event:
@@ -412,7 +413,7 @@ class FakeCuda:
                 assert enable_timing
                 self.at: float | None = None
 
-            def record(self) -> None:
+            def record(self, stream: Any = None) -> None:
                 self.at = cuda.clock
                 cuda.log.append("record")
 
@@ -425,6 +426,14 @@ class FakeCuda:
                 return (other.at - self.at) / 1e3  # milliseconds, as torch reports
 
         class Graph:
+            def capture_begin(self) -> None:
+                cuda.log.append("capture" if cuda.on_side else "capture off the side stream")
+                cuda.capturing = True
+
+            def capture_end(self) -> None:
+                cuda.log.append("end capture")
+                cuda.capturing = False
+
             def replay(self) -> None:
                 cuda.log.append("replay")
                 cuda.clock += sum(cuda.take() for _ in range(cuda.graph_calls))
@@ -442,7 +451,11 @@ class FakeCuda:
         self.log.append("sleep")
         self.sleeps.append(cycles)
 
+    def host_clock(self) -> float:
+        return self.host_us / 1e6
+
     def call(self, i: int) -> None:
+        self.host_us += self.host_call_us
         self.log.append("side call" if self.on_side else "call")
         self.indices.append(i)
         self.clock += self.take()
@@ -457,13 +470,6 @@ class FakeCuda:
     def flush(self) -> None:
         self.log.append("flush")
         self.clock += self.flush_us
-
-    @contextlib.contextmanager
-    def graph(self, g: Any) -> Any:
-        self.log.append("capture")
-        self.capturing = True
-        yield
-        self.capturing = False
 
     def Stream(self) -> Any:  # noqa: N802 - torch's name
         return types.SimpleNamespace(wait_stream=lambda s: self.log.append("side waits main"))
@@ -483,6 +489,7 @@ def fake_env(cuda: FakeCuda) -> timing.Env:
     e.interpret, e.device = False, "cuda"
     e.torch = types.SimpleNamespace(cuda=cuda)  # type: ignore[assignment]
     e.flush_l2 = cuda.flush  # type: ignore[method-assign]
+    e.host_clock = cuda.host_clock  # type: ignore[method-assign]
     return e
 
 
@@ -526,6 +533,31 @@ def test_isolated_samples_flush_before_each_call_and_sync_once_a_batch() -> None
     assert batch == ["flush", "sleep", "record", "call", "record"] + [
         "flush", "record", "call", "record"
     ] * 9 + ["sync", "record", "sync"]  # fmt: skip
+
+
+def test_a_host_behind_the_device_gets_a_sleep_before_every_sample_and_starts_over() -> None:
+    """Rule: when a batch's enqueue outlasts HOST_AHEAD x (its sleep + the device's span from
+    its first start to its last end), the device may have idled inside a sample: that batch is
+    dropped and sampling starts over with the sleep before every sample. Here each launch takes
+    the host 200 us against 30 us calls and 40 us flushes: 2000 us of enqueue against
+    0.8 x (100 + 660) us."""
+    cuda = FakeCuda([30.0])
+    cuda.host_call_us = 200.0
+    times, tails = fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0, cap=30)
+    assert times == [30.0] * 10 and len(tails) == 1  # the first try's tail is dropped with it
+    assert len(cuda.sleeps) == 1 + 10
+    assert cuda.log[-(5 * 10 + 3) :] == ["flush", "sleep", "record", "call", "record"] * 10 + [
+        "sync", "record", "sync"
+    ]  # fmt: skip
+
+
+def test_a_host_just_ahead_of_the_device_keeps_one_sleep_a_batch() -> None:
+    """The same rule's other side: 50 us launches keep ahead of 30 us calls after 40 us flushes
+    (500 us of enqueue against 0.8 x (100 + 660) us)."""
+    cuda = FakeCuda([30.0])
+    cuda.host_call_us = 50.0
+    fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0, cap=30)
+    assert len(cuda.sleeps) == 1
 
 
 @pytest.mark.parametrize(("host_us", "sleep_us"), [(20.0, 100.0), (60.0, 110.0), (4990.0, 5000.0)])
@@ -572,6 +604,32 @@ def test_graph_capture_follows_warm_up_calls_on_a_side_stream(warmup: int, warm_
     ]  # fmt: skip
     assert cuda.indices[:warm_calls] == list(range(warm_calls))
     assert cuda.synced[-1] == cuda.clock  # the last event: every replay of the batch is in
+
+
+def test_a_call_that_breaks_the_capture_still_ends_it_and_raises() -> None:
+    """Rule: the capture is ended on an error too (a stream left capturing breaks every later
+    launch); the error reaches time_case, which times the calls eagerly instead."""
+    cuda = FakeCuda([2.0])
+
+    def breaks(i: int) -> None:
+        if cuda.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        cuda.call(i)
+
+    with pytest.raises(RuntimeError, match="capturing"):
+        fake_env(cuda).graph_times(breaks, 4, 10, 2)
+    assert cuda.log[-2:] == ["capture", "end capture"] and not cuda.capturing
+
+
+def test_graph_capture_leaves_the_allocators_cache_alone() -> None:
+    """Rule: capture is capture_begin/capture_end on the side stream, not torch.cuda.graph(),
+    which empties the allocator's caches at every capture (the next case's inputs then pay
+    cudaMalloc again)."""
+    cuda = FakeCuda([2.0])
+    cuda.empty_cache = lambda: cuda.log.append("empty_cache")  # type: ignore[attr-defined]
+    cuda.graph = lambda *a, **k: pytest.fail("torch.cuda.graph() empties the caches")  # type: ignore[attr-defined]
+    fake_env(cuda).graph_times(cuda.graph_call, 4, 10, 2)
+    assert "empty_cache" not in cuda.log and "capture" in cuda.log
 
 
 def test_the_driver_version_is_asked_of_nvidia_smi_once_a_process(monkeypatch) -> None:
