@@ -179,6 +179,7 @@ class SweepOut(BaseModel):
     timing_s: float = Field(description="from the first timing request to the last result")
     wall_s: float = Field(description="both together: they overlap (timing starts early)")
     compile_workers: int = Field(default=0, description="warm compile workers the sweep used")
+    timing_requests: int = Field(default=0, description="timing runner requests (batches)")
     next_step: str
 
 

@@ -220,6 +220,7 @@ async def _sweep(state: ServerState, args: SweepIn, ctx: Context | None) -> Swee
         timing_s=res.timing_s,
         wall_s=res.wall_s,
         compile_workers=res.compile_workers,
+        timing_requests=res.timing_requests,
         next_step=nxt + ("" if res.meaningful else " (CPU interpreter: timings not meaningful)"),
     )
 

@@ -76,6 +76,9 @@ class SweepResult(BaseModel):
         description="compiles and timing together (compile_s + timing_s - wall_s: the overlap)",
     )
     compile_workers: int = Field(default=0, description="warm compile workers used (0: none)")
+    timing_requests: int = Field(
+        default=0, description="requests to the timing runners (configs that passed, in batches)"
+    )
 
 
 def expand_space(
@@ -246,6 +249,7 @@ async def sweep(
         timing_s=pipeline.timing_s(),
         wall_s=pipeline.wall_s(),
         compile_workers=len(launcher.compile_pool.workers) if compiled else 0,
+        timing_requests=len(pipeline.timed),
     )
     ws.ensure_exists()  # a workspace deleted mid-sweep is not recreated by the writes below
     ws.ledger().append(

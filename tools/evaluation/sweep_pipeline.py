@@ -9,7 +9,9 @@ outrun the timing. Measured on an H100 (32 Triton configs, 16 cold compile worke
 phases one after the other took 24.9 s + 13.2 s. A config that fails to compile is never timed;
 it keeps the compile pool's entry. Without the compile pool (a step task, the interpreter
 unless compile workers are asked for, a single config) every config is ready at once and is
-dealt over the slots in one request each, as before the overlap.
+dealt over the slots in one request each, as before the overlap. The pool's checks run each
+config's dev cases once on the GPU without its lock, so they now run beside the timing of the
+configs before it (as another sweep's compiles always could).
 
 One task group holds both halves; the timing half reads one memory object stream ("ready"
 configs from the compile half, "idle" slots from its own requests, "done" once every config

@@ -7,7 +7,8 @@ the launcher starts its timing worker (Launcher.start_worker): it imports agent 
 take configs one at a time from a shared queue (one `compile_only` sweep request per config:
 correctness checked, nothing timed, no GPU lock), so a slow config never holds back the rest
 and a worker that dies costs one config, retried once on a fresh worker. Timing stays in the
-slot's warm worker, under the GPU lock (evaluation/sweep.py, phase 2).
+slot's warm worker, under the GPU lock: each entry goes to the caller as it lands (`on_entry`),
+so the sweep times the configs that passed while the rest compile (evaluation/sweep_pipeline.py).
 """
 
 from __future__ import annotations

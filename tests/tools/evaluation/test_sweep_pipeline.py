@@ -122,6 +122,7 @@ async def test_timing_starts_while_a_slow_config_still_compiles_and_skips_what_f
     assert by_warps[8].host is None and by_warps[8].reason.startswith("import failed")
     assert by_warps[1].host and by_warps[1].gpu_index == "0"  # named where it was timed
     assert res.compile_workers == 2 and res.tried == 4 and res.ok == 3
+    assert res.timing_requests == len(sent) >= 2  # the early config went alone
     assert 0 < res.compile_s < WAIT_S and res.timing_s > 0
     # The halves overlapped: the wall time is less than their sum.
     assert res.wall_s < res.compile_s + res.timing_s
