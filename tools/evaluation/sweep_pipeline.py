@@ -153,8 +153,8 @@ class Pipeline:
         executor = self.launcher.slots[0].executor
 
         async def landed(k: int, entry: dict[str, Any]) -> None:
-            config = self.configs[k]
-            self.compiled[config_key(config)] = entry
+            config = self.configs[k]  # ours: the worker that wrote the entry ran agent code
+            self.compiled[config_key(config)] = {**entry, "config": config}
             if entry.get("status") == "passed":
                 await send.send(("ready", [config]))
             else:  # failed for want of disk space: the host's fault (measured there)
