@@ -111,6 +111,10 @@ async def mcp_calls(
                     "by_status": sc.get("by_status"),
                     "compile_s": sc.get("compile_s"),
                     "timing_s": sc.get("timing_s"),
+                    # compiles and timing overlap: the tool's own span of both, and in how
+                    # many timing requests the configs that passed went
+                    "overlapped_s": sc.get("wall_s"),
+                    "timing_requests": sc.get("timing_requests"),
                     "compile_workers": sc.get("compile_workers"),
                     "best": (sc.get("best") or {}).get("config"),
                     "error": res.is_error,
@@ -309,7 +313,7 @@ def main() -> int:
         cpm = (sweep["tried"] or 0) / sweep["wall_s"] * 60
         sweep["configs_per_min"] = cpm
         print(
-            f"sweep over SSH ({sweep['pool']} pool): {sweep['tried']} configs ({sweep['ok']} ok) | {sweep['wall_s']:.1f} s = {cpm:.1f} configs/min (compile {sweep['compile_s'] or 0:.1f} s on {sweep['compile_workers']} workers, timing {sweep['timing_s'] or 0:.1f} s) {sweep['by_status']}"
+            f"sweep over SSH ({sweep['pool']} pool): {sweep['tried']} configs ({sweep['ok']} ok) | {sweep['wall_s']:.1f} s = {cpm:.1f} configs/min (compile {sweep['compile_s'] or 0:.1f} s on {sweep['compile_workers']} workers, timing {sweep['timing_s'] or 0:.1f} s in {sweep['timing_requests']} requests, overlapped: both in {sweep['overlapped_s'] or 0:.1f} s) {sweep['by_status']}"
         )
     if warm["sweeps"]:
         # The serial path pays one process start (torch import, CUDA init); spread over the

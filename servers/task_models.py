@@ -175,9 +175,11 @@ class SweepOut(BaseModel):
     results_total: int
     full_results_path: str = Field(description="JSON file with every config's result")
     cases: list[str]
-    compile_s: float
-    timing_s: float
+    compile_s: float = Field(description="from the start to the last compile's end")
+    timing_s: float = Field(description="from the first timing request to the last result")
+    wall_s: float = Field(description="both together: they overlap (timing starts early)")
     compile_workers: int = Field(default=0, description="warm compile workers the sweep used")
+    timing_requests: int = Field(default=0, description="timing runner requests (batches)")
     next_step: str
 
 

@@ -218,7 +218,9 @@ async def _sweep(state: ServerState, args: SweepIn, ctx: Context | None) -> Swee
         cases=res.cases,
         compile_s=res.compile_s,
         timing_s=res.timing_s,
+        wall_s=res.wall_s,
         compile_workers=res.compile_workers,
+        timing_requests=res.timing_requests,
         next_step=nxt + ("" if res.meaningful else " (CPU interpreter: timings not meaningful)"),
     )
 
@@ -434,7 +436,8 @@ TASK_TOOLS: tuple[BuiltinTool, ...] = (
         description=(
             "Evaluate many kernel_config.json launch configs in one GPU session: the task's "
             "declared space (sampled to max_configs) or a given sub-space, on all or some dev "
-            "cases. Compiles in parallel, times serially under the GPU lock (10 samples a case: "
+            "cases. Compiles in parallel and times each config that passed serially under the GPU "
+            "lock while the others still compile (10 samples a case: "
             "enough to rank; run_objective's score takes 30); every config gets "
             "ok / compile_error / wrong_result / timeout, and one bad config never fails the "
             "sweep. apply=true writes the best correct config (the old files are checkpointed). "

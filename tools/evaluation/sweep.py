@@ -1,18 +1,19 @@
 """sweep_kernel_config's library half: many launch configs in one GPU session.
 
-Configs come from the task's declared space (or a sub-space), capped by max_configs. Compiles
-run first on the launcher's warm compile workers (execution/compile_pool.py; no GPU lock:
-Triton writes its on-disk cache), then every config that compiled is timed serially under the
-GPU lock by a warm runner, hitting that cache: on one GPU, or, where the launcher has several
-slots (GPUs of several hosts, or of a Slurm allocation), dealt over all of them, one runner per
-GPU, each config's result naming the host and GPU it was timed on. Every config gets a
-structured status; one bad config never fails the sweep. apply=True writes the best correct
-config into kernel_config.json after checkpointing the current files.
+Configs come from the task's declared space (or a sub-space), capped by max_configs. They
+compile on the launcher's warm compile workers (execution/compile_pool.py; no GPU lock: Triton
+writes its on-disk cache) and, as each one passes, are timed serially under the GPU lock by a
+warm runner, hitting that cache, while the others still compile (evaluation/sweep_pipeline.py):
+on one GPU, or, where the launcher has several slots (GPUs of several hosts, or of a Slurm
+allocation), dealt over whichever are idle, one runner per GPU, each config's result naming the
+host and GPU it was timed on. Every config gets a structured status; one bad config never fails
+the sweep. apply=True writes the best correct config into kernel_config.json after
+checkpointing the current files.
 
 On a step task (decode_step) the knobs are those of any kernel in the step, and each config is
 scored by the step objective (the sum over the dev traces named by `cases` of the p50 step
 latency, every step checked: a config that breaks a step is wrong_result) in the runner's step
-mode. Its configs skip phase 1: compiles happen inside each trace's first steps.
+mode. Its configs skip the compile pool: compiles happen inside each trace's first steps.
 """
 
 from __future__ import annotations
@@ -21,21 +22,18 @@ import itertools
 import json
 import random
 import secrets
-from collections.abc import Awaitable
 from typing import Any, Literal
 
-import anyio
 from pydantic import BaseModel, Field
 
-from ..errors import UsageError, first_fault
+from ..errors import UsageError
 from ..execution import Launcher, RunnerCall
-from ..execution.disk import stage_full
 from ..progress import Progress
 from ..state import Checkpoints, Workspace
 from ..state import workspace_files as wf
 from ..task import kind_of
-from .progress import case_events_progress
 from .request import kernel_request
+from .sweep_pipeline import Pipeline, config_key
 
 ConfigStatus = Literal["ok", "compile_error", "wrong_result", "timeout", "error"]
 
@@ -66,9 +64,21 @@ class SweepResult(BaseModel):
         default=None, description="checkpoint of the files before apply"
     )
     cases: list[str]
-    compile_s: float = 0.0
-    timing_s: float = 0.0
+    compile_s: float = Field(
+        default=0.0, description="from the start to the last compile's end (0: no compile pool)"
+    )
+    timing_s: float = Field(
+        default=0.0,
+        description="from the first timing request to the last result; it overlaps compile_s",
+    )
+    wall_s: float = Field(
+        default=0.0,
+        description="compiles and timing together (compile_s + timing_s - wall_s: the overlap)",
+    )
     compile_workers: int = Field(default=0, description="warm compile workers used (0: none)")
+    timing_requests: int = Field(
+        default=0, description="requests to the timing runners (configs that passed, in batches)"
+    )
 
 
 def expand_space(
@@ -123,30 +133,13 @@ def classify(entry: dict[str, Any]) -> ConfigStatus:
     return "wrong_result"
 
 
-def phase(progress: Progress | None, offset: int, scale: int) -> Progress | None:
-    """`progress` for one phase of a sweep: done shifted by `offset`; the total is
-    `scale` x the phase's own (phase 1 announces both phases' configs)."""
-    if progress is None:
-        return None
-
-    def report(done: float, total: float, message: str) -> Awaitable[None] | None:
-        assert progress is not None
-        return progress(offset + done, offset + scale * total, message)
-
-    return report
-
-
-def _key(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True)
-
-
 def salvage(call: RunnerCall, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A timing runner that timed out or crashed: the configs it reported, the rest as
     timeouts (it was killed at its time limit) or crashes (it died under them)."""
-    done = {_key(ev["config"]): ev for ev in call.events if ev.get("event") == "config"}
+    done = {config_key(ev["config"]): ev for ev in call.events if ev.get("event") == "config"}
     status = "timeout" if call.timed_out else "crash"
     return [
-        done.get(_key(c))
+        done.get(config_key(c))
         or {
             "config": c,
             "status": "failed",
@@ -186,79 +179,40 @@ async def sweep(
         ws, launcher, candidate, "sweep", seed=seed, warmup=warmup, repeats=repeats, **at
     )
     whole_runs = kind.sweep_runs_objective
-    compile_s = 0.0
-    compiled: dict[str, dict[str, Any]] = {}  # config key -> the pool's entry for it
     interpreted = launcher.probably_interpreted()
-    if not whole_runs and (not interpreted or compile_workers) and len(configs) > 1:
-        # Phase 1: compile (and check) on the launcher's warm compile workers, in parallel,
-        # without the GPU lock; Triton's on-disk cache carries the binaries to phase 2.
-        t0 = anyio.current_time()
-        pooled = await launcher.compile_pool.compile(
-            request, configs, task=ws.task, workers=compile_workers, progress=phase(progress, 0, 2)
-        )
-        compile_s = anyio.current_time() - t0
-        compiled = {_key(e["config"]): e for e in pooled or []}
-        # Configs that failed for want of disk space are the host's fault (measured there).
-        said = [json.dumps(e) for e in compiled.values() if e.get("status") != "passed"]
-        executor = launcher.slots[0].executor
-        if (full := await stage_full(executor, executor.path("stage"), said)) is not None:
-            raise full
-    # Phase 2: time under the GPU lock (warm runners, warm caches) only the configs that
-    # compiled and passed, dealt over every slot when there are several; a config that failed
-    # in phase 1 keeps that entry.
-    to_time = [c for c in configs if compiled.get(_key(c), {}).get("status", "passed") == "passed"]
-    t1 = anyio.current_time()
-    slots = launcher.slots[: max(1, len(to_time))]
-    shares = [to_time[i :: len(slots)] for i in range(len(slots))]
-    calls: list[RunnerCall | None] = [None] * len(slots)
-    # Progress only grows and keeps its total (MCP): with phase 1, the total is 2 x configs and
-    # phase 2 counts on from 2 x configs - the configs it times (a config that failed to compile
-    # is done after phase 1).
-    offset = 2 * len(configs) - len(to_time) if compiled else 0
-    on_event = case_events_progress(len(to_time), phase(progress, offset, 1), unit="config")
-
-    async def time_share(i: int) -> None:
-        calls[i] = await launcher.call(
-            {**request, "configs": shares[i]},
-            task=ws.task,
-            on_event=on_event,
-            # A step task's config is a whole step objective (run_objective's timeout each).
-            timeout_s=launcher.settings.eval_timeout_s
-            * max(4, len(shares[i]) if whole_runs else 0),
-            slot=slots[i] if len(slots) > 1 else None,
-        )
-
-    if to_time:
-        try:
-            async with anyio.create_task_group() as tg:
-                for i in range(len(slots)):
-                    if shares[i]:
-                        tg.start_soon(time_share, i)
-        except BaseExceptionGroup as group:  # a lost connection: the fault, not a group
-            fault = first_fault(group)
-            if fault is group:
-                raise
-            raise fault from None
-    for call in calls:  # a runner killed from outside: the host's fault, no config's
-        if call is not None and (killed := call.fault()) is not None:
-            raise killed
-    timing_s = anyio.current_time() - t1
+    # Compiles (and checks) run on the launcher's warm compile workers, in parallel, without the
+    # GPU lock (Triton's on-disk cache carries the binaries to the timing runner), overlapped
+    # with the timing of the configs that passed: evaluation/sweep_pipeline.py.
+    pipeline = Pipeline(
+        launcher,
+        request,
+        ws.task,
+        configs,
+        compiling=not whole_runs and bool(not interpreted or compile_workers) and len(configs) > 1,
+        workers=compile_workers,
+        # A step task's config is a whole step objective (run_objective's timeout each).
+        timeout_s=lambda batch: (
+            launcher.settings.eval_timeout_s * max(4, len(batch) if whole_runs else 0)
+        ),
+        progress=progress,
+    )
+    await pipeline.run()
+    compiled = pipeline.compiled  # config key -> the pool's entry for it
     meaningful = not interpreted
     by_key: dict[str, dict[str, Any]] = {}
-    for share, call in zip(shares, calls, strict=True):
-        if call is None:
-            continue
+    for batch, call in pipeline.timed:
         env = (call.result or {}).get("env") or {}
         meaningful = bool(env.get("meaningful"))
-        timed = (call.result or {}).get("configs") or salvage(call, share)
-        missing = [c for c in share if _key(c) not in {_key(e["config"]) for e in timed}]
+        timed = (call.result or {}).get("configs") or salvage(call, batch)
+        got = {config_key(e["config"]) for e in timed}
+        missing = [c for c in batch if config_key(c) not in got]
         for e in [*timed, *salvage(call, missing)]:
-            by_key[_key(e["config"])] = {
+            by_key[config_key(e["config"])] = {
                 **e,
                 "host": env.get("host"),
                 "gpu_index": env.get("gpu_index"),
             }
-    entries = [by_key.get(_key(c)) or compiled[_key(c)] for c in configs]
+    entries = [by_key.get(config_key(c)) or compiled[config_key(c)] for c in configs]
     results = []
     for e in entries:
         status = classify(e)
@@ -291,9 +245,11 @@ async def sweep(
         current_score_us=current,
         results=ok + failed,
         cases=[c.name for c in selected],
-        compile_s=compile_s,
-        timing_s=timing_s,
+        compile_s=pipeline.compile_s(),
+        timing_s=pipeline.timing_s(),
+        wall_s=pipeline.wall_s(),
         compile_workers=len(launcher.compile_pool.workers) if compiled else 0,
+        timing_requests=len(pipeline.timed),
     )
     ws.ensure_exists()  # a workspace deleted mid-sweep is not recreated by the writes below
     ws.ledger().append(

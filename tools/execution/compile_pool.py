@@ -7,11 +7,13 @@ the launcher starts its timing worker (Launcher.start_worker): it imports agent 
 take configs one at a time from a shared queue (one `compile_only` sweep request per config:
 correctness checked, nothing timed, no GPU lock), so a slow config never holds back the rest
 and a worker that dies costs one config, retried once on a fresh worker. Timing stays in the
-slot's warm worker, under the GPU lock (evaluation/sweep.py, phase 2).
+slot's warm worker, under the GPU lock: each entry goes to the caller as it lands (`on_entry`),
+so the sweep times the configs that passed while the rest compile (evaluation/sweep_pipeline.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -19,7 +21,6 @@ import anyio
 from ..errors import ExecutorError, first_fault, killed_from_outside, signal_name, signal_of
 from ..gpu import wire
 from ..gpu.isolation.sandbox_policy import exit_report, limit_hit
-from ..progress import Progress, report
 from ..settings import Settings
 from ..task import TaskSpec
 from .executor import Executor
@@ -30,6 +31,8 @@ from .warm import WorkerHost, forget_workers
 
 MAX_WORKERS = 16
 LOG = "compile-{i}.log"  # the workers' stderr, under the stage folder on the host
+# What compile() tells its caller as each config's entry lands: (the config's index, its entry).
+OnEntry = Callable[[int, dict[str, Any]], Awaitable[None]]
 
 
 class PoolHost(WorkerHost, Protocol):
@@ -155,11 +158,12 @@ class CompilePool:
         task: TaskSpec,
         workers: int | None = None,
         timeout_s: float | None = None,
-        progress: Progress | None = None,
+        on_entry: OnEntry | None = None,
     ) -> list[dict[str, Any]] | None:
         """Compile (and check) every config on the pool; one runner sweep entry per config, in
         order. None when the backend cannot keep workers (the caller compiles another way).
-        `progress(done, total, message)` after each config."""
+        `on_entry(index, entry)` as each config's entry lands, in the order they finish (the
+        sweep times a config while the others still compile); what it raises ends compile()."""
         launcher = self.launcher
         timeout_s = timeout_s or launcher.settings.eval_timeout_s
         for slot in {id(s.executor): s for s in launcher.slots}.values():
@@ -190,15 +194,8 @@ class CompilePool:
                 entries[k] = entry
                 if self.unsupported:
                     return
-                if entry is not None:
-                    done = sum(e is not None for e in entries)
-                    await report(
-                        progress,
-                        done,
-                        len(configs),
-                        f"compiled {done} of {len(configs)} configs (config {k + 1}: "
-                        f"{entry['status']})",
-                    )
+                if entry is not None and on_entry is not None:
+                    await on_entry(k, entry)
 
         try:
             async with anyio.create_task_group() as tg:

@@ -126,3 +126,34 @@ async def test_a_full_store_records_nothing_and_the_next_call_works_once_space_i
         assert json.loads((ws.checkpoints_dir / again.candidate / "manifest.json").read_text())
     finally:
         await launcher.aclose()
+
+
+# Appended to the kernel: the compile of num_warps=4 fills the disk under its Triton cache (the
+# stage's disk) and fails on it, while num_warps=2 compiles and is timed.
+FILLS_THE_DISK = """
+import os as _os
+
+if CONFIG["num_warps"] == 4:
+    with open(_os.path.join(_os.environ["TRITON_CACHE_DIR"], "fill"), "wb") as _fh:
+        while True:
+            _fh.write(b"\\0" * (1 << 20))
+            _fh.flush()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_compile_that_fills_the_stage_is_the_hosts_fault_not_a_compile_error(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    settings = Settings(state_dir=small_disk / "state", interpret="always")
+    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", settings)
+    (ws.root / "kernel.py").write_text((ws.root / "kernel.py").read_text() + FILLS_THE_DISK)
+    launcher = Launcher(settings)
+    try:
+        with pytest.raises(DiskFull) as err:
+            await sweep(ws, launcher, space={"num_warps": [2, 4]}, cases=[SMALL], compile_workers=2)
+    finally:
+        await launcher.aclose()
+    assert "stage" in err.value.message
+    assert ws.ledger().records() == []  # no sweep recorded, no config blamed
