@@ -405,7 +405,7 @@ class FakeCuda:
         self.indices: list[int] = []  # the input set each call was given
         self.synced: list[float | None] = []  # when the events synchronized on were recorded
         self.on_side = self.capturing = False
-        self.host_call_us, self.host_us = 0.0, 0.0  # the host's clock: each call's launch
+        self.host_call_us, self.host_us = 0.0, 5e6  # the host's clock (us): each call's launch
         cuda = self
 
         class Event:
@@ -558,6 +558,19 @@ def test_a_host_just_ahead_of_the_device_keeps_one_sleep_a_batch() -> None:
     cuda.host_call_us = 50.0
     fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0, cap=30)
     assert len(cuda.sleeps) == 1
+
+
+@pytest.mark.parametrize(("launch_us", "sleeps"), [(60.0, 1), (62.0, 1 + 10)])
+def test_the_host_is_behind_past_four_fifths_of_the_sleep_and_the_span(
+    launch_us: float, sleeps: int
+) -> None:
+    """The boundary: 10 samples of 30 us calls after 40 us flushes span 660 us from the first
+    start event to the last end event; with the 100 us sleep, 0.8 x 760 = 608 us. 600 us of
+    enqueue is ahead, 620 us behind."""
+    cuda = FakeCuda([30.0])
+    cuda.host_call_us = launch_us
+    fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0, cap=10)
+    assert len(cuda.sleeps) == sleeps
 
 
 @pytest.mark.parametrize(("host_us", "sleep_us"), [(20.0, 100.0), (60.0, 110.0), (4990.0, 5000.0)])
