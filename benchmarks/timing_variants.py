@@ -7,8 +7,9 @@ variant that no longer applies fails loudly instead of measuring the base twice.
 Variants (combine with "+"):
   base        unchanged
   legacy      timing.py as of 39952d8: 500 us windows, a sleep before every isolated sample,
-              nvidia-smi run for every env block (the first A/B, at 39952d8, measured 250 us
-              windows and one sleep a batch as variants "window250" and "sleep1")
+              nvidia-smi run for every env block, capture through torch.cuda.graph() (which
+              empties the allocator's caches), ten single calls (the first A/B, at 39952d8,
+              measured 250 us windows and one sleep a batch as "window250" and "sleep1")
   floor8      adaptive sampling's floor 8 samples instead of 10
 """
 
@@ -21,11 +22,21 @@ EDITS: dict[str, list[tuple[str, str]]] = {
     "base": [],
     "legacy": [
         ("BATCH_STEP, WINDOW_US = 4, 250.0", "BATCH_STEP, WINDOW_US = 4, 500.0"),
-        (
-            "                if j == 0:\n                    torch.cuda._sleep(sleep_cycles)\n",
-            "                torch.cuda._sleep(sleep_cycles)\n",
-        ),
+        ("                if j == 0 or sleep_each:\n", "                if True:\n"),
         ("@functools.cache  # once a process", "# once a process"),
+        (
+            "        with torch.cuda.stream(side):\n"
+            "            graph.capture_begin()\n"
+            "            try:\n"
+            "                for i in range(calls):\n"
+            "                    call(i)\n"
+            "            finally:\n"
+            "                graph.capture_end()\n",
+            "        with torch.cuda.graph(graph):\n"
+            "            for i in range(calls):\n"
+            "                call(i)\n",
+        ),
+        ("for i in range(5)]", "for i in range(max(5, min(samples, 10)))]"),
     ],
     "floor8": [("MIN_SAMPLES, RELATIVE_CI = 10, 0.005", "MIN_SAMPLES, RELATIVE_CI = 8, 0.005")],
 }
