@@ -16,7 +16,7 @@ score definition); tests/tools/gpu/test_staged.py checks that none imports harne
 Side of the trust boundary: isolation/sandbox.py (with sandbox_policy.py, the typed policy and
 the one way to start it, sandbox_confine.py, sandbox_limits.py and sandbox_mounts.py) is
 trusted up to the exec of its target; runner.py (dev modes; with timing.py, scores.py, correctness.py,
-failures.py) runs inside sandbox.py with the candidate; verify/ is the guarded verify (its
+failures.py, and diagnostics.py for its probe and profile modes) runs inside sandbox.py with the candidate; verify/ is the guarded verify (its
 docstring says which of its files are trusted: all but the candidate's process guard_child.py,
 guard_observer.py, guard_record.py and step_child.py); step_trace.py is a step task's dev objective (the runner's
 step mode; step_probe.py its probes, step_profile.py its profile), run inside sandbox.py with the candidate's step like the runner, so what it reports
@@ -40,6 +40,7 @@ STAGED = (
     "step_trace.py",  # a step task's dev traces (the runner's step mode)
     "step_probe.py",  # a step task's numerical probes (the runner's probe mode)
     "step_profile.py",  # a step task's per-kernel breakdown (the runner's step_profile mode)
+    "diagnostics.py",  # the runner's modes without a score: probe, profile_target, step_profile
     "wire.py",
     "cudadrv.py",  # the CUDA driver API (ctypes): the replay, the recorder, harnesslab_cuda
     # The sandbox every agent-code process runs in (isolation/__init__.py).
@@ -69,7 +70,7 @@ STAGED = (
     "cuda_cpp/cuda_source.py",
 )
 LAB = ("runner.py", "timing.py", "scores.py", "correctness.py", "failures.py", "step_trace.py",
-       "step_probe.py", "step_profile.py",
+       "step_probe.py", "step_profile.py", "diagnostics.py",
        "modelnew.py", "cudadrv.py", "ncu.py", "kernel_lab/lab.py", "kernel_lab/lab_step.py",
        "cuda_cpp/harnesslab_cuda.py", "cuda_cpp/nvrtc.py", "cuda_cpp/cuda_source.py")  # fmt: skip
 # Staged as a declared task's reference.py (beside its declaration.json), trusted like any

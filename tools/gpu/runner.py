@@ -15,10 +15,12 @@ are redirected to stderr so they cannot corrupt the stream. Events:
     {"event": "case", ...}     one per finished case (partial results survive a kill)
     {"event": "result", ...}   the whole result, last line of a request
 
-One concern per file: timing.py (the device and the one timing implementation), scores.py (the
-one score definition), correctness.py (checking an output), failures.py (what a failed case says,
-the per-case deadline), this file (the protocol loop and the Evaluator's modes). Env, compare, dtype_of and the score functions stay importable from
-here for the lab, the benchmarks and guard.py, which are handed this module.
+One concern per file: timing.py (the device, the one timing implementation, a request's seconds
+per phase), scores.py (the one score definition), correctness.py (checking an output),
+failures.py (what a failed case says, the per-case deadline), diagnostics.py (the modes that
+report without a score: probe, profile_target, step_profile), this file (the protocol loop and
+the Evaluator's scoring modes). Env, Phases, compare, dtype_of and the score functions stay
+importable from here for the lab, the benchmarks and guard.py, which are handed this module.
 
 The sibling import rule (every staged module that imports a sibling at import time): this file
 is used three ways, as the package module harnesslab.tools.gpu.runner (the host), loaded by
@@ -37,7 +39,6 @@ so mypy and the host see the package modules, and the staged folder needs no pac
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import json
@@ -49,7 +50,6 @@ import tempfile
 import time
 import traceback
 import types
-import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,20 +61,20 @@ if __name__ == "__main__":  # the staged runner (not a module the lab loads by p
     # the hash-checked source): the harness imports its siblings from source, -B writes none.
     shutil.rmtree(os.path.join(HERE, "__pycache__"), ignore_errors=True)
 if TYPE_CHECKING or __package__:  # the sibling import rule (above)
-    from . import correctness, failures, scores, step_probe, step_profile, step_trace, timing
+    from . import correctness, diagnostics, failures, scores, step_trace, timing
 else:
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import correctness
+    import diagnostics
     import failures
     import scores
-    import step_probe
-    import step_profile
     import step_trace
     import timing
 
 # The names the lab, the benchmarks and guard.py (handed this module) use from here.
 Env = timing.Env
+Phases = timing.Phases
 compare, dtype_of = correctness.compare, correctness.dtype_of
 deadline = failures.deadline  # the benchmarks time a call under it
 
@@ -121,32 +121,6 @@ def tree_hash(folder: Path) -> str:
 
 # ----------------------------------------------------------------------------------------------
 # evaluation
-
-
-class Phases(dict):
-    """Seconds spent per phase of a request (summed over cases), for the warm objective's
-    breakdown: `with phases("inputs", sync):` adds the block's wall time, after `sync()` so
-    queued device work is charged to the phase that queued it. Phases are exclusive: a phase
-    opened inside another is not counted twice (the outer one gets the rest)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._inner: list[float] = []  # per open phase: seconds spent in phases inside it
-
-    @contextlib.contextmanager
-    def __call__(self, name: str, sync=None):
-        t0 = time.perf_counter()
-        self._inner.append(0.0)
-        try:
-            yield
-        finally:
-            if sync is not None:
-                sync()
-            took = time.perf_counter() - t0
-            inner = self._inner.pop()
-            if self._inner:
-                self._inner[-1] += took
-            self[name] = self.get(name, 0.0) + took - inner
 
 
 class Evaluator:
@@ -280,17 +254,8 @@ class Evaluator:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             reason = f"import failed: {failures.one_line(exc, str(candidate_dir))}"
-            results = [
-                {
-                    "name": c["name"],
-                    "dtype": c["dtype"],
-                    "shape": c["shape"],
-                    "passed": False,
-                    "status": "error",
-                    "reason": reason,
-                }
-                for c in cases
-            ]
+            results = [{"name": c["name"], "dtype": c["dtype"], "shape": c["shape"],
+                        "passed": False, "status": "error", "reason": reason} for c in cases]  # fmt: skip
             for r in results:
                 emit({"event": "case", **r})
             return self._summary(results, started, error=reason)
@@ -375,96 +340,6 @@ class Evaluator:
             out.append(entry)
         return {"status": "passed", "configs": out}
 
-    def probe(self) -> dict[str, Any]:
-        """Numerical edge cases against the candidate: the task's reference.PROBES (fixed
-        shapes), then the generic suite (numerics.py: size edges and value families) at the
-        first dev case of each dtype. A task probe of the same name as a suite edge wins. A step
-        task's probes are traces at its decode step's edges (step_probe.py)."""
-        if "step" in self.req:
-            fn, cand_dir = self.load_candidate(self.req["candidate_dir"])
-            return step_probe.run(self.torch, self.ref, fn, self.req, interpret=self.interpret,
-                                  device=self.env.device, emit=emit, candidate_dir=cand_dir)  # fmt: skip
-        import numerics  # noqa: PLC0415 - staged sibling (the host imports this module too)
-
-        torch = self.torch
-        fn, cand_dir = self.load_candidate(self.req["candidate_dir"])
-        probes = getattr(self.ref, "PROBES", {})
-        notes = {**numerics.NOTES, **getattr(self.ref, "PROBE_NOTES", {})}
-        suite = numerics.Suite(torch, self.ref, self.env.device, self.req.get("numerics"),
-                               interpret=self.interpret,
-                               scale=lambda s: self.case_shape({"shape": s}))  # fmt: skip
-        wanted = self.req.get("probes") or [*probes, *(n for n in suite.names() if n not in probes)]
-        cases = self.req.get("cases") or [{"dtype": None, "shape": {}}]
-        results = []
-        for name in wanted:
-            for dname in self.req.get("dtypes") or list(self.tolerances):
-                dtype, tol = dtype_of(torch, dname), self.tolerances[dname]
-                seed = self.seed + zlib.crc32(name.encode()) % 10_000  # hash() is salted
-                r: dict[str, Any] = {"probe": name, "dtype": dname, "note": notes.get(name, "")}
-                try:
-                    with failures.deadline(self.case_timeout_s):
-                        if name in probes:
-                            gen = torch.Generator().manual_seed(seed)
-                            args, kwargs = probes[name](dtype, self.env.device, gen)
-                            expected = self.ref.reference(*args, **kwargs)
-                        else:
-                            case = next((c for c in cases if c["dtype"] == dname), cases[0])
-                            gen = torch.Generator(device=self.env.device).manual_seed(seed)
-                            edge = suite.edge(name, self.case_shape(case), dtype, gen, tol)
-                            r.update(edge.describe())
-                            args, kwargs, expected = edge.args, edge.kwargs, edge.expected
-                        if expected is not None:
-                            oshape, odtype = self.ref.output_spec(*args, **kwargs)
-                            out = fn(*args, **kwargs)
-                            self.env.sync()
-                            ok, why, stats = compare(
-                                torch, out, expected, tol, oshape, odtype, args
-                            )
-                            ratio = numerics.tolerance_ratio(torch, out, expected, tol)
-                            r.update(stats, passed=ok, reason=why, shape=list(args[0].shape),
-                                     tolerance_ratio=correctness.finite_or_none(ratio))  # fmt: skip
-                        else:  # the reference cannot take this family here: nothing to judge
-                            r.update(passed=True, reason=f"not applicable: {edge.why}")
-                except Exception as exc:
-                    r.update(passed=False, reason=failures.one_line(exc, cand_dir))
-                emit({"event": "probe", **r})
-                results.append(r)
-        return {
-            "status": "passed" if all(r["passed"] for r in results) else "failed",
-            "probes": results,
-        }
-
-    def profile_target(self) -> dict[str, Any]:
-        """One case, `repeats` calls between cudaProfilerStart/Stop and nothing timed: the
-        target of `ncu --profile-from-start off`. Warm-up calls (compile, autotune) run before
-        the window, so the profiler sees only the candidate's steady-state launches."""
-        torch = self.torch
-        fn, _ = self.load_candidate(self.req["candidate_dir"])
-        case = self.req["cases"][0]
-        shape = self.case_shape(case)
-        args, kwargs = self.make(shape, dtype_of(torch, case["dtype"]), salt=7)
-        for _ in range(int(self.req.get("warmup", 2))):
-            fn(*args, **kwargs)
-        self.env.sync()
-        repeats = int(self.req.get("repeats", 3))
-        profiled = self.env.device == "cuda"
-        if profiled:
-            torch.cuda.profiler.start()
-        for _ in range(repeats):
-            fn(*args, **kwargs)
-        self.env.sync()
-        if profiled:
-            torch.cuda.profiler.stop()
-        nbytes = self.ref.bytes_moved(shape, torch.finfo(dtype_of(torch, case["dtype"])).bits // 8)
-        return {
-            "status": "passed",
-            "case": case["name"],
-            "shape": shape,
-            "calls": repeats,
-            "bytes": int(nbytes),
-            "profiled": profiled,
-        }
-
 
 def check_harness(expected: dict[str, str]) -> None:
     """The staged files this process may import are the ones the host's package holds (a
@@ -493,13 +368,6 @@ def prespawn(req: dict[str, Any]) -> None:
     guard_spawn.prespawn(req)
 
 
-def _step_profile(env: Env, req: dict[str, Any], ev: Evaluator) -> dict[str, Any]:
-    """A step task's per-kernel breakdown (step_profile.py)."""
-    fn, cand_dir = ev.load_candidate(req["candidate_dir"])
-    return step_profile.profile(env.torch, ev.ref, fn, req, interpret=env.interpret,
-                                device=env.device, candidate_dir=cand_dir)  # fmt: skip
-
-
 def _verify(env: Env, req: dict[str, Any], ev: Evaluator) -> dict[str, Any]:
     """The guarded verify: the candidate runs in a child process (guard.py)."""
     import guard
@@ -519,9 +387,9 @@ MODES = {
     "evaluate": lambda env, req, ev: ev.evaluate(req["candidate_dir"], req.get("config")),
     "step": lambda env, req, ev: ev.step_traces(),
     "sweep": lambda env, req, ev: ev.sweep(),
-    "probe": lambda env, req, ev: ev.probe(),
-    "profile_target": lambda env, req, ev: ev.profile_target(),
-    "step_profile": _step_profile,
+    "probe": lambda env, req, ev: diagnostics.probe(ev, emit),
+    "profile_target": lambda env, req, ev: diagnostics.profile_target(ev),
+    "step_profile": lambda env, req, ev: diagnostics.profile_step(ev),
     "verify": _verify,
     "step_verify": _step_verify,
 }

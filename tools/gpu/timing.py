@@ -1,4 +1,5 @@
-"""The runner's timing: the device, its copy bandwidth, and how one case is timed.
+"""The runner's timing: the device, its copy bandwidth, how one case is timed, and where a
+request's seconds went (Phases).
 
 Staged to the GPU host beside runner.py (standard library + torch, never harnesslab); runs in
 the runner's process, inside sandbox.py with the candidate (dev modes), and on the trusted side
@@ -21,6 +22,7 @@ Siblings (scores.py) are imported by the one rule in runner.py's docstring.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -345,6 +347,36 @@ def _driver_version() -> str | None:
 
 
 # ----------------------------------------------------------------------------------------------
+# a request's seconds
+
+
+class Phases(dict):
+    """Seconds spent per phase of a request (summed over cases), for the warm objective's
+    breakdown: `with phases("inputs", sync):` adds the block's wall time, after `sync()` so
+    queued device work is charged to the phase that queued it. Phases are exclusive: a phase
+    opened inside another is not counted twice (the outer one gets the rest)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._inner: list[float] = []  # per open phase: seconds spent in phases inside it
+
+    @contextlib.contextmanager
+    def __call__(self, name: str, sync=None):
+        t0 = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            if sync is not None:
+                sync()
+            took = time.perf_counter() - t0
+            inner = self._inner.pop()
+            if self._inner:
+                self._inner[-1] += took
+            self[name] = self.get(name, 0.0) + took - inner
+
+
+# ----------------------------------------------------------------------------------------------
 # one case
 
 
@@ -361,7 +393,7 @@ def time_case(
 ) -> dict[str, Any]:
     """Time `fn` on inputs `make(salt)` returns ((args, kwargs), fresh each salt): the one
     timing of a case (`samples` is the cap of adaptive sampling, `floor` its floor). `phases`
-    (runner.Phases) charges drawing the input sets to "timing_inputs"."""
+    (Phases) charges drawing the input sets to "timing_inputs"."""
     torch = env.torch
     if env.interpret:
         args, kwargs = make(7)

@@ -1,8 +1,9 @@
 """The runner's protocol loop and the Evaluator's rules in process (tools/gpu/runner.py), on the
 CPU with a stand-in device: what decides a case's status and reason, which results a request
-reports (cases, summary, configs), the refusals (a staged file that differs, an unknown mode),
-the phases' exclusive accounting. Timing itself is timing.py's (tests/tools/gpu/test_timing_units.py);
-the runner end to end through the launcher: tests/tools/gpu/test_runner.py."""
+reports (cases, summary, configs), the refusals (a staged file that differs, an unknown mode).
+Timing and the phases' accounting are timing.py's (tests/tools/gpu/test_timing_units.py), the
+probe and profile modes diagnostics.py's (tests/tools/gpu/test_diagnostics_units.py); the runner
+end to end through the launcher: tests/tools/gpu/test_runner.py."""
 
 from __future__ import annotations
 
@@ -485,30 +486,6 @@ def test_the_guarded_modes_never_get_the_dev_triton_cache(
 
 # ----------------------------------------------------------------------------------------------
 # plumbing
-
-
-def test_phases_are_exclusive_and_charge_the_sync(monkeypatch: pytest.MonkeyPatch) -> None:
-    now = [0.0]
-    monkeypatch.setattr(runner.time, "perf_counter", lambda: now[0])
-    phases = runner.Phases()
-
-    def tick(s: float) -> None:
-        now[0] += s
-
-    with phases("outer"):
-        tick(1)
-        with phases("inner", lambda: tick(4)):
-            tick(2)
-            with phases("deep"):
-                tick(8)
-        tick(16)
-    with phases("inner"):
-        tick(32)
-    assert phases == {"outer": 17.0, "inner": 38.0, "deep": 8.0}
-    with pytest.raises(KeyError), phases("raised"):
-        tick(64)
-        raise KeyError
-    assert phases["raised"] == 64.0
 
 
 def test_load_module_and_tree_hash(tmp_path: Path) -> None:

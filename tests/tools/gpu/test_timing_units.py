@@ -1,9 +1,9 @@
 """The runner's timing (tools/gpu/timing.py) where a CPU reaches it: which method a case gets,
-how many input sets and back-to-back calls a sample holds, the copy bandwidth measured once, and
-what a timed case reports (the interpreter's path, on a wall clock). An Env is built without its
-__init__ (which would set TRITON_INTERPRET for the process): each test sets the fields the
-method reads. The GPU regimes (isolated samples, CUDA graphs, the L2 flush) run on a GPU:
-tests/gpu/.
+how many input sets and back-to-back calls a sample holds, the copy bandwidth measured once,
+what a timed case reports (the interpreter's path, on a wall clock), and a request's phases
+(exclusive, each charged its sync). An Env is built without its __init__ (which would set
+TRITON_INTERPRET for the process): each test sets the fields the method reads. The GPU regimes
+(isolated samples, CUDA graphs, the L2 flush) run on a GPU: tests/gpu/.
 """
 
 from __future__ import annotations
@@ -665,3 +665,28 @@ def test_the_driver_version_is_asked_of_nvidia_smi_once_a_process(monkeypatch) -
         assert len(runs) == 1
     finally:
         forget()
+
+
+# -- a request's seconds ------------------------------------------------------------------------
+def test_phases_are_exclusive_and_charge_the_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
+    phases = timing.Phases()
+
+    def tick(s: float) -> None:
+        now[0] += s
+
+    with phases("outer"):
+        tick(1)
+        with phases("inner", lambda: tick(4)):
+            tick(2)
+            with phases("deep"):
+                tick(8)
+        tick(16)
+    with phases("inner"):
+        tick(32)
+    assert phases == {"outer": 17.0, "inner": 38.0, "deep": 8.0}
+    with pytest.raises(KeyError), phases("raised"):
+        tick(64)
+        raise KeyError
+    assert phases["raised"] == 64.0
