@@ -160,7 +160,7 @@ class Env:
         """Back-to-back calls that make about WINDOW_US of device time at copy speed, in
         [lo, hi]: the runner's graphs (graph_calls) and the guarded verify's replay windows
         (guard_gpu.time_samples). Events alone time them, no host latency in them, and event
-        resolution (~0.5 us) is 0.1% of 500 us."""
+        resolution (~0.5 us) is 0.2% of 250 us."""
         est_us = max(nbytes / (self.copy_gbps() * 1e3), floor_us)
         return max(lo, min(hi, math.ceil(WINDOW_US / est_us)))
 
