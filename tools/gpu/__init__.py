@@ -59,6 +59,7 @@ STAGED = (
     "verify/guard_observer.py",
     "verify/guard_record.py",
     "verify/phase_lock.py",
+    "verify/devmem.py",  # device memory the parent allocates and a sandboxed process maps
     "verify/replay.py",
     "verify/step_guard.py",  # a step task's guarded verify: the trusted parent ...
     "verify/step_child.py",  # ... and the candidate's sandboxed process
