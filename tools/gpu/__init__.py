@@ -64,6 +64,7 @@ STAGED = (
     "verify/step_guard.py",  # a step task's guarded verify: the trusted parent ...
     "verify/step_child.py",  # ... and the candidate's sandboxed process
     "verify/step_timed.py",  # ... and the parent's timed pass
+    "verify/step_arena.py",  # ... and the candidate's State, shared by the two processes
     # CUDA C++ candidates: the launcher kernel.py imports, NVRTC, the source reader.
     "cuda_cpp/harnesslab_cuda.py",
     "cuda_cpp/nvrtc.py",

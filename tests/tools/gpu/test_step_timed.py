@@ -38,6 +38,9 @@ EAGER = load_module(TASK.workspace_template / "kernel.py", "decode_step_eager_ti
 CONFIG = REF.Config(**TASK.step.interpreter.model_dump(), dtype="float16")  # type: ignore[union-attr]
 
 
+SYNC_US = 7.0  # what a synchronize of the parent's device takes in timed_pass (device "cuda")
+
+
 def dynamic() -> dict[str, Any]:
     return step_trace.dynamic_trace(CONFIG, buckets=[16, 32, 64], steps_per_segment=3,
                                     segments_per_bucket=1, seed=5)  # fmt: skip
@@ -148,11 +151,22 @@ def timed_pass(kid_type: type | None = None, trace: dict[str, Any] | None = None
     verify = step_guard.StepVerify.__new__(step_guard.StepVerify)
     verify.torch, verify.ref, verify.rt, verify.lock = torch, ref, runner, lock
     verify.env = type("Env", (), {"device": device})()
+    now = [0.0]  # the pass's clock: it moves only when this process's device synchronises
+    verify.sync = None
+
+    def sync() -> None:  # a GPU's: the device's queued work takes SYNC_US
+        log.append(("sync", lock.mode))
+        now[0] += SYNC_US * 1e-6
+
+    if device == "cuda":
+        verify.sync = sync
     verify.req = {"tolerances": {"float16": TASK.tolerances["float16"].model_dump()}}
     rec: dict[str, Any] = {"name": "t", "codes": []}
     kid = (kid_type or Kid)(ref, mine, EAGER.step, lock, log)
     kid.segments = len(step_timed.segments(trace, 2, CONFIG.vocab))
-    samples = step_timed.TimedPass(verify, kid, views, truth, cand, rec).run(trace, 2)
+    timed = step_timed.TimedPass(verify, kid, views, truth, cand, rec)
+    timed.clock = lambda: now[0]
+    samples = timed.run(trace, 2)
     return samples, rec, log, kid, trace
 
 
@@ -226,6 +240,26 @@ def test_the_pass_starts_from_empty_states_whatever_the_earlier_passes_left() ->
     assert rec["codes"] == [], rec["codes"]
     assert [r["host_lengths"] for r in timed_requests(kid)] == expected_lengths(trace, CONFIG.batch)
     assert kid.pushed[0] == (expected_lengths(trace, CONFIG.batch)[0], True)
+
+
+def test_on_a_gpu_a_timed_step_ends_once_the_parent_has_read_its_logits() -> None:
+    """The slot is device memory there: the parent's read of it (and its NaN and the next
+    tokens) is synchronised inside the step's time, so device work a child left running after
+    its reply is timed; and before each segment's push the prompts, poison and first tokens are
+    synchronised onto the device."""
+    samples, rec, log, kid, trace = timed_pass(device="cuda")
+    assert rec["codes"] == [], rec["codes"]
+    timed = timed_requests(kid)
+    assert samples == pytest.approx([kid.requests.index(r) + 1 + SYNC_US for r in timed])
+    ops = [op for op, _ in log]
+    at = 0
+    for n, (_, steps) in enumerate(step_timed.segments(trace, 2, CONFIG.vocab)):
+        head = ["pull", "sync", "push"] if n else ["sync", "push"]
+        k = len(steps)
+        assert ops[at : at + len(head) + 3 * k] == head + ["timed_step", "sync"] * k + [
+            "reference"] * k  # fmt: skip
+        at += len(head) + 3 * k
+    assert ("sync", "exclusive") in log and ("sync", "work") in log
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
