@@ -165,7 +165,10 @@ def _expect(path: Path) -> str:
 @pytest.mark.parametrize("path", sorted(STEP_CORPUS.glob("*.py")), ids=lambda p: p.stem)
 def test_every_step_cheat_is_rejected_with_its_code_at_the_gpu_sizes(tmp_path, path: Path):
     """The step corpus at task.toml's GPU sizes (the CPU tests run the interpreter's tiny
-    config): each cheat is rejected with the reason its docstring names."""
+    config): each cheat is rejected with the reason its docstring names. poison_undone_in_copy
+    can only show on a GPU: it patches the child's copy of the cache (push_state) that carried
+    the poison to the device before the State moved there; with the State in the parent's
+    device memory it is rejected as on the CPU (before, on a GPU, it passed)."""
     v = _step_verify(tmp_path, path)
     assert v.verdict == "rejected" and _expect(path) in {r["code"] for r in v.reasons}, v.reasons
 
