@@ -145,7 +145,7 @@ def test_an_honest_step_is_checked_on_every_step_of_both_passes_and_timed(verify
     for r in rows:
         assert r["codes"] == [] and r["steps_checked"] == 2 * STEPS[r["name"]]
         assert r["steps_timed"] == STEPS[r["name"]] and 0 < r["p50_us"] <= r["p95_us"]
-        assert 0 <= r["max_abs_err"] < 0.05 and sorted(r["boundary_us"]) == ["pull_max", "push_max"]
+        assert 0 <= r["max_abs_err"] < 0.05
     assert run.events == [{"event": "case", "index": 0, "status": "measured"},
                           {"event": "case", "index": 1, "status": "measured"}]  # fmt: skip
     # the child got the arena's size, one trace request per trace, a step per checked step
@@ -153,6 +153,7 @@ def test_an_honest_step_is_checked_on_every_step_of_both_passes_and_timed(verify
     assert ops[:2] == ["load", "arena"] and ops.count("trace") == 2
     assert ops.count("step") == 2 * sum(STEPS.values())
     assert ops.count("timed_step") == sum(STEPS.values())
+    assert "push" not in ops and "pull" not in ops  # no untimed turn after a poison
     assert run.kid.cfg == {"device": "cpu", "candidate_dir": run.verify.req["candidate_dir"],
                            "entry": "kernel.py:step", "reference": str(TASK.root / "reference.py"),
                            "memfd": run.kid.cfg["memfd"]}  # fmt: skip

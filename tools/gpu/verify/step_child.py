@@ -19,9 +19,10 @@ there.
 - The timed pass (step_timed.py): "timed_step" is "step" with the lengths advanced after it
   (the harness's part of a step, on this process's own handle on the arena's lengths), the
   device synchronised, the reply. On a GPU the process then waits for the next request awake (a
-  busy wait of at most 10 ms), as the parent waits for the reply. "push" and "pull" (the
-  segment boundaries) copy nothing any more (the State is the arena's on every device): they
-  synchronise the device and reply, a barrier the parent keeps.
+  busy wait of at most 10 ms), as the parent waits for the reply. "push" and "pull" copied
+  the State to and from the device at the timed pass's segment boundaries; with the State the
+  arena's on every device they copy nothing (they synchronise the device and reply, answered
+  for the protocol's sake) and the parent no longer asks for them (step_timed.py says why).
 Replies carry facts (copied or not, an exception's type name), never text the candidate wrote.
 """
 

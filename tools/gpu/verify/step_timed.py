@@ -10,11 +10,13 @@ The pass has its own tokens and prompts (step_trace.schedule's variant PASSES), 
 candidate's State is the shared arena (step_arena.py: device memory on a GPU), resident where
 its step runs: nothing is copied around a step. Per segment of the trace (new prompts:
 continuous batching):
-1. untimed, the GPU lock shared: "pull" (a barrier: the child's device synchronised), the
-   lengths checked, the prompts prefilled and every stale slot poisoned in the arena (as in the
-   checked passes), the first step's tokens and a NaN logits slot written, this process's device
-   synchronised, "push" (a barrier too: both kept from when they copied the State, for the
-   protocol and the operator's boundary times);
+1. untimed, the GPU lock shared: the lengths checked (the child advanced them), the prompts
+   prefilled and every stale slot poisoned in the arena (as in the checked passes), the first
+   step's tokens and a NaN logits slot written, this process's device synchronised. No request
+   to the child there: its "push" and "pull" (once the copies of its State to and from its
+   device; step_child.py still answers them) would hand it an untimed turn right after the
+   poison (to undo it) or right before the cache check (to write what its timed steps left
+   out); now every turn it gets from the poison to the check is a timed step;
 2. timed, the GPU lock held alone (phase_lock.exclusive, as the kernel verify's timed window):
    the segment's steps BACK TO BACK: per step the request sent, its reply awaited, then the
    step's logits copied out of the slot here, NaN written into the slot and the next step's
@@ -24,7 +26,7 @@ continuous batching):
    work that does not need the tokens;
 3. untimed, the lock shared: reference_step over the segment's stored tokens (the truth state
    advanced in lockstep) and every stored logits tensor compared with the tolerance.
-After the last segment: "pull", the lengths and the cache's valid slots compared.
+After the last segment: the lengths and the cache's valid slots compared.
 
 What the time means: a decode step's latency as the trusted parent observes it through the
 sandbox's boundary: the step and its synchronize, a fixed IPC round trip (two pipe frames), and
@@ -37,9 +39,9 @@ child's own copy to it was that barrier). On the CPU (the Triton interpreter) it
 and scored but means nothing (`meaningful: false` on the host). Not certified: which kernels
 computed the step (no launch record or replay for steps), and that the step did all of its work
 between request and reply: the candidate's process runs everything in it (the harness's IPC and
-synchronize included), so it could move work into the untimed push and pull at the segment
-boundaries (their longest times are recorded for the operator: `boundary_us`) or shave the round
-trip's few microseconds. Both processes wait for each other's frames awake on a GPU (the parent
+synchronize included), so it could shave the round trip's few microseconds, or run work in a
+thread of its own while the parent checks a segment (untimed, but with no tokens to work on and
+no step of the segment left to serve). Both processes wait for each other's frames awake on a GPU (the parent
 spins on the reply, the child on its segment's next request: `more`), so no wake-up is in a
 step's time. Measured on an H100 (benchmarks/step_timed_diag.py), before the State moved to the
 device: with the child awake for at most 10 ms after each reply, the Triton solution's timed
@@ -84,9 +86,6 @@ class TimedPass:
                  rec: dict[str, Any]) -> None:  # fmt: skip
         self.v, self.kid, self.views, self.truth, self.cand = verify, kid, views, truth, cand
         self.rec = rec
-        # The segment boundaries' push and pull times (the operator's, never the score): work a
-        # candidate moved out of its timed steps into them would show here.
-        self.boundary_us: dict[str, list[float]] = {"push": [], "pull": []}
         self.spin = verify.env.device == "cuda"  # a sleeping wake-up would land in the time;
         # on the CPU the parent's spin would take a core from the child it times
         self.sync = verify.sync  # this process's device synchronize (None on the CPU)
@@ -95,14 +94,13 @@ class TimedPass:
     def fail(self, code: str, detail: str) -> None:
         self.v.fail(self.rec, code, detail)
 
-    def ask(self, op: str, where: str, **fields: Any) -> tuple[dict[str, Any], float] | None:
-        reply, wall_us = self.kid.ask({"op": op, **fields}, spin=self.spin and op == "timed_step")
+    def ask(self, where: str, **fields: Any) -> tuple[dict[str, Any], float] | None:
+        """One timed step's request and reply (None: its error, recorded)."""
+        reply, wall_us = self.kid.ask({"op": "timed_step", **fields}, spin=self.spin)
         err = guard.error_text(reply)
         if err:
             self.fail("candidate_error", f"{where}: the step raised {err}")
             return None
-        if op in self.boundary_us:
-            self.boundary_us[op].append(wall_us)
         return reply, wall_us
 
     def next_step(self, tokens) -> None:
@@ -131,7 +129,7 @@ class TimedPass:
         for n, (prompts, steps) in enumerate(segments(trace, variant, truth.config.vocab)):
             where = f"timed pass segment {n}"
             with lock.work():
-                if n and (self.ask("pull", where) is None or not self.lengths_kept(where)):
+                if n and not self.lengths_kept(where):
                     return samples
                 for b, length, seed in prompts:
                     for s in (truth, cand):
@@ -140,13 +138,11 @@ class TimedPass:
                 step_trace.poison_stale(torch, cand, truth.host_lengths)
                 tokens = torch.tensor(steps, dtype=torch.int64).to(self.views["tokens"].device)
                 self.next_step(tokens[0])
-                if self.ask("push", where) is None:
-                    return samples
             start = list(truth.host_lengths)
             outputs = []
             with lock.exclusive():
                 for i in range(len(steps)):
-                    got = self.ask("timed_step", f"{where} step {i}",
+                    got = self.ask(f"{where} step {i}",
                                    host_lengths=[x + i for x in start],
                                    more=i + 1 < len(steps))  # fmt: skip
                     if got is None:
@@ -165,11 +161,8 @@ class TimedPass:
                     return samples
         with lock.work():
             where = "after the timed pass"
-            if self.ask("pull", where) is not None and self.lengths_kept(where):
+            if self.lengths_kept(where):
                 self.v.cache_ok(self.views, truth, self.rec, where)
-        self.rec["boundary_us"] = {
-            f"{op}_max": max(xs) for op, xs in self.boundary_us.items() if xs
-        }
         return samples
 
     def check_segment(self, steps: list[list[int]], outputs: list[Any], where: str) -> bool:
