@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,6 +81,7 @@ class Kid:
         self.pushed: list[tuple[list[int], bool]] = []  # at each segment's first timed step:
         # (lengths, stale poisoned)
         self.timed = 0
+        self.tokens: list[list[int]] = []  # the arena's tokens at each timed step
 
     def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
         op = msg["op"]
@@ -96,6 +98,7 @@ class Kid:
         return self.answer(op, self.timed_step()), wall
 
     def timed_step(self) -> dict[str, Any]:
+        self.tokens.append(self.state.tokens.tolist())
         out = self.step(self.state, self.state.tokens.clone())
         self.state.logits.copy_(out)
         self.state.lengths += 1
@@ -222,6 +225,24 @@ def test_every_timed_step_is_sampled_with_its_replys_time_and_carries_the_traces
     firsts = [expected_lengths(trace, CONFIG.batch)[i] for i in (0, 3, 6)]
     assert kid.pushed == [(lengths, True) for lengths in firsts]
     assert "boundary_us" not in rec
+
+
+@pytest.mark.parametrize("steps", [3, 5])
+def test_every_timed_step_runs_on_its_own_tokens(steps: int) -> None:
+    """5: a segment whose last step is not a repeat of the one before (every third step of a
+    trace repeats the previous tokens)."""
+    trace = step_trace.fixed_trace(CONFIG, length=5, steps=steps, seed=3)
+    _, rec, _, kid, _ = timed_pass(trace=trace)
+    assert rec["codes"] == [], rec["codes"]
+    assert kid.tokens == [t for _, s in step_timed.segments(trace, 2, CONFIG.vocab) for t in s]
+
+
+def test_the_pass_times_with_this_processs_own_clock() -> None:
+    verify = step_guard.StepVerify.__new__(step_guard.StepVerify)
+    verify.env = type("Env", (), {"device": "cpu"})()
+    verify.sync = None
+    timed = step_timed.TimedPass(verify, None, {}, None, None, {})  # type: ignore[arg-type]
+    assert timed.clock is time.perf_counter and timed.sync is None and not timed.spin
 
 
 def test_the_pass_starts_from_empty_states_whatever_the_earlier_passes_left() -> None:

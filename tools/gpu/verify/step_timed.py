@@ -33,17 +33,18 @@ sandbox's boundary: the step and its synchronize, a fixed IPC round trip (two pi
 this process's read of the logits with its writes for the next step (one copy of batch x vocab
 values on the device, a fill, a few tokens: the same for every candidate). The read is inside
 the time because on a GPU the slot is device memory the child writes: a child that replied
-before its device work finished would have that work land in this process's read (its copy
-waits for the device), never outside the time (with the slot in host memory, as before, the
-child's own copy to it was that barrier). On the CPU (the Triton interpreter) it is recorded
+before its device work finished gains nothing, since this process's copy of the slot either
+runs after that work (the GPU takes the two processes' contexts in turn), inside the time, or
+finds the slot unwritten (NaN: rejected). With the slot in host memory, as before, the child's
+own blocking copy to it was that barrier. On the CPU (the Triton interpreter) it is recorded
 and scored but means nothing (`meaningful: false` on the host). Not certified: which kernels
 computed the step (no launch record or replay for steps), and that the step did all of its work
 between request and reply: the candidate's process runs everything in it (the harness's IPC and
 synchronize included), so it could shave the round trip's few microseconds, or run work in a
 thread of its own while the parent checks a segment (untimed, but with no tokens to work on and
-no step of the segment left to serve). Both processes wait for each other's frames awake on a GPU (the parent
-spins on the reply, the child on its segment's next request: `more`), so no wake-up is in a
-step's time. Measured on an H100 (benchmarks/step_timed_diag.py), before the State moved to the
+no step of the segment left to serve). Both processes wait for each other's frames awake on a
+GPU (the parent spins on the reply, the child on its segment's next request: `more`), so no
+wake-up is in a step's time but a segment's first (its request finds the child asleep). Measured on an H100 (benchmarks/step_timed_diag.py), before the State moved to the
 device: with the child awake for at most 10 ms after each reply, the Triton solution's timed
 step read 5.07 ms (median) where its work in the child took 0.82 ms, the child starting on a
 request 4.6 ms after it was readable; awake until its segment's next request came, 0.95 ms (the
