@@ -21,7 +21,7 @@ from pathlib import Path
 CHILD_OLD = """    def timed_step(self, msg: dict[str, Any]) -> None:
         error, copied = self.run_step(msg)
         if not error:
-            self.device_lengths += 1  # reference.advance's device half, on the harness's handle
+            self.views["lengths"] += 1  # reference.advance's device half, on the harness's handle
             if self.cuda:
                 error = self.synchronize()
         self.reply(error=error, copied=copied)
@@ -31,7 +31,7 @@ CHILD_NEW = """    def timed_step(self, msg: dict[str, Any]) -> None:
         error, copied = self.run_step(msg)
         _t1 = time.perf_counter()
         if not error:
-            self.device_lengths += 1  # reference.advance's device half, on the harness's handle
+            self.views["lengths"] += 1  # reference.advance's device half, on the harness's handle
             if self.cuda:
                 error = self.synchronize()
         _t2 = time.perf_counter()
@@ -58,7 +58,7 @@ SPIN_NEW = (
 
 
 INIT_OLD = "        self.torch, self.cfg, self.out = torch, cfg, out\n"
-LOOP_OLD = "                for i, toks in enumerate(steps):\n"
+LOOP_OLD = "                for i in range(len(steps)):\n"
 LOOP_NEW = LOOP_OLD + "                    _p0 = __import__('time').perf_counter()\n"
 GOT_OLD = "                    reply, wall_us = got\n"
 GOT_NEW = GOT_OLD + (
@@ -66,7 +66,7 @@ GOT_NEW = GOT_OLD + (
     "                        with open(PARENT_LOG, 'a') as _fh:\n"
     "                            _fh.write(f'HLPARENT {(_p0 - _last) * 1e6:.1f} {wall_us:.1f}\\n')\n"
 )
-APPEND_OLD = "                    samples.append(wall_us)\n"
+APPEND_OLD = "                    samples.append(wall_us + (self.clock() - t0) * 1e6)\n"
 APPEND_NEW = APPEND_OLD + "                    _last = __import__('time').perf_counter()\n"
 SPIN_LIMIT_OLD = "def spin_for_request(self, limit_s: float = 1.0)"
 

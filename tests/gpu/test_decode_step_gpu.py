@@ -83,8 +83,8 @@ def _step_verify(tmp_path, kernel: Path | None):
 
 
 def test_the_guarded_step_verify_passes_the_baseline_and_rejects_a_step_cheat_on_a_gpu(tmp_path):
-    """The step verify's GPU path (gpu/verify/step_child.py copies the cache to and from its device
-    around each step) at task.toml's GPU sizes: the eager baseline passes every hidden trace
+    """The step verify's GPU path (gpu/verify/step_arena.py: the candidate's State in device
+    memory the parent allocates and the child maps) at task.toml's GPU sizes: the eager baseline passes every hidden trace
     (the tolerances are measured at the interpreter's sizes only, until this runs), and the
     corpus's logits cache is rejected."""
     passed = _step_verify(tmp_path / "a", None)
@@ -120,6 +120,42 @@ def test_the_triton_solution_on_a_gpu_replays_its_graphs_correctly_and_passes_th
 
 STEP_CORPUS = Path(str(resources.files("harnesslab.tools.integrity"))) / "cheats" / "step"
 
+CHILD = """
+import os, sys, torch
+from harnesslab.tools.gpu.verify import step_arena
+fd, size = int(sys.argv[1]), int(sys.argv[2])
+arena = step_arena.DeviceArena.mapped(torch, fd, size)
+u8 = arena.buf.u8
+assert bool((u8[:4096] == 7).all()), "the parent's bytes are not there"
+u8[4096:8192].fill_(9)
+torch.cuda.synchronize()
+arena.close()
+print("ok")
+"""
+
+
+def test_the_step_arena_on_a_gpu_is_one_device_memory_for_the_parent_and_its_child(tmp_path):
+    """step_arena.DeviceArena across two processes, as the verify uses it: the parent's writes
+    are in the child's mapping of the inherited descriptor (no copy), the child's writes in the
+    parent's, and the parent's memory outlives the child's mapping."""
+    import subprocess
+    import sys
+
+    from harnesslab.tools.gpu.verify import step_arena
+
+    arena = step_arena.DeviceArena.create(torch, 3 << 20, str(tmp_path))
+    u8 = arena.buf.u8
+    assert u8.is_cuda and arena.size >= 3 << 20
+    u8.zero_()
+    u8[:4096].fill_(7)
+    torch.cuda.synchronize()
+    out = subprocess.run([sys.executable, "-c", CHILD, str(arena.fd), str(arena.size)],
+                         pass_fds=(arena.fd,), capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert bool((u8[4096:8192] == 9).all()) and bool((u8[8192:] == 0).all())
+    del u8
+    arena.close()
+
 
 def _expect(path: Path) -> str:
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
@@ -129,7 +165,10 @@ def _expect(path: Path) -> str:
 @pytest.mark.parametrize("path", sorted(STEP_CORPUS.glob("*.py")), ids=lambda p: p.stem)
 def test_every_step_cheat_is_rejected_with_its_code_at_the_gpu_sizes(tmp_path, path: Path):
     """The step corpus at task.toml's GPU sizes (the CPU tests run the interpreter's tiny
-    config): each cheat is rejected with the reason its docstring names."""
+    config): each cheat is rejected with the reason its docstring names. poison_undone_in_copy
+    can only show on a GPU: it patches the child's copy of the cache (push_state) that carried
+    the poison to the device before the State moved there; with the State in the parent's
+    device memory it is rejected as on the CPU (before, on a GPU, it passed)."""
     v = _step_verify(tmp_path, path)
     assert v.verdict == "rejected" and _expect(path) in {r["code"] for r in v.reasons}, v.reasons
 
@@ -143,8 +182,8 @@ def test_every_honest_step_twin_passes_at_the_gpu_sizes(tmp_path, path: Path):
 
 
 def test_the_triton_solutions_verify_scores_a_lower_p50_than_the_eager_baseline(tmp_path):
-    """The step verify's timed pass on a GPU (gpu/verify/step_timed.py: the state resident on
-    the device, steps back to back, the parent's clock from request to reply) at task.toml's
+    """The step verify's timed pass on a GPU (gpu/verify/step_timed.py: the state in the shared
+    device arena, steps back to back, the parent's clock from request to its read of the logits) at task.toml's
     GPU sizes, on one workspace (the same hidden traces): both verdicts pass with a meaningful
     score, and the shipped solution's p50 is below eager's on every hidden trace."""
     from harnesslab.tools.integrity.step_verify import guarded_step_verify

@@ -60,10 +60,12 @@ STAGED = (
     "verify/guard_observer.py",
     "verify/guard_record.py",
     "verify/phase_lock.py",
+    "verify/devmem.py",  # device memory the parent allocates and a sandboxed process maps
     "verify/replay.py",
     "verify/step_guard.py",  # a step task's guarded verify: the trusted parent ...
     "verify/step_child.py",  # ... and the candidate's sandboxed process
     "verify/step_timed.py",  # ... and the parent's timed pass
+    "verify/step_arena.py",  # ... and the candidate's State, shared by the two processes
     # CUDA C++ candidates: the launcher kernel.py imports, NVRTC, the source reader.
     "cuda_cpp/harnesslab_cuda.py",
     "cuda_cpp/nvrtc.py",

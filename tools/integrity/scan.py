@@ -81,6 +81,8 @@ FORBIDDEN_MODULES: dict[str, str] = {
     "step_guard": "harness_access",
     "step_child": "harness_access",
     "step_timed": "harness_access",
+    "step_arena": "harness_access",
+    "devmem": "harness_access",
     "torch._C": "private_api",
     "torch.utils._python_dispatch": "private_api",
     "torch.overrides": "private_api",

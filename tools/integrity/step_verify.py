@@ -179,8 +179,7 @@ async def guarded_step_verify(
         hidden = [{**t, **row.model_dump(exclude_none=True, exclude={"name"})}
                   for t, row in zip(traces, rows, strict=False)]  # fmt: skip
         record(ws, ledger_row, candidate, case_set=cs, hidden=hidden,
-               store_only={"reasons": reasons, "boundary_us": [c.get("boundary_us") for c in
-                           raw.get("cases") or []]},
+               store_only={"reasons": reasons},
                extra={"certifies": certifies})  # fmt: skip
         result.record_id, result.best_score_us = ledger_row.record_id, ledger_row.best_score_us
         result.delta_vs_best_pct = ledger_row.delta_vs_best_pct

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from harnesslab.tools.gpu.verify import guard, guard_gpu
+from harnesslab.tools.gpu.verify import devmem, guard, guard_gpu
 
 TOL = {"atol": 1e-3, "rtol": 1e-3}
 
@@ -42,6 +42,12 @@ class Driver:
         self.by_inode[os.fstat(r).st_ino] = ptr
         self.sizes.append(nbytes)
         return ptr, nbytes, ("handle", ptr), r
+
+    def import_shareable(self, fd: int, nbytes: int) -> tuple[int, Any]:
+        """Another process's mapping of the memory `fd` shares: the same bytes."""
+        ptr = self.by_inode[os.fstat(fd).st_ino]
+        assert nbytes == self.mem[ptr].numel(), "mapped at another size than allocated"
+        return ptr, ("imported", ptr)
 
     def free_shareable(self, ptr: int, nbytes: int, handle: Any) -> None:
         assert self.synced, "memory freed while the device may still use it"
@@ -184,7 +190,7 @@ RECORDING = {
 @pytest.fixture
 def drv(monkeypatch: pytest.MonkeyPatch) -> Driver:
     d = Driver()
-    monkeypatch.setattr(guard_gpu, "_DRV", [d])
+    monkeypatch.setattr(devmem, "_DRV", [d])
     return d
 
 

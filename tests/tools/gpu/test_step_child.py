@@ -1,14 +1,13 @@
 """The candidate's process of the step verify (tools/gpu/verify/step_child.py), its ops driven in
-this process one by one: what each replies, where the State's tensors live (the arena's own on
-the CPU; a device copy pushed and pulled around steps on a GPU), which tensors a step may copy
-out, and the harness's half of a timed step (the lengths advanced on its own handle). The GPU
-path runs here on CPU tensors that stand in for the device copy (the State's tensors cloned
-away from the arena, torch.cuda.synchronize counted); the real device is tests/gpu/'s and the
+this process one by one: what each replies, where the State's tensors live (the arena's own, on
+every device: no copy of them), which tensors a step may copy out, and the harness's half of a
+timed step (the lengths advanced on its own handle). The GPU path runs here on the CPU arena
+with torch.cuda.synchronize counted and every move to "cuda" recorded (there must be none);
+the device arena's sharing: test_step_arena.py; the real device is tests/gpu/'s and the
 sandboxed process tests/tools/integrity/test_step_cheats.py's."""
 
 from __future__ import annotations
 
-import mmap
 import os
 import sys
 import textwrap
@@ -20,7 +19,7 @@ import pytest
 import torch
 
 from harnesslab.tools.gpu import wire
-from harnesslab.tools.gpu.verify import step_guard
+from harnesslab.tools.gpu.verify import step_arena
 from harnesslab.tools.gpu.verify.step_child import StepChild, _load
 from harnesslab.tools.task import load_task
 
@@ -64,14 +63,14 @@ KERNEL = textwrap.dedent(
 
 
 class Child:
-    """A StepChild over a real arena (step_guard.Arena's layout), its replies read back."""
+    """A StepChild over a real arena (step_arena's layout), its replies read back."""
 
     def __init__(self, tmp: Path, entry: str = "kernel.py:step") -> None:
         (tmp / "cand").mkdir(exist_ok=True)
         (tmp / "cand" / "kernel.py").write_text(KERNEL)
         self.config = _ref().Config(**{k: v for k, v in CONFIG.items() if v is not None})
-        self.layout, size = step_guard.Arena.layout(self.config)
-        self.arena = step_guard.Arena(torch, size, str(tmp))
+        self.layout, size = step_arena.layout(self.config)
+        self.arena = step_arena.HostArena.create(torch, size, str(tmp))
         self.views = self.arena.views(self.layout)
         self.r, w = os.pipe()
         cfg = {"device": "cpu", "candidate_dir": str(tmp / "cand"), "entry": entry,
@@ -150,8 +149,6 @@ def test_on_the_cpu_the_states_tensors_are_the_arenas_own(child: Child) -> None:
         assert t.shape == views[name].shape and t.dtype == views[name].dtype, name
         views[name].fill_(i + 1)  # the parent's writes land in the child's State (one memfd)
         assert bool((t == i + 1).all()), name
-    assert child.child.device_cache is state.kv_cache
-    assert child.child.device_lengths is state.lengths
 
 
 def test_a_step_gets_the_lengths_sent_and_a_copy_of_the_arenas_tokens(child: Child) -> None:
@@ -203,9 +200,9 @@ def test_push_and_pull_on_the_cpu_copy_nothing_and_succeed(child: Child) -> None
 
 
 class Device:
-    """The GPU path on CPU tensors: a move to "cuda" a copy on the CPU, torch.cuda.synchronize
-    counted (or failing), then the trace built again as a GPU child builds it (the State's
-    tensors its own copies of the arena's)."""
+    """The GPU path on the CPU arena: every move to "cuda" recorded (and made on the CPU),
+    torch.cuda.synchronize counted (or failing), then the trace built again as a GPU child
+    builds it."""
 
     def __init__(self, child: Child, monkeypatch: pytest.MonkeyPatch) -> None:
         to = torch.Tensor.to
@@ -233,30 +230,22 @@ class Device:
         self.trace_syncs, self.syncs = self.syncs, 0
 
 
-def test_on_a_gpu_a_trace_copies_the_state_to_the_device_once(
+def test_on_a_gpu_too_the_states_tensors_are_the_arenas_own_with_no_copy(
     child: Child, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     child.ready()
-    views = child.views
-    value = {n: i + 1 for i, n in enumerate(n for n in views if n not in ("tokens", "logits"))}
-    for name, v in value.items():
-        views[name].fill_(v)
     dev = Device(child, monkeypatch)
-    assert dev.trace_syncs == 1  # the copies have landed before the reply
-    assert dev.moved == ["cuda"] * len(value)  # every tensor of the State to the device
-    state = child.child.state
+    state, views = child.child.state, child.views
     mine = {"kv_cache": state.kv_cache, "lengths": state.lengths, "rope_cos": state.rope_cos,
             "rope_sin": state.rope_sin, **{f"w.{k}": w for k, w in state.weights.items()}}  # fmt: skip
-    assert sorted(mine) == sorted(value)
-    for name, t in mine.items():
-        assert bool((t == value[name]).all()), name  # the arena's values
-        views[name].fill_(-1)
-        assert bool((t == value[name]).all()), name  # in a copy of its own
-    assert child.child.device_cache is state.kv_cache
-    assert child.child.device_lengths is state.lengths
+    assert sorted(mine) == sorted(n for n in views if n not in ("tokens", "logits"))
+    for i, (name, t) in enumerate(mine.items()):
+        views[name].fill_(i + 1)  # the parent's writes are what the step reads
+        assert bool((t == i + 1).all()), name
+    assert dev.moved == [] and dev.trace_syncs == 0
 
 
-def test_on_a_gpu_a_checked_step_pushes_the_arena_steps_synchronises_and_pulls(
+def test_on_a_gpu_a_checked_step_reads_the_parents_poison_in_place_and_synchronises(
     child: Child, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     child.ready()
@@ -264,19 +253,19 @@ def test_on_a_gpu_a_checked_step_pushes_the_arena_steps_synchronises_and_pulls(
     child.cand.MODE = "write_cache"
     child.views["kv_cache"].fill_(1.0)  # the parent's prompts and poison
     child.views["lengths"].fill_(5)
-    pushed = []
+    seen = []
     inner = child.cand.step
 
-    def step(state, tokens):  # what the step found on the device when it started
-        pushed.append((state.kv_cache.clone(), state.lengths.clone()))
+    def step(state, tokens):  # what the step found when it started
+        seen.append((state.kv_cache.clone(), state.lengths.clone()))
         return inner(state, tokens)
 
     child.child.fn = step
     assert child.do("step", host_lengths=[5, 5]) == {"error": "", "copied": True}
-    ((cache, lengths),) = pushed
-    assert bool((cache == 1.0).all()) and lengths.tolist() == [5, 5]  # pushed before the step
-    assert bool((child.views["kv_cache"] == 3.0).all())  # pulled after it
-    assert dev.syncs == 1
+    ((cache, lengths),) = seen
+    assert bool((cache == 1.0).all()) and lengths.tolist() == [5, 5]
+    assert bool((child.views["kv_cache"] == 3.0).all())  # the step's writes, in the arena
+    assert dev.syncs == 1 and dev.moved == []
 
 
 def test_on_a_gpu_a_fault_at_the_synchronize_is_the_steps_error(
@@ -289,9 +278,7 @@ def test_on_a_gpu_a_fault_at_the_synchronize_is_the_steps_error(
     assert child.do("timed_step", host_lengths=[0, 0]) == {"error": "RuntimeError",
                                                            "copied": True}  # fmt: skip
     assert child.do("push") == {"error": "RuntimeError"}
-    child.views["kv_cache"].fill_(7.0)
     assert child.do("pull") == {"error": "RuntimeError"}
-    assert bool((child.views["kv_cache"] == 7.0).all())  # a faulted device is not copied back
     dev.fail = False
     child.cand.MODE = "raise"
     syncs = dev.syncs
@@ -299,7 +286,7 @@ def test_on_a_gpu_a_fault_at_the_synchronize_is_the_steps_error(
     assert dev.syncs == syncs  # the step's own error is the reply: no synchronize after it
 
 
-def test_on_a_gpu_the_timed_pass_keeps_the_state_on_the_device_between_push_and_pull(
+def test_on_a_gpu_push_and_pull_only_synchronise_and_a_timed_step_works_in_the_arena(
     child: Child, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     child.ready()
@@ -308,20 +295,17 @@ def test_on_a_gpu_the_timed_pass_keeps_the_state_on_the_device_between_push_and_
     child.views["kv_cache"].fill_(1.0)
     child.views["lengths"].fill_(4)
     assert child.do("push") == {"error": ""} and dev.syncs == 1
-    assert bool((c.device_cache == 1.0).all()) and c.device_lengths.tolist() == [4, 4]
     child.cand.MODE = "write_cache"
     r, w = os.pipe()
     c.fd_in = r
     os.write(w, b"x")  # the next request is already readable: no wait
     assert child.do("timed_step", host_lengths=[4, 4], more=True) == {"error": "", "copied": True}
-    assert dev.syncs == 2 and c.device_lengths.tolist() == [5, 5]
-    assert bool((child.views["kv_cache"] == 1.0).all())  # no copy around a timed step
-    assert child.views["lengths"].tolist() == [4, 4]
+    assert dev.syncs == 2 and child.views["lengths"].tolist() == [5, 5]
+    assert bool((child.views["kv_cache"] == 3.0).all())
+    child.views["kv_cache"].fill_(7.0)
     assert child.do("pull") == {"error": ""} and dev.syncs == 3
-    assert bool((child.views["kv_cache"] == 3.0).all()) and child.views["lengths"].tolist() == [
-        5,
-        5,
-    ]
+    assert bool((child.views["kv_cache"] == 7.0).all())  # nothing copied back over the arena
+    assert dev.moved == []
     os.close(r)
     os.close(w)
 
@@ -391,10 +375,10 @@ def test_the_cpu_child_runs_torch_on_one_thread(child: Child, monkeypatch) -> No
     assert calls == [1]
 
 
-def test_the_arena_view_reads_the_shared_memory_at_its_offset(child: Child) -> None:
-    c = child.child
-    c.arena = mmap.mmap(child.arena.fd, child.arena.size)
-    spec = child.layout["lengths"]
+def test_the_arena_op_maps_the_parents_memfd_at_its_size(child: Child) -> None:
     child.views["lengths"].copy_(torch.tensor([9, 8], dtype=torch.int32))
-    got = c.view(spec)
+    assert child.do("arena", size=child.arena.size) == {"ok": True}
+    arena = child.child.arena
+    assert type(arena) is step_arena.HostArena and arena.size == child.arena.size
+    got = arena.views(child.layout)["lengths"]
     assert got.tolist() == [9, 8] and got.dtype == torch.int32 and list(got.shape) == [2]

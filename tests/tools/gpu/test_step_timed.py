@@ -3,14 +3,15 @@ answers in this interpreter (the eager step over the parent's State, as step_chi
 the CPU) and a lock that logs its holds: the order of the work, which no verdict shows, and each
 failure the pass must report.
 
-- Within a segment the timed steps go back to back: no reference_step, push or pull between
-  two of them; the reference runs after the segment, over every stored step.
-- Every timed step runs with the GPU lock held alone; the segment boundaries (pull, prefill,
-  push) and the reference with it shared.
-- A segment's first timed step follows a push that finds its prompts written and every stale
-  slot poisoned; after the pass a pull comes before the cache check. Every timed request but a
-  segment's last says "more" (the child waits for it awake), and carries the lengths the trace
-  gives that step. Every timed step has its time, the reply's, and nothing else does.
+- Within a segment the timed steps go back to back: no reference_step between two of them;
+  the reference runs after the segment, over every stored step. The child gets no request but
+  timed steps (no push or pull: an untimed turn after the poison or before the cache check).
+- Every timed step runs with the GPU lock held alone; the segment boundaries (prefill, poison)
+  and the reference with it shared.
+- A segment's first timed step finds its prompts written and every stale slot poisoned. Every
+  timed request but a segment's last says "more" (the child waits for it awake), and carries
+  the lengths the trace gives that step. Every timed step has its time, the reply's (and on a
+  GPU the parent's synchronised read of its logits), and nothing else does.
 - A failure (the child's error, logits not copied, wrong or unwritten logits, lengths changed,
   the cache left unwritten) is the trace's reason, the pass ends there (no request after it),
   and the steps timed until then are all its samples.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +38,9 @@ TASK = load_task("decode_step")
 REF = load_module(TASK.root / "reference.py", "decode_step_reference_timed")
 EAGER = load_module(TASK.workspace_template / "kernel.py", "decode_step_eager_timed")
 CONFIG = REF.Config(**TASK.step.interpreter.model_dump(), dtype="float16")  # type: ignore[union-attr]
+
+
+SYNC_US = 7.0  # what a synchronize of the parent's device takes in timed_pass (device "cuda")
 
 
 def dynamic() -> dict[str, Any]:
@@ -66,32 +71,34 @@ class Lock:
 class Kid:
     """step_child.py's ops on the CPU, in this process: the State's tensors are the views. Every
     request is kept (with the spin it was asked with); the n-th request's reply took n us. At a
-    push it notes whether the arena holds what the parent must have written: the lengths, and
-    every stale slot poisoned."""
+    segment's first timed step it notes whether the arena holds what the parent must have
+    written: the lengths, and every stale slot poisoned."""
 
     def __init__(self, ref, state, step, lock: Lock, log: list[tuple[str, str]]) -> None:
         self.ref, self.state, self.step, self.lock, self.log = ref, state, step, lock, log
         self.requests: list[dict[str, Any]] = []
         self.more: list[bool] = []  # each timed request's "more": another of its segment follows
-        self.pushed: list[tuple[list[int], bool]] = []  # at each push: (lengths, stale poisoned)
+        self.pushed: list[tuple[list[int], bool]] = []  # at each segment's first timed step:
+        # (lengths, stale poisoned)
         self.timed = 0
-        self.segments = 0  # the pass's segments (timed_pass sets it)
+        self.tokens: list[list[int]] = []  # the arena's tokens at each timed step
 
     def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
         op = msg["op"]
         self.log.append((op, self.lock.mode))
         self.requests.append({**msg, "spin": spin})
         wall = float(len(self.requests))
-        if op == "push":
-            self.pushed.append((self.state.lengths.tolist(), self.poisoned()))
         if op != "timed_step":
             return self.answer(op, {}), wall
+        if not self.more or not self.more[-1]:  # a segment's first
+            self.pushed.append((self.state.lengths.tolist(), self.poisoned()))
         self.more.append(msg["more"])
         self.timed += 1
         self.state.host_lengths = list(msg["host_lengths"])
         return self.answer(op, self.timed_step()), wall
 
     def timed_step(self) -> dict[str, Any]:
+        self.tokens.append(self.state.tokens.tolist())
         out = self.step(self.state, self.state.tokens.clone())
         self.state.logits.copy_(out)
         self.state.lengths += 1
@@ -148,11 +155,21 @@ def timed_pass(kid_type: type | None = None, trace: dict[str, Any] | None = None
     verify = step_guard.StepVerify.__new__(step_guard.StepVerify)
     verify.torch, verify.ref, verify.rt, verify.lock = torch, ref, runner, lock
     verify.env = type("Env", (), {"device": device})()
+    now = [0.0]  # the pass's clock: it moves only when this process's device synchronises
+    verify.sync = None
+
+    def sync() -> None:  # a GPU's: the device's queued work takes SYNC_US
+        log.append(("sync", lock.mode))
+        now[0] += SYNC_US * 1e-6
+
+    if device == "cuda":
+        verify.sync = sync
     verify.req = {"tolerances": {"float16": TASK.tolerances["float16"].model_dump()}}
     rec: dict[str, Any] = {"name": "t", "codes": []}
     kid = (kid_type or Kid)(ref, mine, EAGER.step, lock, log)
-    kid.segments = len(step_timed.segments(trace, 2, CONFIG.vocab))
-    samples = step_timed.TimedPass(verify, kid, views, truth, cand, rec).run(trace, 2)
+    timed = step_timed.TimedPass(verify, kid, views, truth, cand, rec)
+    timed.clock = lambda: now[0]
+    samples = timed.run(trace, 2)
     return samples, rec, log, kid, trace
 
 
@@ -186,16 +203,15 @@ def test_timed_steps_go_back_to_back_under_the_lock_alone_and_the_reference_afte
     ops = [op for op, _ in log]
     for op, mode in log:
         assert mode == ("exclusive" if op == "timed_step" else "work"), (op, mode)
-    # Per segment: [pull,] push, its timed steps back to back, then the reference over them.
+    # Per segment: its timed steps back to back, then the reference over them; nothing else.
     at = 0
-    for n, (_, steps) in enumerate(segments):
-        head = ["pull", "push"] if n else ["push"]
+    for _, steps in segments:
         k = len(steps)
-        assert ops[at : at + len(head) + 2 * k] == head + ["timed_step"] * k + ["reference"] * k
-        at += len(head) + 2 * k
+        assert ops[at : at + 2 * k] == ["timed_step"] * k + ["reference"] * k
+        at += 2 * k
     # The child waits awake for a segment's next request only: "more" on all but each last one.
     assert kid.more == [i + 1 < len(steps) for _, steps in segments for i in range(len(steps))]
-    assert ops[at:] == ["pull"]
+    assert ops[at:] == []
 
 
 def test_every_timed_step_is_sampled_with_its_replys_time_and_carries_the_traces_lengths() -> None:
@@ -205,14 +221,28 @@ def test_every_timed_step_is_sampled_with_its_replys_time_and_carries_the_traces
     assert [r["host_lengths"] for r in timed] == expected_lengths(trace, CONFIG.batch)
     tokens = [t for _, steps in step_timed.segments(trace, 2, CONFIG.vocab) for t in steps]
     assert len(timed) == len(tokens) == 9
-    # At each push the arena holds the segment's prompts and every stale slot poisoned.
+    # At each segment's first step the arena holds its prompts and every stale slot poisoned.
     firsts = [expected_lengths(trace, CONFIG.batch)[i] for i in (0, 3, 6)]
     assert kid.pushed == [(lengths, True) for lengths in firsts]
-    # The operator's: the longest push and pull at the boundaries (the n-th reply took n us).
-    walls = {op: [i + 1.0 for i, r in enumerate(kid.requests) if r["op"] == op]
-             for op in ("push", "pull")}  # fmt: skip
-    assert rec["boundary_us"] == {"push_max": max(walls["push"]), "pull_max": max(walls["pull"])}
-    assert min(walls["push"]) < max(walls["push"]) and min(walls["pull"]) < max(walls["pull"])
+    assert "boundary_us" not in rec
+
+
+@pytest.mark.parametrize("steps", [3, 5])
+def test_every_timed_step_runs_on_its_own_tokens(steps: int) -> None:
+    """5: a segment whose last step is not a repeat of the one before (every third step of a
+    trace repeats the previous tokens)."""
+    trace = step_trace.fixed_trace(CONFIG, length=5, steps=steps, seed=3)
+    _, rec, _, kid, _ = timed_pass(trace=trace)
+    assert rec["codes"] == [], rec["codes"]
+    assert kid.tokens == [t for _, s in step_timed.segments(trace, 2, CONFIG.vocab) for t in s]
+
+
+def test_the_pass_times_with_this_processs_own_clock() -> None:
+    verify = step_guard.StepVerify.__new__(step_guard.StepVerify)
+    verify.env = type("Env", (), {"device": "cpu"})()
+    verify.sync = None
+    timed = step_timed.TimedPass(verify, None, {}, None, None, {})  # type: ignore[arg-type]
+    assert timed.clock is time.perf_counter and timed.sync is None and not timed.spin
 
 
 def test_the_pass_starts_from_empty_states_whatever_the_earlier_passes_left() -> None:
@@ -228,12 +258,31 @@ def test_the_pass_starts_from_empty_states_whatever_the_earlier_passes_left() ->
     assert kid.pushed[0] == (expected_lengths(trace, CONFIG.batch)[0], True)
 
 
+def test_on_a_gpu_a_timed_step_ends_once_the_parent_has_read_its_logits() -> None:
+    """The slot is device memory there: the parent's read of it (and its NaN and the next
+    tokens) is synchronised inside the step's time, so device work a child left running after
+    its reply is timed; and before each segment's first step the prompts, poison and first
+    tokens are synchronised onto the device."""
+    samples, rec, log, kid, trace = timed_pass(device="cuda")
+    assert rec["codes"] == [], rec["codes"]
+    timed = timed_requests(kid)
+    assert samples == pytest.approx([kid.requests.index(r) + 1 + SYNC_US for r in timed])
+    ops = [op for op, _ in log]
+    at = 0
+    for _, steps in step_timed.segments(trace, 2, CONFIG.vocab):
+        head = ["sync"]
+        k = len(steps)
+        assert ops[at : at + len(head) + 3 * k] == head + ["timed_step", "sync"] * k + [
+            "reference"] * k  # fmt: skip
+        at += len(head) + 3 * k
+    assert ("sync", "exclusive") in log and ("sync", "work") in log
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_only_timed_steps_on_a_gpu_wait_for_their_reply_spinning(device: str) -> None:
     _, rec, _, kid, _ = timed_pass(device=device)
     assert rec["codes"] == []
-    assert {r["op"]: r["spin"] for r in kid.requests if r["op"] != "timed_step"} == {
-        "push": False, "pull": False}  # fmt: skip
+    assert {r["op"] for r in kid.requests} == {"timed_step"}
     assert {r["spin"] for r in timed_requests(kid)} == {device == "cuda"}
 
 
@@ -272,9 +321,9 @@ def misbehave(op: str, at: int, how: str, trace: dict[str, Any] | None = None) -
 
 @pytest.mark.parametrize(
     ("op", "at", "where", "timed"),
-    [("timed_step", 4, "timed pass segment 1 step 1", 4), ("push", 0, "timed pass segment 0", 0),
-     ("push", 1, "timed pass segment 1", 3), ("pull", 0, "timed pass segment 1", 3),
-     ("pull", 2, "after the timed pass", 9)],
+    [("timed_step", 4, "timed pass segment 1 step 1", 4),
+     ("timed_step", 0, "timed pass segment 0 step 0", 0),
+     ("timed_step", 8, "timed pass segment 2 step 2", 8)],
 )  # fmt: skip
 def test_a_child_error_is_the_reason_and_ends_the_pass_there(op, at, where, timed) -> None:
     samples, rec, _, kid, _ = misbehave(op, at, "error")
@@ -300,37 +349,28 @@ def test_wrong_logits_of_any_timed_step_fail_its_segments_check_and_end_the_pass
     assert [op for op, _ in log].count("reference") == 3 + 2  # segment 0, then up to step 1
 
 
-def test_lengths_a_step_changed_fail_at_the_next_pull() -> None:
+def test_lengths_a_step_changed_fail_before_the_next_segment() -> None:
     samples, rec, _, kid, _ = misbehave("timed_step", 2, "lengths")  # segment 0's last step
     assert rec["codes"] == [["lengths_modified", "t: timed pass segment 1: the step changed the "
                              "lengths"]]  # fmt: skip
-    assert kid.requests[-1]["op"] == "pull" and len(samples) == 3
+    assert len(kid.requests) == 3 and len(samples) == 3
     samples, rec, _, kid, _ = misbehave("timed_step", 8, "lengths")  # the pass's last step
     assert codes(rec) == ["lengths_modified"] and "after the timed pass" in rec["codes"][0][1]
     assert len(samples) == 9
-
-
-def test_a_pass_whose_only_pull_fails_records_its_pushes_alone() -> None:
-    trace = step_trace.fixed_trace(CONFIG, length=5, steps=3, seed=2)
-    samples, rec, _, _, _ = misbehave("pull", 0, "error", trace=trace)
-    assert codes(rec) == ["candidate_error"] and len(samples) == 3
-    assert rec["boundary_us"] == {"push_max": 1.0}
 
 
 class ForgetfulKid(Kid):
     """Right logits on every step, but the last timed step of the pass leaves the cache as it
     was: only the cache check after the pass can tell."""
 
-    pulls = 0
+    steps = 9  # the pass's (dynamic(): 3 segments of 3)
 
     def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
-        if msg["op"] == "timed_step":
-            self.last = self.state.kv_cache.clone()
-        if msg["op"] == "pull":
-            self.pulls += 1
-            if self.pulls == self.segments:  # the pull after the pass (one per later segment)
-                self.state.kv_cache.copy_(self.last)  # undo the last step's cache write
-        return super().ask(msg, spin=spin)
+        before = self.state.kv_cache.clone()
+        got = super().ask(msg, spin=spin)
+        if self.timed == self.steps:  # the pass's last step
+            self.state.kv_cache.copy_(before)  # its cache write undone
+        return got
 
 
 def test_a_cache_left_unwritten_by_the_last_timed_step_fails_the_check_after_the_pass() -> None:

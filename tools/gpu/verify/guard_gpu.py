@@ -1,6 +1,6 @@
 """Guarded verify on a GPU, trusted parent side: record -> replay -> check -> time.
 
-Staged beside guard.py; standard library, torch, triton and cudadrv.py. Per hidden case:
+Staged beside guard.py; standard library, torch, triton, cudadrv.py and devmem.py. Per hidden case:
 1. each candidate's process (candidate, incumbent) records its launches for every input
    signature the case needs (guard_record.Recorder); the recording is validated here against a
    strict schema and anything the replay cannot express is a reason (`unreplayable`);
@@ -25,20 +25,19 @@ Staged beside guard.py; standard library, torch, triton and cudadrv.py. Per hidd
 
 from __future__ import annotations
 
-import os
 import statistics
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
     from .. import scores
-    from ..cudadrv import Driver
     from . import guard, guard_kid
+    from .devmem import DeviceBuffer
     from .guard_schema import Bad, validate
 else:  # imported by guard.py, from the staged folder on sys.path (guard is loaded first)
     import guard
     import guard_kid
     import scores
-    from cudadrv import Driver
+    from devmem import DeviceBuffer
     from guard_schema import Bad, validate
 if TYPE_CHECKING:  # the replayer's request types (it runs in its own process)
     from .replay import Request as ReplayRequest
@@ -51,28 +50,9 @@ MAX_CALLS = 128  # calls per sample (one CUDA graph)
 MAX_ARENA = 6 << 30  # bytes per arena (inputs + allocations + scratch of K calls)
 ALIGN = 256
 
-_DRV: list[Driver] = []
-
-
-def driver() -> Driver:
-    if not _DRV:
-        d = Driver()
-        d.init_primary(0)  # the primary context: the one torch uses in this process
-        _DRV.append(d)
-    return _DRV[0]
-
 
 # ----------------------------------------------------------------------------------------------
 # arenas
-
-
-class _Mem:
-    """Raw device memory as a torch tensor (the CUDA array interface)."""
-
-    def __init__(self, ptr: int, nbytes: int) -> None:
-        self.__cuda_array_interface__ = {
-            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 2,
-        }  # fmt: skip
 
 
 class Arena:
@@ -95,10 +75,11 @@ class Arena:
             off += (max(n, 1) + ALIGN - 1) // ALIGN * ALIGN
         if off > MAX_ARENA:
             raise Bad("runner_failed", "the calls need more device memory than one arena holds")
-        # Memory shared through a file descriptor (cuMemCreate + POSIX fd): legacy IPC handles
-        # did not open on an H100 VM (driver 580), the descriptor works across namespaces.
-        self.ptr, self.nbytes, self.handle, self.fd = driver().alloc_shareable(max(off, ALIGN))
-        self.u8 = torch.as_tensor(_Mem(self.ptr, self.nbytes), device="cuda")
+        # Memory shared through a file descriptor (devmem.py says why not legacy IPC handles).
+        self.buf = DeviceBuffer.allocate(torch, max(off, ALIGN))
+        self.ptr, self.nbytes, self.fd, self.u8 = (
+            self.buf.ptr, self.buf.nbytes, self.buf.fd, self.buf.u8,
+        )  # fmt: skip
 
     def share(self, rp, aid: str) -> None:
         """Hand the arena to a replayer: the descriptor over its socket, then the request."""
@@ -131,10 +112,8 @@ class Arena:
         return {name: [aid, off, n] for name, (off, n) in self.where[call].items()}
 
     def free(self) -> None:
-        self.torch.cuda.synchronize()
         del self.u8
-        os.close(self.fd)
-        driver().free_shareable(self.ptr, self.nbytes, self.handle)
+        self.buf.free()
 
 
 def _contiguous(shape) -> list[int]:

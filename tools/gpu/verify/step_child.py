@@ -2,32 +2,33 @@
 the agent's step.
 
 Runs sandboxed (started by step_guard.py through guard_kid.Kid, with nothing secret in its
-environment or arguments); standard library, torch and triton only. Nothing it says is evidence:
-the parent owns the state in a shared memory arena (a memfd it made and passed at start) and
-checks everything that matters there.
-- "trace": the State the candidate's step gets, built over the arena. On the CPU its tensors
-  ARE views of the arena: the parent writes prompts, poisons stale slots and reads the cache in
-  place. On a GPU the weights and rotary tables are copied to the device once per trace, and
-  the cache and lengths are copied from the arena before each step and back after it.
-- "step": this step's tokens from the arena, `step(state, tokens)` called, the logits copied
-  into the parent's slot when they are a plain tensor of the slot's shape and dtype. The parent
-  compares them (and the cache after each pass) with the reference it computed itself.
-- The timed pass (step_timed.py): the State stays resident on its device between steps.
-  "push" copies the arena's cache and lengths to the device (a segment's prompts and poison),
-  "pull" copies them back (after a whole-device synchronize), both untimed; "timed_step" is
-  "step" without the cache's copies: the tokens to the device, the step, the logits into the
-  slot, the lengths advanced (the harness's part of a step, on this process's own handle), the
-  device synchronised, the reply. The parent's clock runs from its request to that reply. On
-  a GPU the process then waits for the next request awake (a busy wait of at most 10 ms), as
-  the parent waits for the reply. On the CPU the State's tensors are the arena's views, so push
-  and pull copy nothing there.
+environment or arguments); standard library, torch and triton (and cudadrv.py on a GPU). Nothing
+it says is evidence: the parent owns the State in a shared arena (step_arena.py: a memfd on the
+CPU, device memory on a GPU; its descriptor passed at start) and checks everything that matters
+there.
+- "arena": the parent's arena mapped (step_arena.ARENAS: host memory on the CPU, the parent's
+  device memory on a GPU).
+- "trace": the State the candidate's step gets: its tensors ARE the arena's views, on every
+  device. The parent writes prompts, poisons stale slots and reads the logits and the cache in
+  place; nothing is copied between the processes, and nothing of this process stands between
+  the parent's poison and what the step reads.
+- "step": `step(state, tokens)` on this step's tokens (a copy of the arena's), the logits copied
+  into the parent's slot when they are a plain tensor of the slot's shape and dtype, the device
+  synchronised (a fault is the step's error). The parent compares them (and the cache after
+  each pass) with the reference it computed itself.
+- The timed pass (step_timed.py): "timed_step" is "step" with the lengths advanced after it
+  (the harness's part of a step, on this process's own handle on the arena's lengths), the
+  device synchronised, the reply. On a GPU the process then waits for the next request awake (a
+  busy wait of at most 10 ms), as the parent waits for the reply. "push" and "pull" copied
+  the State to and from the device at the timed pass's segment boundaries; with the State the
+  arena's on every device they copy nothing (they synchronise the device and reply, answered
+  for the protocol's sake) and the parent no longer asks for them (step_timed.py says why).
 Replies carry facts (copied or not, an exception's type name), never text the candidate wrote.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import mmap
 import os
 import select
 import sys
@@ -39,9 +40,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a scrip
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
     from .. import wire
     from .guard_child import child_main, exception_kind, serve_ops
+    from .step_arena import ARENAS
 else:
     import wire
     from guard_child import child_main, exception_kind, serve_ops
+    from step_arena import ARENAS
 
 
 def _load(path: str, name: str) -> Any:
@@ -62,27 +65,15 @@ class StepChild:
         self.cuda = cfg.get("device") == "cuda"
         if not self.cuda:  # tiny tensors: one thread (step_trace.run_trace says why)
             torch.set_num_threads(1)
-        self.arena: mmap.mmap | None = None
+        self.arena: Any = None
         self.fn: Any = None
         self.ref: Any = None
         self.state: Any = None
         self.views: dict[str, Any] = {}
-        self.device_cache: Any = None  # the GPU path's own handle (the candidate may rebind)
-        self.device_lengths: Any = None
         self.fd_in = 0
 
     def reply(self, **fields: Any) -> None:
         wire.send(self.out, fields)
-
-    def view(self, spec: dict[str, Any]) -> Any:
-        torch = self.torch
-        numel = 1
-        for s in spec["shape"]:
-            numel *= int(s)
-        assert self.arena is not None
-        t = torch.frombuffer(self.arena, dtype=getattr(torch, spec["dtype"]), count=numel,
-                             offset=int(spec["offset"]))  # fmt: skip
-        return t.view(*[int(s) for s in spec["shape"]])
 
     # -- requests --------------------------------------------------------------------------------
     def load(self, msg: dict[str, Any]) -> None:
@@ -99,27 +90,20 @@ class StepChild:
         self.reply(ok=not error, error=error)
 
     def map_arena(self, msg: dict[str, Any]) -> None:
-        self.arena = mmap.mmap(int(self.cfg["memfd"]), int(msg["size"]))
+        arena = ARENAS["cuda" if self.cuda else "cpu"]
+        self.arena = arena.mapped(self.torch, int(self.cfg["memfd"]), int(msg["size"]))
         self.reply(ok=True)
 
     def trace(self, msg: dict[str, Any]) -> None:
         """A fresh State for one trace (its scratch, the candidate's graphs, start empty)."""
-        torch, ref = self.torch, self.ref
-        self.views = {name: self.view(spec) for name, spec in msg["layout"].items()}
-        dev = "cuda" if self.cuda else "cpu"
-
-        def mine(name: str) -> Any:
-            return self.views[name].to(dev, copy=True) if self.cuda else self.views[name]
-
+        ref = self.ref
+        views = self.views = self.arena.views(msg["layout"])
         config = ref.Config(**msg["config"])
-        weights = {k[len("w.") :]: mine(k) for k in self.views if k.startswith("w.")}
         self.state = ref.State(
-            config=config, weights=weights, kv_cache=mine("kv_cache"), lengths=mine("lengths"),
-            host_lengths=[0] * config.batch, rope_cos=mine("rope_cos"), rope_sin=mine("rope_sin"),
+            config=config, weights={k[len("w.") :]: t for k, t in views.items() if k[:2] == "w."},
+            kv_cache=views["kv_cache"], lengths=views["lengths"], host_lengths=[0] * config.batch,
+            rope_cos=views["rope_cos"], rope_sin=views["rope_sin"],
         )  # fmt: skip
-        self.device_cache, self.device_lengths = self.state.kv_cache, self.state.lengths
-        if self.cuda:
-            torch.cuda.synchronize()
         self.reply(ok=True)
 
     def run_step(self, msg: dict[str, Any]) -> tuple[str, bool]:
@@ -128,7 +112,7 @@ class StepChild:
         exception's type name or "", whether they were copied)."""
         torch, state, views = self.torch, self.state, self.views
         state.host_lengths = [int(n) for n in msg["host_lengths"]]
-        tokens = views["tokens"].to("cuda" if self.cuda else "cpu", copy=True)
+        tokens = views["tokens"].clone()
         try:
             out = self.fn(state, tokens)
             slot = views["logits"]
@@ -140,19 +124,15 @@ class StepChild:
             return exception_kind(exc), False
 
     def step(self, msg: dict[str, Any]) -> None:
-        if self.cuda:  # the parent's prompts and poison, then back after the step
-            self.push_state()
         error, copied = self.run_step(msg)
         if self.cuda and not error:
             error = self.synchronize()
-        if self.cuda:
-            self.pull_state()
         self.reply(error=error, copied=copied)
 
     def timed_step(self, msg: dict[str, Any]) -> None:
         error, copied = self.run_step(msg)
         if not error:
-            self.device_lengths += 1  # reference.advance's device half, on the harness's handle
+            self.views["lengths"] += 1  # reference.advance's device half, on the harness's handle
             if self.cuda:
                 error = self.synchronize()
         self.reply(error=error, copied=copied)
@@ -172,24 +152,11 @@ class StepChild:
             return exception_kind(exc)
         return ""
 
-    def push_state(self) -> None:
-        self.device_cache.copy_(self.views["kv_cache"])
-        self.device_lengths.copy_(self.views["lengths"])
-
-    def pull_state(self) -> None:
-        self.views["kv_cache"].copy_(self.device_cache)
-        self.views["lengths"].copy_(self.device_lengths)
-
     def push(self, msg: dict[str, Any]) -> None:
-        if self.cuda:
-            self.push_state()
+        """The "push" and "pull" ops alike: the device synchronised, no copy (the arena is the State)."""
         self.reply(error=self.synchronize() if self.cuda else "")
 
-    def pull(self, msg: dict[str, Any]) -> None:
-        error = self.synchronize() if self.cuda else ""
-        if self.cuda and not error:
-            self.pull_state()  # into host memory: the copy has finished when it returns
-        self.reply(error=error)
+    pull = push
 
     def serve(self, fd_in: int) -> None:
         self.fd_in = fd_in

@@ -6,24 +6,27 @@ like runner.py; standard library, torch and triton only. For every hidden trace 
 host from the workspace's secret: tools/task/step.py `StepSpec.hidden`; the traces arrive on
 stdin, mixed here with os.urandom for the weights) it
 1. builds the reference's State here (its own weights, cache and lengths, in this process's
-   memory: the candidate never sees them) and the candidate's State in a shared memory arena
-   (a sealed memfd this process made): the same weights, the cache, the lengths, this step's
-   tokens and a slot for the logits;
+   memory: the candidate never sees them) and the candidate's State in a shared arena this
+   process made (step_arena.py: a sealed memfd on the CPU, device memory shared by descriptor
+   on a GPU): the same weights, the cache, the lengths, this step's tokens and a slot for the
+   logits;
 2. runs the candidate's step in a sandboxed process of its own (step_child.py, through
-   guard_kid.Kid): before each step this process writes the prompts (continuous batching) and
-   POISONs every stale slot of the arena's cache, then asks for one step; the child copies the
-   logits into the slot (on a GPU it also copies the cache to and from its device, around each
-   step of a checked pass; once per segment in the timed pass);
+   guard_kid.Kid), whose State IS the arena (its views, on every device): before each step
+   this process writes the prompts (continuous batching), POISONs every stale slot of the
+   arena's cache, writes the tokens and NaN into the logits slot, and (on a GPU) synchronises
+   its device, so all of it is in the memory the step reads before the request goes; then it
+   asks for one step, and the child writes the logits into the slot. No copy of the State
+   between the processes, host or device, and the poison needs nothing of the child;
 3. compares each step's logits with reference_step run here on the same tokens, checks the
-   lengths were left alone, and after each pass compares the cache's valid slots. Two checked
-   passes per trace (different tokens and prompts, the candidate's scratch kept between them),
-   stopping at the first failure. Every reason's text is written here; the child's replies are
-   facts;
-4. then times one more pass (step_timed.py: its own tokens and prompts, the State resident on
-   the candidate's device, each segment's steps sent back to back and timed by this process's
-   clock from request to reply under the GPU lock held alone, every step's logits and the cache
-   after it checked as above): the trace's p50 and p95 step latency. The host's score is the
-   sum over traces of p50 (scores.score_of).
+   lengths were left alone, and after each pass compares the cache's valid slots, all read
+   from the arena. Two checked passes per trace (different tokens and prompts, the
+   candidate's scratch kept between them), stopping at the first failure. Every reason's text
+   is written here; the child's replies are facts;
+4. then times one more pass (step_timed.py: its own tokens and prompts, each segment's steps
+   sent back to back and timed by this process's clock from request to the logits read here,
+   under the GPU lock held alone, every step's logits and the cache after it checked as
+   above): the trace's p50 and p95 step latency. The host's score is the sum over traces of
+   p50 (scores.score_of).
 What this certifies: the outputs (every step's logits, the cache after each pass, the timed one
 included) on hidden traces, and the step's latency as this process observes it through the
 sandbox's boundary (a fixed IPC round trip included: the same for every candidate; meaningless
@@ -45,86 +48,21 @@ if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstri
     from .. import step_trace
     from ..isolation import sandbox_limits
     from ..isolation import sandbox_policy as sp
-    from . import guard, guard_spawn, phase_lock, step_timed
-    from .guard_kid import Kid, KidFailed, sealed_memfd, stage_root
+    from . import guard, guard_spawn, phase_lock, step_arena, step_timed
+    from .guard_kid import Kid, KidFailed, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
     import guard
     import guard_spawn
     import phase_lock
     import sandbox_limits
     import sandbox_policy as sp
+    import step_arena
     import step_timed
     import step_trace
-    from guard_kid import Kid, KidFailed, sealed_memfd, stage_root
+    from guard_kid import Kid, KidFailed, stage_root
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PASSES = 2  # per hidden trace: each with its own tokens and prompts, the scratch kept between
-ALIGN = 256
-
-
-class Arena:
-    """The candidate's State in shared memory: named tensors at aligned offsets of one memfd,
-    sized for the largest trace; the child maps it once."""
-
-    def __init__(self, torch, size: int, scratch_root: str) -> None:
-        import mmap
-
-        self.torch, self.size = torch, size
-        self.fd = sealed_memfd(size, scratch_root)
-        self.map = mmap.mmap(self.fd, size)
-
-    @staticmethod
-    def layout(config) -> tuple[dict[str, dict[str, Any]], int]:
-        """name -> {offset, shape, dtype} for one trace's config, and the bytes it needs."""
-        import torch
-
-        c = config
-        dt = str(c.torch_dtype).removeprefix("torch.")
-        hd, ffn, n = c.head_dim, c.ffn_dim, c.layers
-        shapes: dict[str, tuple[list[int], str]] = {  # reference.py's State, weights first
-            "w.embed": ([c.vocab, c.hidden], dt),
-            "w.attn_norm": ([n, c.hidden], dt),
-            "w.wqkv": ([n, c.qkv_dim, c.hidden], dt),
-            "w.wo": ([n, c.hidden, c.heads * hd], dt),
-            "w.mlp_norm": ([n, c.hidden], dt),
-            "w.w_gate_up": ([n, 2 * ffn, c.hidden], dt),
-            "w.w_down": ([n, c.hidden, ffn], dt),
-            "w.final_norm": ([c.hidden], dt),
-            "w.lm_head": ([c.vocab, c.hidden], dt),
-            "rope_cos": ([c.max_seq, hd // 2], "float32"),
-            "rope_sin": ([c.max_seq, hd // 2], "float32"),
-            "kv_cache": ([n, 2, c.batch, c.kv_heads, c.max_seq, hd], dt),
-            "lengths": ([c.batch], "int32"),
-            "tokens": ([c.batch], "int64"),
-            "logits": ([c.batch, c.vocab], dt),
-        }
-        out, off = {}, 0
-        for name, (shape, dtype) in shapes.items():
-            numel = 1
-            for s in shape:
-                numel *= s
-            out[name] = {"offset": off, "shape": shape, "dtype": dtype}
-            nbytes = numel * getattr(torch, dtype).itemsize
-            off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
-        return out, off
-
-    def views(self, layout: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        torch, out = self.torch, {}
-        for name, spec in layout.items():
-            numel = 1
-            for s in spec["shape"]:
-                numel *= int(s)
-            t = torch.frombuffer(self.map, dtype=getattr(torch, spec["dtype"]), count=numel,
-                                 offset=int(spec["offset"]))  # fmt: skip
-            out[name] = t.view(*spec["shape"])
-        return out
-
-    def close(self) -> None:
-        try:
-            self.map.close()
-        except BufferError:  # views still alive: the process ends soon, the fd goes below
-            pass
-        os.close(self.fd)
 
 
 class StepVerify:
@@ -174,8 +112,8 @@ class StepVerify:
             params = {**t, **(t.get("interpreter") or {})} if self.env.interpret else t
             config = ref.Config(**sizes, dtype=t["dtype"])
             plans.append((t, config, step_trace.build(config, params)))
-        size = max(Arena.layout(c)[1] for _, c, _ in plans) + ALIGN
-        arena = Arena(torch, size, self.scratch_root)
+        size = max(step_arena.layout(c)[1] for _, c, _ in plans) + step_arena.ALIGN
+        arena = step_arena.ARENAS[self.env.device].create(torch, size, self.scratch_root)
         result: dict[str, Any] = {"status": "measured", "input_seed": req["seed"],
                                   "nonce": req.get("nonce"), "cases": [], "load": {},
                                   "sandbox": {}, "certifies": "step_outputs"}  # fmt: skip
@@ -218,11 +156,11 @@ class StepVerify:
             result["phases_s"] = dict(self.phases)
         return result
 
-    def one_trace(self, kid: Kid, arena: Arena, config, trace: dict[str, Any], weight_seed: int,
+    def one_trace(self, kid: Kid, arena: step_arena.HostArena | step_arena.DeviceArena, config, trace: dict[str, Any], weight_seed: int,
                   rec: dict[str, Any]) -> None:  # fmt: skip
         """The passes of one hidden trace, checked then timed; reasons go into rec["codes"] (the
         first stops it), the timed pass's figures into rec (step_timed.timing)."""
-        layout, _ = Arena.layout(config)
+        layout, _ = step_arena.layout(config)
         views = arena.views(layout)
         with self.lock.work():
             with self.phases("state", self.sync):
@@ -257,8 +195,9 @@ class StepVerify:
 
     def checked_pass(self, kid: Kid, views: dict[str, Any], truth, cand, trace: dict[str, Any],
                      variant: int, rec: dict[str, Any]) -> bool:  # fmt: skip
-        """One checked pass: the prompts written and every stale slot poisoned before each step,
-        the cache copied around each step on a GPU (step_child's "step")."""
+        """One checked pass: the prompts written, every stale slot poisoned, the tokens and a NaN
+        logits slot written (and on a GPU this process's device synchronised: all of it in place
+        before the child reads) before each step."""
         torch, ref, device, phase = self.torch, self.ref, self.env.device, self.phases
         for s in (truth, cand):
             step_trace.reset_state(s)
@@ -275,6 +214,8 @@ class StepVerify:
                 step_trace.poison_stale(torch, cand, expected)
                 views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
                 views["logits"].fill_(float("nan"))
+                if self.sync is not None:  # on the device before the request goes
+                    self.sync()
             with phase("candidate"):
                 reply, _ = kid.ask({"op": "step", "host_lengths": expected})
             err = guard.error_text(reply)

@@ -7,41 +7,54 @@ Staged beside step_guard.py (standard library + torch); trusted: it never runs a
 and every number it records comes from this process's clock, never from the child's replies.
 
 The pass has its own tokens and prompts (step_trace.schedule's variant PASSES), and the
-candidate's State stays resident on its device between steps (step_child.py's "push", "pull"
-and "timed_step": no copy of the cache around a timed step). Per segment of the trace (new
-prompts: continuous batching):
-1. untimed, the GPU lock shared: "pull" (the device's cache and lengths into the arena), the
-   lengths checked, the prompts prefilled and every stale slot poisoned in the arena (as in the
-   checked passes), "push";
+candidate's State is the shared arena (step_arena.py: device memory on a GPU), resident where
+its step runs: nothing is copied around a step. Per segment of the trace (new prompts:
+continuous batching):
+1. untimed, the GPU lock shared: the lengths checked (the child advanced them), the prompts
+   prefilled and every stale slot poisoned in the arena (as in the checked passes), the first
+   step's tokens and a NaN logits slot written, this process's device synchronised. No request
+   to the child there: its "push" and "pull" (once the copies of its State to and from its
+   device; step_child.py still answers them) would hand it an untimed turn right after the
+   poison (to undo it) or right before the cache check (to write what its timed steps left
+   out); now every turn it gets from the poison to the check is a timed step;
 2. timed, the GPU lock held alone (phase_lock.exclusive, as the kernel verify's timed window):
-   the segment's steps BACK TO BACK: per step the tokens into the arena, the request sent, the
-   time from sending it to its reply taken here (Kid.ask), the logits slot copied out (small),
-   the next request sent at once, so the candidate has no idle gap between timed steps in which
-   to do work that does not need the tokens;
+   the segment's steps BACK TO BACK: per step the request sent, its reply awaited, then the
+   step's logits copied out of the slot here, NaN written into the slot and the next step's
+   tokens into the arena, and this process's device synchronised: a step's time runs from
+   sending its request to the end of that synchronize, taken by this process's clock. The next
+   request goes at once, so the candidate has no idle gap between timed steps in which to do
+   work that does not need the tokens;
 3. untimed, the lock shared: reference_step over the segment's stored tokens (the truth state
    advanced in lockstep) and every stored logits tensor compared with the tolerance.
-After the last segment: "pull", the lengths and the cache's valid slots compared.
+After the last segment: the lengths and the cache's valid slots compared.
 
 What the time means: a decode step's latency as the trusted parent observes it through the
-sandbox's boundary: the step and its synchronize, the tokens' copy to the device and the logits'
-copy back, and a fixed IPC round trip (two pipe frames) that costs every candidate the same. On
-the CPU (the Triton interpreter) it is recorded and scored but means nothing (`meaningful:
-false` on the host). Not certified: which kernels computed the step (no launch record or replay
-for steps), and that the step did all of its work between request and reply: the candidate's
-process owns the device copy of the State and everything that runs in it (the harness's IPC and
-synchronize included), so it could move work into the untimed push and pull at the segment
-boundaries (their longest times are recorded for the operator: `boundary_us`) or shave the round
-trip's few microseconds. Both processes wait for each other's frames awake on a GPU (the parent
-spins on the reply, the child on its segment's next request: `more`), so no wake-up is in a
-step's time. Measured on an H100 (benchmarks/step_timed_diag.py): with the child awake for at
-most 10 ms after each reply, the Triton solution's timed step read 5.07 ms (median) where its
-work in the child took 0.82 ms, the child starting on a request 4.6 ms after it was readable;
-awake until its segment's next request came, 0.95 ms (the same work in one process: 0.73 ms).
+sandbox's boundary: the step and its synchronize, a fixed IPC round trip (two pipe frames), and
+this process's read of the logits with its writes for the next step (one copy of batch x vocab
+values on the device, a fill, a few tokens: the same for every candidate). The read is inside
+the time because on a GPU the slot is device memory the child writes: a child that replied
+before its device work finished gains nothing, since this process's copy of the slot either
+runs after that work (the GPU takes the two processes' contexts in turn), inside the time, or
+finds the slot unwritten (NaN: rejected). With the slot in host memory, as before, the child's
+own blocking copy to it was that barrier. On the CPU (the Triton interpreter) it is recorded
+and scored but means nothing (`meaningful: false` on the host). Not certified: which kernels
+computed the step (no launch record or replay for steps), and that the step did all of its work
+between request and reply: the candidate's process runs everything in it (the harness's IPC and
+synchronize included), so it could shave the round trip's few microseconds, or run work in a
+thread of its own while the parent checks a segment (untimed, but with no tokens to work on and
+no step of the segment left to serve). Both processes wait for each other's frames awake on a
+GPU (the parent spins on the reply, the child on its segment's next request: `more`), so no
+wake-up is in a step's time but a segment's first (its request finds the child asleep). Measured on an H100 (benchmarks/step_timed_diag.py), before the State moved to the
+device: with the child awake for at most 10 ms after each reply, the Triton solution's timed
+step read 5.07 ms (median) where its work in the child took 0.82 ms, the child starting on a
+request 4.6 ms after it was readable; awake until its segment's next request came, 0.95 ms (the
+same work in one process: 0.73 ms).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
@@ -74,24 +87,32 @@ class TimedPass:
                  rec: dict[str, Any]) -> None:  # fmt: skip
         self.v, self.kid, self.views, self.truth, self.cand = verify, kid, views, truth, cand
         self.rec = rec
-        # The segment boundaries' push and pull times (the operator's, never the score): work a
-        # candidate moved out of its timed steps into them would show here.
-        self.boundary_us: dict[str, list[float]] = {"push": [], "pull": []}
         self.spin = verify.env.device == "cuda"  # a sleeping wake-up would land in the time;
         # on the CPU the parent's spin would take a core from the child it times
+        self.sync = verify.sync  # this process's device synchronize (None on the CPU)
+        self.clock = time.perf_counter
 
     def fail(self, code: str, detail: str) -> None:
         self.v.fail(self.rec, code, detail)
 
-    def ask(self, op: str, where: str, **fields: Any) -> tuple[dict[str, Any], float] | None:
-        reply, wall_us = self.kid.ask({"op": op, **fields}, spin=self.spin and op == "timed_step")
+    def ask(self, where: str, **fields: Any) -> tuple[dict[str, Any], float] | None:
+        """One timed step's request and reply (None: its error, recorded)."""
+        reply, wall_us = self.kid.ask({"op": "timed_step", **fields}, spin=self.spin)
         err = guard.error_text(reply)
         if err:
             self.fail("candidate_error", f"{where}: the step raised {err}")
             return None
-        if op in self.boundary_us:
-            self.boundary_us[op].append(wall_us)
         return reply, wall_us
+
+    def next_step(self, tokens) -> None:
+        """NaN into the logits slot (an unwritten one shows), the next step's `tokens` (if any)
+        into the arena, and this process's device synchronised: all of it in place before the
+        next request, and everything queued before it (the copy of the last logits) finished."""
+        self.views["logits"].fill_(float("nan"))
+        if tokens is not None:
+            self.views["tokens"].copy_(tokens)
+        if self.sync is not None:
+            self.sync()
 
     def lengths_kept(self, where: str) -> bool:
         if self.views["lengths"].tolist() != list(self.truth.host_lengths):
@@ -109,22 +130,20 @@ class TimedPass:
         for n, (prompts, steps) in enumerate(segments(trace, variant, truth.config.vocab)):
             where = f"timed pass segment {n}"
             with lock.work():
-                if n and (self.ask("pull", where) is None or not self.lengths_kept(where)):
+                if n and not self.lengths_kept(where):
                     return samples
                 for b, length, seed in prompts:
                     for s in (truth, cand):
                         ref.prefill(s, b, length, seed)
                 cand.host_lengths = list(truth.host_lengths)
                 step_trace.poison_stale(torch, cand, truth.host_lengths)
-                if self.ask("push", where) is None:
-                    return samples
+                tokens = torch.tensor(steps, dtype=torch.int64).to(self.views["tokens"].device)
+                self.next_step(tokens[0])
             start = list(truth.host_lengths)
             outputs = []
             with lock.exclusive():
-                for i, toks in enumerate(steps):
-                    self.views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
-                    self.views["logits"].fill_(float("nan"))
-                    got = self.ask("timed_step", f"{where} step {i}",
+                for i in range(len(steps)):
+                    got = self.ask(f"{where} step {i}",
                                    host_lengths=[x + i for x in start],
                                    more=i + 1 < len(steps))  # fmt: skip
                     if got is None:
@@ -134,18 +153,17 @@ class TimedPass:
                         self.fail("wrong_shape", f"{where} step {i}: the logits are not a plain "
                                   "tensor of the reference's shape and dtype")  # fmt: skip
                         return samples
+                    t0 = self.clock()
                     outputs.append(self.views["logits"].clone())
-                    samples.append(wall_us)
+                    self.next_step(tokens[i + 1] if i + 1 < len(steps) else None)
+                    samples.append(wall_us + (self.clock() - t0) * 1e6)
             with lock.work():
                 if not self.check_segment(steps, outputs, where):
                     return samples
         with lock.work():
             where = "after the timed pass"
-            if self.ask("pull", where) is not None and self.lengths_kept(where):
+            if self.lengths_kept(where):
                 self.v.cache_ok(self.views, truth, self.rec, where)
-        self.rec["boundary_us"] = {
-            f"{op}_max": max(xs) for op, xs in self.boundary_us.items() if xs
-        }
         return samples
 
     def check_segment(self, steps: list[list[int]], outputs: list[Any], where: str) -> bool:

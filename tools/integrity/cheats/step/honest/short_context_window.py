@@ -1,6 +1,7 @@
-"""Honest twin of skip_layers_short and reads_past_length: on short contexts the step does
-less work the right way, attending over a power-of-two window of the cache that covers every
-sequence's context (read on the host, no synchronisation), with the length mask, in every layer.
+"""Honest twin of skip_layers_short, reads_past_length and poison_undone_in_copy: on short
+contexts the step does less work the right way, attending over a power-of-two window of the
+cache that covers every sequence's context (read on the host, no synchronisation), with the
+length mask, in every layer.
 """
 
 import math

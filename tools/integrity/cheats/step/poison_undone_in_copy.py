@@ -1,0 +1,98 @@
+"""Exploit: the poison undone in the harness's copy. The step attends over a power-of-two
+window of the cache with no length mask, telling a stale slot by its values being all zero (no
+length read, a fixed shape per bucket). Stale slots hold an earlier request's values in a server
+and the harness's poison in the verify: on a GPU the verify's poison reached the device only
+through the candidate process's own copy of the cache (step_child's push_state, before each
+checked step and at each timed segment), which this module patches at import to zero every
+slot past a sequence's length after copying (untimed in the timed pass). With the State in
+device memory the parent writes (step_arena.py) there is no such copy: the poison is in the
+memory the step reads, and the step's output moves.
+
+expect: wrong_output
+twin: short_context_window
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _rmsnorm(x, w, eps):
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+def _rotate(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos[:, None, :].to(x.dtype), sin[:, None, :].to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def _attend(q, keys, values, visible, hd):
+    return F.scaled_dot_product_attention(
+        q[:, :, None, :], keys, values, attn_mask=visible, scale=1.0 / math.sqrt(hd)
+    )
+
+
+def _forward(state, tokens, pos, layers, slots):
+    """The decode step at positions `pos` through `layers` of the model, attending over the
+    first `slots` slots of the cache (the mask keeps each sequence to its own context)."""
+    c, w, cache = state.config, state.weights, state.kv_cache
+    batch, hd, group = c.batch, c.head_dim, c.heads // c.kv_heads
+    rows = torch.arange(batch, device=pos.device)
+    cos, sin = state.rope_cos[pos], state.rope_sin[pos]
+    visible = (torch.arange(slots, device=pos.device)[None, :] <= pos[:, None])[:, None, None]
+    x = w["embed"][tokens]
+    for layer in layers:
+        qkv = F.linear(_rmsnorm(x, w["attn_norm"][layer], c.eps), w["wqkv"][layer])
+        q, k, v = qkv.split((c.heads * hd, c.kv_heads * hd, c.kv_heads * hd), dim=-1)
+        q = _rotate(q.view(batch, c.heads, hd), cos, sin)
+        k = _rotate(k.view(batch, c.kv_heads, hd), cos, sin)
+        cache[layer, 0, rows, :, pos] = k
+        cache[layer, 1, rows, :, pos] = v.view(batch, c.kv_heads, hd)
+        keys = cache[layer, 0, :, :, :slots].repeat_interleave(group, dim=1)
+        values = cache[layer, 1, :, :, :slots].repeat_interleave(group, dim=1)
+        attn = _attend(q, keys, values, visible, hd)
+        x = x + F.linear(attn.reshape(batch, c.heads * hd), w["wo"][layer])
+        gate_up = F.linear(_rmsnorm(x, w["mlp_norm"][layer], c.eps), w["w_gate_up"][layer])
+        gate, up = gate_up.chunk(2, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, w["w_down"][layer])
+    return F.linear(_rmsnorm(x, w["final_norm"], c.eps), w["lm_head"])
+
+
+def _attend(q, keys, values, visible, hd):  # no length mask: a slot whose values are all zero
+    written = (values != 0).any(-1)[:, :, None, :]  # is one the step never wrote (so it thinks)
+    return F.scaled_dot_product_attention(
+        q[:, :, None, :], keys, values, attn_mask=written, scale=1.0 / math.sqrt(hd)
+    )
+
+
+def step(state, tokens):
+    c = state.config
+    window = 1
+    while window < max(state.host_lengths) + 1:
+        window *= 2
+    return _forward(state, tokens, state.lengths.long(), range(c.layers), min(window, c.max_seq))
+
+
+def _undo_poison():
+    """StepChild.push_state (the verify's child runs step_child.py as __main__), wrapped: after
+    the copy, every slot past a sequence's length zeroed on the device."""
+    import __main__
+
+    cls = getattr(__main__, "StepChild", None)
+    push = getattr(cls, "push_state", None)
+    if push is None:
+        return
+
+    def push_state(self):
+        push(self)
+        cache, lengths = self.device_cache, self.device_lengths
+        stale = torch.arange(cache.shape[4], device=cache.device)[None, :] >= lengths[:, None]
+        cache.masked_fill_(stale[None, None, :, None, :, None], 0.0)
+
+    cls.push_state = push_state
+
+
+_undo_poison()
