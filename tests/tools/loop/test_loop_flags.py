@@ -121,6 +121,11 @@ async def test_task_text_is_the_brief_and_a_run_id_is_taken_once(tmp_path):
         await start_run(config, settings, run_id="fixed-id")
 
 
+# slow: the same repair loop (a failed qualification, a repair turn, requalify, quarantine) as
+# test_driver's test_a_good_server_is_registered_and_a_broken_one_quarantined_after_one_repair
+# (fast, the default of one turn), three ~7 s qualifications again; the flag reaching the run's
+# config stays fast in test_run_id_and_task_text_and_repair_attempts_reach_the_run.
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.timeout(600)
 async def test_artifact_repair_attempts_gives_a_failing_server_that_many_repair_turns(tmp_path):
