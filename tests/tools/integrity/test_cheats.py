@@ -12,7 +12,9 @@ Tiers: a defense is a reason code (docs/architecture.md, "Adding a defense"). Of
 that repeat one (the same `expect:` code; for the runtime guard the same `runtime:` code, or for
 a `harmless` one the same `expect:`), the first file in name order runs in `make test-fast` and
 the others are marked `slow`, the marker naming the fast test that keeps the defense covered
-(another test of this file, where one verifies the same file for the same code);
+(or all of them, where another fast test runs the defense: the candidate_error verify of
+exception_leak.py below, and test_sandbox.py's hostile kernel for the sandbox's confinement of
+writes, reads, signals and daemons);
 `make test` runs them all, and the static scan test runs every file in both tiers.
 """
 
@@ -98,7 +100,7 @@ def tiered(
     test: str,
     paths: list[Path],
     defense: Callable[[Path], str | tuple[str, str]],
-    elsewhere: dict[str, str] | None = None,
+    elsewhere: dict[str | tuple[str, str], str] | None = None,
 ) -> list[Any]:
     """`paths` as parameters of `test`: the first file per defense fast, the rest `slow`; every
     file `slow` whose defense a fast test named in `elsewhere` (defense -> test) already runs on
@@ -110,7 +112,7 @@ def tiered(
     for path in paths:
         key = defense(path)
         marks: list[Any] = []
-        if isinstance(key, str) and key in (elsewhere or {}):
+        if key in (elsewhere or {}):
             marks.append(pytest.mark.slow(f"repeats {key}: {(elsewhere or {})[key]} stays fast"))
         elif key in first:
             marks.append(pytest.mark.slow(f"repeats {key}: {test}[{first[key]}] stays fast"))
@@ -244,6 +246,7 @@ def test_cheat_is_rejected_with_its_reason_code(task: Path, tmp_path: Path, path
 
 
 RUNTIME = [p for p in CHEATS if "runtime" in expectation(p)]
+CONTAINED = "tests/tools/integrity/test_sandbox.py::test_the_guarded_verify_contains_every_attempt"
 
 
 def runtime_defense(path: Path) -> str | tuple[str, str]:
@@ -259,6 +262,13 @@ def runtime_defense(path: Path) -> str | tuple[str, str]:
         "test_runtime_guard_catches_the_cheat_without_the_scan",
         RUNTIME,
         runtime_defense,
+        # The hostile kernel there writes outside its scratch, reads the state dir, signals a
+        # process outside its run and leaves a setsid daemon, all in one unscanned guarded
+        # verify, and checks each came to nothing: the confinement these files' attacks meet.
+        {
+            ("harmless", "reads_outside_workspace"): CONTAINED,
+            ("harmless", "subprocess"): CONTAINED,
+        },
     ),
 )
 def test_runtime_guard_catches_the_cheat_without_the_scan(
