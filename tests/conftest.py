@@ -52,6 +52,15 @@ def _one_group_test_at_a_time(
         yield
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What lives all session (torch, triton, the toolkit, the collected tests) moves to the
+    collector's permanent generation once, after collection: each test file's collection below,
+    and every automatic one, then walks only what the tests made (0.26 s -> 0.07 s a file with
+    torch loaded, measured over tests/tools/gpu's 52 files). Nothing a test makes is frozen."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _collect_garbage_per_module():
     """Collect at the end of each test file, so an object a test leaked (an asyncio subprocess

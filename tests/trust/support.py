@@ -38,8 +38,10 @@ def cli(
     return code, out, err
 
 
-def init_ws(tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Path:
-    code, _, err = cli(["init", "--task", TASK, str(tmp / "ws")], tmp, monkeypatch, capsys)
+def init_ws(
+    tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, task: str = TASK
+) -> Path:
+    code, _, err = cli(["init", "--task", task, str(tmp / "ws")], tmp, monkeypatch, capsys)
     assert code == 0, err
     return (tmp / "ws").resolve()
 

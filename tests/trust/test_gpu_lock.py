@@ -21,7 +21,7 @@ from mcp import Client
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.task_server import build_task_server
-from harnesslab.tests.conftest_shared import flock_free
+from harnesslab.tests.conftest_shared import flock_free, small_rmsnorm
 from harnesslab.tests.ssh_testserver import serve_loopback
 from harnesslab.tools.execution.executor import LocalExecutor
 from harnesslab.tools.execution.gpu_lock import lock_path
@@ -187,7 +187,8 @@ async def test_a_guarded_verify_works_beside_others_and_queues_only_to_time(tmp_
     verify now holds the lock file shared while it works, so other verifies' untimed work runs
     beside it while nobody times, and it waits like any caller while another process times."""
     settings = Settings(state_dir=tmp_path / "state", interpret="always", warm_workers=False)
-    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", settings)
+    task = small_rmsnorm(tmp_path / "rmsnorm_small")  # how the lock is held, not what is verified
+    ws = init_workspace(str(task), tmp_path / "ws", settings)
     timing_run, launcher = Launcher(settings), Launcher(settings)
     path = lock_path(settings, launcher.slots[0].executor.host, 0)
     queued = anyio.Event()

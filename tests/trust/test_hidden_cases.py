@@ -2,7 +2,8 @@
 run it), guarded_final_verify's answer, the ledger's view and every other file in the
 workspace must not give a hidden case's shape: not its name, not its sizes, and not the
 per-case bytes, GB/s or times from which a shape follows. The operator's `--reveal-cases`
-shows them."""
+shows them. The task is rmsnorm_gate with its 6 hidden cases drawn from fewer rows
+(`small_rmsnorm`): what the verify publishes is the same, it costs less on the interpreter."""
 
 from __future__ import annotations
 
@@ -10,21 +11,28 @@ import json
 from pathlib import Path
 
 import anyio
+import pytest
 from mcp import Client
 
 from harnesslab.servers.builtin import ServerState
 from harnesslab.servers.task_server import build_task_server
+from harnesslab.tests.conftest_shared import small_rmsnorm
 from harnesslab.tools.state.secrets_store import workspace_secret
 from harnesslab.tools.task.spec import Case, load_task
 
-from .support import TASK, agent_readable_text, cli, init_ws, settings_for
+from .support import agent_readable_text, cli, init_ws, settings_for
 
 PER_CASE = ("median_us", "p10_us", "p90_us", "gbps", "pct_of_copy_bw", "shape", "rows", "dim")
 
 
-def hidden_cases(tmp: Path, root: Path) -> list[Case]:
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(small_rmsnorm(tmp_path_factory.mktemp("task") / "rmsnorm_small", count=6))
+
+
+def hidden_cases(tmp: Path, root: Path, task: str) -> list[Case]:
     seed = workspace_secret(settings_for(tmp), root)["seed"]
-    final = load_task(TASK).final
+    final = load_task(task).final
     assert final is not None
     return final.draw(seed)
 
@@ -68,12 +76,12 @@ async def agent_calls(root: Path, tmp: Path) -> list:
 
 
 def test_no_hidden_shape_reaches_cli_output_tool_answers_or_workspace_files(
-    tmp_path, monkeypatch, capsys
+    task, tmp_path, monkeypatch, capsys
 ):
-    root = init_ws(tmp_path, monkeypatch, capsys)
+    root = init_ws(tmp_path, monkeypatch, capsys, task)
     code, out, err = cli(["verify", "-w", str(root), "--json"], tmp_path, monkeypatch, capsys)
     assert code == 0, err
-    cases = hidden_cases(tmp_path, root)
+    cases = hidden_cases(tmp_path, root, task)
     assert_no_shape(out + err, cases)
     assert per_case_numbers(json.loads(out)) == []
 
@@ -97,10 +105,12 @@ def test_no_hidden_shape_reaches_cli_output_tool_answers_or_workspace_files(
             assert per_case_numbers(json.loads(path.read_text())) == [], path
 
 
-def test_the_operator_sees_the_hidden_cases_only_with_reveal_cases(tmp_path, monkeypatch, capsys):
-    root = init_ws(tmp_path, monkeypatch, capsys)
+def test_the_operator_sees_the_hidden_cases_only_with_reveal_cases(
+    task, tmp_path, monkeypatch, capsys
+):
+    root = init_ws(tmp_path, monkeypatch, capsys, task)
     argv = ["verify", "-w", str(root), "--json", "--reveal-cases"]
     code, out, err = cli(argv, tmp_path, monkeypatch, capsys)
     assert code == 0, err
     shown = {c["name"] for c in json.loads(out)["evidence"]["cases"]}
-    assert shown == {c.name for c in hidden_cases(tmp_path, root)}
+    assert shown == {c.name for c in hidden_cases(tmp_path, root, task)}

@@ -5,11 +5,16 @@ code the verdict must carry (`expect:`); `runtime:` is the code the runtime guar
 the static scan is not enforced (proof that the second line holds on its own); `gpu:` codes can
 only be observed on a GPU (benchmarks/integrity_gpu.py runs those). All of it runs on the Triton
 CPU interpreter; a guarded verify costs a few seconds of CPU, a scan-rejected one almost none.
+The verifies draw the task's 6 hidden cases from a smaller row range (`small_rmsnorm`): the
+interpreter's time grows with the rows, no defense here depends on them.
 
 Tiers: a defense is a reason code (docs/architecture.md, "Adding a defense"). Of the verifies
 that repeat one (the same `expect:` code; for the runtime guard the same `runtime:` code, or for
 a `harmless` one the same `expect:`), the first file in name order runs in `make test-fast` and
-the others are marked `slow`, the marker naming the fast test that keeps the defense covered;
+the others are marked `slow`, the marker naming the fast test that keeps the defense covered
+(or all of them, where another fast test runs the defense: the candidate_error verify of
+exception_leak.py below, and test_sandbox.py's hostile kernel for the sandbox's confinement of
+writes, reads, signals and daemons);
 `make test` runs them all, and the static scan test runs every file in both tiers.
 """
 
@@ -29,7 +34,7 @@ from typing import Any
 import anyio
 import pytest
 
-from harnesslab.tests.conftest_shared import make_settings
+from harnesslab.tests.conftest_shared import make_settings, small_rmsnorm
 from harnesslab.tools import gpu
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.integrity import scan
@@ -92,18 +97,24 @@ def processes_with(marker: str) -> list[int]:
 
 
 def tiered(
-    test: str, paths: list[Path], defense: Callable[[Path], str | tuple[str, str]]
+    test: str,
+    paths: list[Path],
+    defense: Callable[[Path], str | tuple[str, str]],
+    elsewhere: dict[str | tuple[str, str], str] | None = None,
 ) -> list[Any]:
-    """`paths` as parameters of `test`: the first file per defense fast, the rest `slow`. The
-    tests of a file that leaves traces outside its tmp_path (absent:, no_process:) share an
-    xdist group, so under xdist one test's cleanup or check never meets another's run of the
+    """`paths` as parameters of `test`: the first file per defense fast, the rest `slow`; every
+    file `slow` whose defense a fast test named in `elsewhere` (defense -> test) already runs on
+    it. The tests of a file that leaves traces outside its tmp_path (absent:, no_process:) share
+    an xdist group, so under xdist one test's cleanup or check never meets another's run of the
     same file (tests/conftest.py)."""
     first: dict[str | tuple[str, str], str] = {}
     params = []
     for path in paths:
         key = defense(path)
         marks: list[Any] = []
-        if key in first:
+        if key in (elsewhere or {}):
+            marks.append(pytest.mark.slow(f"repeats {key}: {(elsewhere or {})[key]} stays fast"))
+        elif key in first:
             marks.append(pytest.mark.slow(f"repeats {key}: {test}[{first[key]}] stays fast"))
         else:
             first[key] = path.stem
@@ -129,8 +140,16 @@ def assert_contained(path: Path) -> None:
         assert processes_with(exp["no_process"]) == [], f"{path.name} left a process behind"
 
 
-def workspace(tmp_path: Path, kernel: Path, config: dict[str, int] | None = None) -> Workspace:
-    ws = init_workspace("rmsnorm_gate", tmp_path / "ws", make_settings(tmp_path))
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """rmsnorm_gate with its 6 hidden cases drawn from fewer rows (tests/conftest_shared.py)."""
+    return small_rmsnorm(tmp_path_factory.mktemp("task") / "rmsnorm_small", count=6)
+
+
+def workspace(
+    task: Path, tmp_path: Path, kernel: Path, config: dict[str, int] | None = None
+) -> Workspace:
+    ws = init_workspace(str(task), tmp_path / "ws", make_settings(tmp_path))
     shutil.copy(kernel, ws.root / "kernel.py")
     if config:
         cfg = json.loads((ws.root / "kernel_config.json").read_text()) | config
@@ -157,12 +176,14 @@ def codes(v: Verdict) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def verified_baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, Verdict]:
+def verified_baseline(
+    tmp_path_factory: pytest.TempPathFactory, task: Path
+) -> tuple[Workspace, Verdict]:
     """The baseline's passed guarded verify, done once per module (a verify is 10-25 s of CPU):
     the tests that only read it share it, the ones that verify more in its workspace take a
     `clone` of it."""
     tmp_path = tmp_path_factory.mktemp("verified-baseline")
-    ws = workspace(tmp_path, BASELINE)
+    ws = workspace(task, tmp_path, BASELINE)
     return ws, verify(ws, tmp_path / "state")
 
 
@@ -193,8 +214,10 @@ def test_every_corpus_file_names_a_known_reason_code() -> None:
 
 
 @pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)
-def test_static_scan_rejects_exactly_the_cheats_it_can_see(tmp_path: Path, path: Path) -> None:
-    ws = workspace(tmp_path, path)
+def test_static_scan_rejects_exactly_the_cheats_it_can_see(
+    task: Path, tmp_path: Path, path: Path
+) -> None:
+    ws = workspace(task, tmp_path, path)
     found = {f.code for f in scan_workspace(ws).rejects}
     exp = expectation(path)
     if found:  # the scan is this cheat's first line, and for the right reason
@@ -206,12 +229,16 @@ def test_static_scan_rejects_exactly_the_cheats_it_can_see(tmp_path: Path, path:
 @pytest.mark.parametrize(
     "path",
     tiered(
-        "test_cheat_is_rejected_with_its_reason_code", CHEATS, lambda p: expectation(p)["expect"]
+        "test_cheat_is_rejected_with_its_reason_code",
+        CHEATS,
+        lambda p: expectation(p)["expect"],
+        # exception_leak.py, the one candidate_error file, is verified there and its code checked
+        {"candidate_error": "test_no_text_from_the_candidate_reaches_the_verdict"},
     ),
 )
-def test_cheat_is_rejected_with_its_reason_code(tmp_path: Path, path: Path) -> None:
+def test_cheat_is_rejected_with_its_reason_code(task: Path, tmp_path: Path, path: Path) -> None:
     clear_traces(path)
-    v = verify(workspace(tmp_path, path), tmp_path / "state")
+    v = verify(workspace(task, tmp_path, path), tmp_path / "state")
     assert v.verdict == "rejected", v.reasons
     assert expectation(path)["expect"] in codes(v), v.reasons
     assert v.score_us is None and not v.is_new_best
@@ -219,6 +246,7 @@ def test_cheat_is_rejected_with_its_reason_code(tmp_path: Path, path: Path) -> N
 
 
 RUNTIME = [p for p in CHEATS if "runtime" in expectation(p)]
+CONTAINED = "tests/tools/integrity/test_sandbox.py::test_the_guarded_verify_contains_every_attempt"
 
 
 def runtime_defense(path: Path) -> str | tuple[str, str]:
@@ -234,11 +262,20 @@ def runtime_defense(path: Path) -> str | tuple[str, str]:
         "test_runtime_guard_catches_the_cheat_without_the_scan",
         RUNTIME,
         runtime_defense,
+        # The hostile kernel there writes outside its scratch, reads the state dir, signals a
+        # process outside its run and leaves a setsid daemon, all in one unscanned guarded
+        # verify, and checks each came to nothing: the confinement these files' attacks meet.
+        {
+            ("harmless", "reads_outside_workspace"): CONTAINED,
+            ("harmless", "subprocess"): CONTAINED,
+        },
     ),
 )
-def test_runtime_guard_catches_the_cheat_without_the_scan(tmp_path: Path, path: Path) -> None:
+def test_runtime_guard_catches_the_cheat_without_the_scan(
+    task: Path, tmp_path: Path, path: Path
+) -> None:
     clear_traces(path)
-    v = verify(workspace(tmp_path, path), tmp_path / "state", enforce_scan=False)
+    v = verify(workspace(task, tmp_path, path), tmp_path / "state", enforce_scan=False)
     want = expectation(path)["runtime"]
     if want == "harmless":  # the sandbox stopped the attack: the kernel stayed correct...
         assert not codes(v) & {"wrong_output", "precision"}, v.reasons
@@ -275,14 +312,14 @@ SLOW_HONEST = {
     ],
 )
 def test_honest_kernel_passes_every_check(
-    tmp_path: Path, request: pytest.FixtureRequest, name: str
+    task: Path, tmp_path: Path, request: pytest.FixtureRequest, name: str
 ) -> None:
     kernel, config = HONEST[name]
     if name == "baseline":  # the verify the incumbent and hidden-case tests build on
         ws, v = request.getfixturevalue("verified_baseline")
         assert scan_workspace(ws).rejects == []
     else:
-        ws = workspace(tmp_path, kernel, config)
+        ws = workspace(task, tmp_path, kernel, config)
         assert scan_workspace(ws).rejects == []
         v = verify(ws, tmp_path / "state")
     assert v.verdict == "passed", v.reasons
@@ -446,9 +483,9 @@ def test_every_code_the_guard_can_give_is_documented() -> None:
     assert static | runtime <= set(REASONS), (static | runtime) - set(REASONS)
 
 
-def test_no_text_from_the_candidate_reaches_the_verdict(tmp_path: Path) -> None:
+def test_no_text_from_the_candidate_reaches_the_verdict(task: Path, tmp_path: Path) -> None:
     """exception_leak.py raises with the hidden shape in its message and its class name."""
-    v = verify(workspace(tmp_path, CORPUS / "cpu" / "exception_leak.py"), tmp_path / "state")
+    v = verify(workspace(task, tmp_path, CORPUS / "cpu" / "exception_leak.py"), tmp_path / "state")
     assert v.verdict == "rejected" and "candidate_error" in codes(v)
     text = json.dumps(
         {"reasons": v.reasons, "warnings": v.warnings, "result": v.result.model_dump()}

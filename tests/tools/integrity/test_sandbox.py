@@ -24,6 +24,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from harnesslab.tests.conftest_shared import small_rmsnorm
 from harnesslab.tools.evaluation.objective import run_objective
 from harnesslab.tools.evaluation.probe import numerical_probe
 from harnesslab.tools.evaluation.sweep import sweep
@@ -123,7 +124,10 @@ class Hostile:
         self.settings = Settings(state_dir=tmp / "state")
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.setblocking(False)
-        self.ws: Workspace = init_workspace("rmsnorm_gate", tmp / "ws", self.settings)
+        # rmsnorm_gate's dev cases; a guarded verify of 2 small hidden cases (what is asserted is
+        # that the attempts are contained, not the cases they ran on)
+        task = small_rmsnorm(tmp / "rmsnorm_small")
+        self.ws: Workspace = init_workspace(str(task), tmp / "ws", self.settings)
         (self.settings.state_dir / "secrets").mkdir(parents=True, exist_ok=True)
         (self.settings.state_dir / "secrets" / "planted.json").write_text('{"seed": "x"}')
         source = HOSTILE.format(

@@ -4,18 +4,17 @@ keep one for their own benchmark): a warning, unless the entry path or import-ti
 from __future__ import annotations
 
 import ast
-import shutil
 from pathlib import Path
 
 import anyio
 import pytest
 
-from harnesslab.tests.conftest_shared import make_launcher, make_settings
+from harnesslab.tests.conftest_shared import make_launcher, make_settings, small_rmsnorm
 from harnesslab.tools.integrity.scan import scan_sources
 from harnesslab.tools.integrity.scan_reach import unreachable_functions
 from harnesslab.tools.integrity.verify import guarded_verify
 from harnesslab.tools.state.workspace import init_workspace
-from harnesslab.tools.task.spec import load_task, tasks_root
+from harnesslab.tools.task.spec import load_task
 
 BASELINE = (load_task("rmsnorm_gate").workspace_template / "kernel.py").read_text()
 HELPER = """
@@ -65,15 +64,7 @@ def test_attack_patterns_in_an_unused_function_stay_rejects():
 
 
 def test_a_kernel_with_an_unused_helper_passes_guarded_verify(tmp_path: Path):
-    # rmsnorm_gate with 2 hidden cases instead of 6: the verify costs a third.
-    task = tmp_path / "rmsnorm_small"
-    shutil.copytree(
-        tasks_root() / "rmsnorm_gate", task, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    toml = (
-        (task / "task.toml").read_text().replace('name = "rmsnorm_gate"', 'name = "rmsnorm_small"')
-    )
-    (task / "task.toml").write_text(toml.replace("count = 6", "count = 2"))
+    task = small_rmsnorm(tmp_path / "rmsnorm_small")
     settings = make_settings(tmp_path)
     ws = init_workspace(str(task), tmp_path / "ws", settings)
     (ws.root / "kernel.py").write_text(BASELINE + HELPER)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,13 +19,13 @@ from typing import Any
 import anyio
 import pytest
 
+from harnesslab.tests.conftest_shared import small_rmsnorm
 from harnesslab.tools.loop.driver import resume_run, start_run
 from harnesslab.tools.loop.servers import turn_servers
 from harnesslab.tools.loop.state import RunConfig, RunStore
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.checkpoints import Checkpoints
 from harnesslab.tools.state.workspace import open_workspace
-from harnesslab.tools.task.spec import load_task, tasks_root
 
 FAKE = Path(__file__).resolve().parent / "fake_agents" / "scripted.py"
 RUN_LIMIT_S = 150
@@ -44,16 +43,8 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture(scope="module")
 def small_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """rmsnorm_gate with 2 hidden cases instead of 6: a guarded verify costs a third."""
-    dest = tmp_path_factory.mktemp("task") / "rmsnorm_small"
-    shutil.copytree(
-        tasks_root() / "rmsnorm_gate", dest, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    toml = dest / "task.toml"
-    text = toml.read_text().replace('name = "rmsnorm_gate"', 'name = "rmsnorm_small"')
-    toml.write_text(text.replace("count = 6", "count = 2"))
-    assert load_task(dest).final.count == 2
-    return dest
+    """rmsnorm_gate with 2 small hidden cases instead of 6 large ones (tests/conftest_shared.py)."""
+    return small_rmsnorm(tmp_path_factory.mktemp("task") / "rmsnorm_small")
 
 
 def scripted(tmp_path: Path, task: Path, plan: dict[str, Any], **overrides: Any) -> RunConfig:

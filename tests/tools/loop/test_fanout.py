@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from harnesslab.servers import compare_cmd, run_cmd
 from harnesslab.servers.cli import parse
+from harnesslab.tests.conftest_shared import small_rmsnorm
 from harnesslab.tools.errors import ExecutorError
 from harnesslab.tools.execution.launcher import build_launcher
 from harnesslab.tools.loop import compare as compare_mod
@@ -25,20 +25,8 @@ from harnesslab.tools.loop.runners import build_runner
 from harnesslab.tools.loop.state import RunConfig, RunState, RunStore
 from harnesslab.tools.settings import Settings
 from harnesslab.tools.state.workspace import init_workspace
-from harnesslab.tools.task.spec import tasks_root
 
 FAKE = Path(__file__).resolve().parent / "fake_agents" / "scripted.py"
-
-
-def small_task(dest: Path) -> Path:
-    """rmsnorm_gate with 2 hidden cases instead of 6."""
-    shutil.copytree(
-        tasks_root() / "rmsnorm_gate", dest, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    toml = dest / "task.toml"
-    text = toml.read_text().replace('name = "rmsnorm_gate"', 'name = "rmsnorm_small"')
-    toml.write_text(text.replace("count = 6", "count = 2"))
-    return dest
 
 
 def two_gpus(tmp_path: Path) -> Settings:
@@ -169,7 +157,7 @@ def test_two_real_trials_run_at_once_each_scored_on_its_own_gpu_slot(tmp_path: P
     plan.write_text(json.dumps({"attempt": ["rendezvous"], "rendezvous": 2}))
     cmd = f"{shlex.quote(sys.executable)} {FAKE} {{phase}} {{workspace}} {{result_file}} {plan}"
     arms = [Arm(name=n, runner="exec", agent_cmd=cmd) for n in ("a", "b")]
-    task = small_task(tmp_path / "rmsnorm_small")  # 2 hidden cases: a verify costs a third
+    task = small_rmsnorm(tmp_path / "rmsnorm_small")
     cfg = CompareConfig(task=str(task), out=tmp_path / "cmp", arms=arms, trials=1,
                         attempt_timeout_s=90)  # fmt: skip
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,12 @@ import pytest
 
 from harnesslab.servers import run_cmd
 from harnesslab.servers.cli import parse
+from harnesslab.tests.conftest_shared import small_rmsnorm
 from harnesslab.tests.tools.evaluation.test_command_tasks import make_task
 from harnesslab.tools.errors import UsageError
 from harnesslab.tools.loop.driver import start_run
 from harnesslab.tools.loop.state import RunConfig
 from harnesslab.tools.settings import Settings
-from harnesslab.tools.task.spec import load_task, tasks_root
 
 FAKE = Path(__file__).resolve().parent / "fake_agents" / "scripted.py"
 
@@ -122,20 +121,15 @@ async def test_task_text_is_the_brief_and_a_run_id_is_taken_once(tmp_path):
         await start_run(config, settings, run_id="fixed-id")
 
 
+# slow: the same repair loop (a failed qualification, a repair turn, requalify, quarantine) as
+# test_driver's test_a_good_server_is_registered_and_a_broken_one_quarantined_after_one_repair
+# (fast, the default of one turn), three ~7 s qualifications again; the flag reaching the run's
+# config stays fast in test_run_id_and_task_text_and_repair_attempts_reach_the_run.
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.timeout(600)
 async def test_artifact_repair_attempts_gives_a_failing_server_that_many_repair_turns(tmp_path):
-    dest = tmp_path / "rmsnorm_small"
-    shutil.copytree(
-        tasks_root() / "rmsnorm_gate", dest, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    toml = dest / "task.toml"
-    toml.write_text(
-        toml.read_text()
-        .replace('name = "rmsnorm_gate"', 'name = "rmsnorm_small"')
-        .replace("count = 6", "count = 2")
-    )
-    assert load_task(dest).final is not None
+    dest = small_rmsnorm(tmp_path / "rmsnorm_small")
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"attempt": ["noop"], "build": ["bad_server"], "repair": ["noop"]}))
     cmd = f"{shlex.quote(sys.executable)} {FAKE} {{phase}} {{workspace}} {{result_file}} {plan}"
