@@ -332,14 +332,20 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 
 async def _until_signalled(runner_coro, progress: Progress) -> dict[str, Any] | None:
-    """Run the loop; SIGTERM or SIGHUP cancel it like Ctrl-C does, so it records the
-    interruption and kills what it started instead of dying with agents orphaned."""
+    """Run the loop; Ctrl-C (SIGINT), SIGTERM and SIGHUP cancel it through this task group, so
+    it records the interruption and kills what it started instead of dying with agents
+    orphaned. SIGINT is taken here too rather than left to Python's default handler, which a
+    process started with SIGINT ignored never gets (a script's background job; an xdist worker
+    of the full suite passed that on, and the loop ran on past its Ctrl-C). A second Ctrl-C
+    after the first raises KeyboardInterrupt at once."""
     summary: dict[str, Any] | None = None
     error: Exception | None = None
     async with anyio.create_task_group() as tg:
 
         async def watch() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+            with anyio.open_signal_receiver(
+                signal.SIGINT, signal.SIGTERM, signal.SIGHUP
+            ) as signals:
                 async for _ in signals:
                     tg.cancel_scope.cancel()
                     return

@@ -185,9 +185,10 @@ async def test_hung_agent_is_killed_with_its_child_and_its_work_still_scored_and
 
 
 def cli_run_stopped_mid_attempt(
-    config: RunConfig, settings: Settings, sig: signal.Signals
+    config: RunConfig, settings: Settings, sig: signal.Signals, *, sigint_ignored: bool = False
 ) -> tuple[int, str, dict[str, int]]:
-    """`harnesslab run` in a subprocess, sent `sig` once the fake agent hangs in its attempt.
+    """`harnesslab run` in a subprocess, sent `sig` once the fake agent hangs in its attempt
+    (`sigint_ignored`: started with SIGINT ignored, as a script's background job is).
     Returns the exit code, the stderr tail, and the agent's pids."""
     argv = [
         sys.executable, "-m", "harnesslab.servers", "run", "--json",
@@ -197,9 +198,11 @@ def cli_run_stopped_mid_attempt(
     ]  # fmt: skip
     env = {**os.environ, "HARNESSLAB_STATE_DIR": str(settings.state_dir)}
     pids_file = config.workspace.parent / "pids.json"  # next to the plan (see scripted())
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     loop = subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        preexec_fn=ignore,
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + 90
         while not pids_file.exists():
@@ -221,12 +224,18 @@ def only_run(config: RunConfig, settings: Settings) -> RunStore:
     return RunStore(ws, run_id)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize(
+    ("sig", "ignored"),
+    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
+    ids=["sigint", "sigterm", "sigint_inherited_ignored"],
+)
 def test_ctrl_c_or_sigterm_mid_attempt_records_the_interruption_and_kills_the_agent(
-    tmp_path, settings, small_task, sig
+    tmp_path, settings, small_task, sig, ignored
 ):
+    """Also with SIGINT ignored from the start (an xdist worker under the full suite passed that
+    on: the loop then ran on past its Ctrl-C): the loop takes SIGINT itself."""
     config = scripted(tmp_path, small_task, {"attempt": ["hang"]})
-    code, err, pids = cli_run_stopped_mid_attempt(config, settings, sig)
+    code, err, pids = cli_run_stopped_mid_attempt(config, settings, sig, sigint_ignored=ignored)
     assert code == 130, err
     assert "--resume" in err
     assert wait_dead([pids["agent"], pids["child"]]) == []
