@@ -63,8 +63,8 @@ class InProcessKid:
         if msg["op"] == self.fail_at and self.ops.count(self.fail_at) > self.fail_after:
             raise KidFailed("candidate_crashed", "the process died", "candidate")
         handlers = {"load": self.child.load, "arena": self.child.map_arena,
-                    "trace": self.child.trace, "step": self.child.step, "push": self.child.push,
-                    "pull": self.child.pull, "timed_step": self.child.timed_step}  # fmt: skip
+                    "trace": self.child.trace, "step": self.child.step,
+                    "timed_step": self.child.timed_step}  # fmt: skip
         t0 = time.perf_counter()
         handlers[msg["op"]](msg)
         reply = wire.recv(self.r, timeout_s=5), (time.perf_counter() - t0) * 1e6

@@ -19,10 +19,7 @@ there.
 - The timed pass (step_timed.py): "timed_step" is "step" with the lengths advanced after it
   (the harness's part of a step, on this process's own handle on the arena's lengths), the
   device synchronised, the reply. On a GPU the process then waits for the next request awake (a
-  busy wait of at most 10 ms), as the parent waits for the reply. "push" and "pull" copied
-  the State to and from the device at the timed pass's segment boundaries; with the State the
-  arena's on every device they copy nothing (they synchronise the device and reply, answered
-  for the protocol's sake) and the parent no longer asks for them (step_timed.py says why).
+  busy wait of at most 10 ms), as the parent waits for the reply.
 Replies carry facts (copied or not, an exception's type name), never text the candidate wrote.
 """
 
@@ -152,17 +149,10 @@ class StepChild:
             return exception_kind(exc)
         return ""
 
-    def push(self, msg: dict[str, Any]) -> None:
-        """The "push" and "pull" ops alike: the device synchronised, no copy (the arena is the State)."""
-        self.reply(error=self.synchronize() if self.cuda else "")
-
-    pull = push
-
     def serve(self, fd_in: int) -> None:
         self.fd_in = fd_in
         serve_ops(fd_in, {"load": self.load, "arena": self.map_arena, "trace": self.trace,
-                          "step": self.step, "push": self.push, "pull": self.pull,
-                          "timed_step": self.timed_step})  # fmt: skip
+                          "step": self.step, "timed_step": self.timed_step})  # fmt: skip
 
 
 def main() -> int:

@@ -13,10 +13,10 @@ continuous batching):
 1. untimed, the GPU lock shared: the lengths checked (the child advanced them), the prompts
    prefilled and every stale slot poisoned in the arena (as in the checked passes), the first
    step's tokens and a NaN logits slot written, this process's device synchronised. No request
-   to the child there: its "push" and "pull" (once the copies of its State to and from its
-   device; step_child.py still answers them) would hand it an untimed turn right after the
-   poison (to undo it) or right before the cache check (to write what its timed steps left
-   out); now every turn it gets from the poison to the check is a timed step;
+   to the child there (its former "push" and "pull", the copies of its State to and from its
+   device, were untimed turns right after the poison, to undo it, or right before the cache
+   check, to write what its timed steps left out): every turn it gets from the poison to the
+   check is a timed step;
 2. timed, the GPU lock held alone (phase_lock.exclusive, as the kernel verify's timed window):
    the segment's steps BACK TO BACK: per step the request sent, its reply awaited, then the
    step's logits copied out of the slot here, NaN written into the slot and the next step's
