@@ -28,6 +28,7 @@ The harness allocates a State (new_state) and owns the sequence lengths:
 
 # No `from __future__ import annotations`: the dataclasses below then need no entry in
 # sys.modules, which a module loaded by path (the runner's way) does not have.
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -155,11 +156,22 @@ def prefill(state: State, seq: int, length: int, seed: int) -> None:
     c = state.config
     if not 0 <= length < c.max_seq:
         raise ValueError(f"prompt length {length} must leave room for a step (max_seq {c.max_seq})")
-    g = torch.Generator().manual_seed(seed)
-    kv = torch.randn(c.layers, 2, c.kv_heads, length, c.head_dim, generator=g)
-    state.kv_cache[:, :, seq, :, :length] = kv.to(device=state.kv_cache.device, dtype=c.torch_dtype)
+    kv = _prompt(c.layers, c.kv_heads, length, c.head_dim, c.torch_dtype, seed)
+    state.kv_cache[:, :, seq, :, :length] = kv.to(device=state.kv_cache.device)  # a copy
     state.lengths[seq] = length
     state.host_lengths[seq] = length
+
+
+@functools.lru_cache(maxsize=1)
+def _prompt(
+    layers: int, kv_heads: int, length: int, head_dim: int, dtype: torch.dtype, seed: int
+) -> torch.Tensor:
+    """A prompt's keys and values, on the host in the cache's dtype. The harness writes each
+    prompt into two States (the candidate's and the truth's) one after the other: the last
+    draw is kept, so the second costs a copy, not another draw (at the GPU sizes the draws of a
+    guarded verify are ~0.7G values). Callers copy from it and never write into it."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(layers, 2, kv_heads, length, head_dim, generator=g).to(dtype)
 
 
 def advance(state: State) -> None:

@@ -227,6 +227,30 @@ def test_the_check_pass_poisons_every_slot_past_the_length():
     assert bool((state.kv_cache[:, 1, 0] == step_trace.POISON).all())  # length 0: all stale
 
 
+def test_a_prompt_written_into_two_states_is_drawn_once_and_neither_state_aliases_it(
+    monkeypatch,
+):
+    """The harness prefills the candidate's State and the truth's with the same prompt one
+    after the other: one draw serves both, each State holds its own copy (a step writing into
+    one changes neither the other nor the next prefill), and the values are the seed's."""
+    a, b, c = REF.new_state(CONFIG), REF.new_state(CONFIG), REF.new_state(CONFIG)
+    draws = []
+    randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: draws.append(a) or randn(*a, **k))
+    REF._prompt.cache_clear()
+    REF.prefill(a, 2, 9, seed=11)
+    REF.prefill(b, 2, 9, seed=11)
+    assert len(draws) == 1
+    want = torch.randn(2, 2, 2, 9, 16, generator=torch.Generator().manual_seed(11)).half()
+    assert torch.equal(b.kv_cache[:, :, 2, :, :9], want)
+    a.kv_cache.fill_(7.0)
+    assert torch.equal(b.kv_cache[:, :, 2, :, :9], want)
+    REF.prefill(c, 0, 9, seed=11)
+    assert torch.equal(c.kv_cache[:, :, 0, :, :9], want) and len(draws) == 2  # `want`'s draw
+    REF.prefill(c, 1, 9, seed=12)
+    assert len(draws) == 3 and not torch.equal(c.kv_cache[:, :, 1, :, :9], want)
+
+
 def test_reference_state_layout_and_a_step_appends_one_slot():
     state = REF.new_state(CONFIG, seed=3)
     assert state.kv_cache.shape == (2, 2, 4, 2, 64, 16) and state.kv_cache.is_contiguous()

@@ -49,11 +49,20 @@ class InProcessKid:
     def started(self) -> dict[str, Any]:
         return {"level": "none"}
 
-    def send(self, cfg: dict[str, Any]) -> None:
-        self.cfg = cfg
+    def send(self, msg: dict[str, Any]) -> None:
+        """The config (the first message), or a request whose reply() comes later: handled
+        then (after what the parent did in between)."""
+        if self.child is not None:
+            self.ops.append(f"send:{msg['op']}")
+            self.pending = msg
+            return
+        self.cfg = msg
         threads = torch.get_num_threads()  # the child's setting is its own process's
-        self.child = StepChild(cfg, self.w)
+        self.child = StepChild(msg, self.w)
         torch.set_num_threads(threads)
+
+    def reply(self, t0: float, **_: Any) -> tuple[dict[str, Any], float]:
+        return self.ask(self.pending)
 
     def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
         assert self.child is not None
@@ -249,6 +258,38 @@ def test_on_a_gpu_the_poison_tokens_and_nan_slot_are_synchronised_before_each_st
     for i in steps:  # the last synchronize before the request: the slot NaN, the stale poisoned
         last = [s for s in seen if s[0] == i][-1]
         assert last[1:] == (True, True), (i, last)
+
+
+def test_the_reference_runs_while_the_child_steps(verify, monkeypatch) -> None:
+    """In a checked pass the request goes, the reference's step runs here, and only then is the
+    reply awaited: the two overlap (the child's step in its own process)."""
+    load = runner.load_module
+
+    def loading(path, name):
+        mod = load(path, name)
+        if name == "_hl_step_verify_reference":
+            inner = mod.reference_step
+
+            def logged(state, tokens):
+                Logged.current.ops.append("reference")
+                return inner(state, tokens)
+
+            mod.reference_step = logged
+        return mod
+
+    class Logged(InProcessKid):
+        current: ClassVar[Any] = None
+
+        def __init__(self) -> None:
+            super().__init__()
+            Logged.current = self
+
+    monkeypatch.setattr(runner, "load_module", loading)
+    run = verify(EAGER.read_text(), Logged, traces=TRACES[:1])
+    assert run.result["cases"][0]["codes"] == []
+    ops = [o for o in run.kid.ops if o in ("send:step", "reference", "step")]
+    checked = 2 * STEPS["final0_float16"]
+    assert ops[: 3 * checked] == ["send:step", "reference", "step"] * checked
 
 
 def test_a_candidate_that_fails_to_import_is_import_failed_with_no_case(verify) -> None:

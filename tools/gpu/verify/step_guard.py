@@ -17,7 +17,8 @@ stdin, mixed here with os.urandom for the weights) it
    its device, so all of it is in the memory the step reads before the request goes; then it
    asks for one step, and the child writes the logits into the slot. No copy of the State
    between the processes, host or device, and the poison needs nothing of the child;
-3. compares each step's logits with reference_step run here on the same tokens, checks the
+3. compares each step's logits with reference_step run here on the same tokens (while the
+   child steps: in the checked passes the two overlap), checks the
    lengths were left alone, and after each pass compares the cache's valid slots, all read
    from the arena. Two checked passes per trace (different tokens and prompts, the
    candidate's scratch kept between them), stopping at the first failure. Every reason's text
@@ -216,8 +217,17 @@ class StepVerify:
                 views["logits"].fill_(float("nan"))
                 if self.sync is not None:  # on the device before the request goes
                     self.sync()
+            # The child steps while this process runs the reference on its own State (the
+            # truth, memory the child never sees): the two overlap; the logits slot is read only
+            # after the reply. Not in the timed pass, where the child runs alone.
             with phase("candidate"):
-                reply, _ = kid.ask({"op": "step", "host_lengths": expected})
+                sent = time.perf_counter()
+                kid.send({"op": "step", "host_lengths": expected})
+            with phase("reference", self.sync):
+                want = ref.reference_step(truth, torch.tensor(toks, dtype=torch.long,
+                                                              device=device))  # fmt: skip
+            with phase("candidate"):
+                reply, _ = kid.reply(sent)
             err = guard.error_text(reply)
             if err:
                 self.fail(rec, "candidate_error", f"{where}: the step raised {err}")
@@ -226,11 +236,8 @@ class StepVerify:
                 self.fail(rec, "wrong_shape", f"{where}: the logits are not a plain tensor of "
                           "the reference's shape and dtype")  # fmt: skip
                 return False
-            with phase("reference", self.sync):
-                got = views["logits"].to(device, copy=True)
-                want = ref.reference_step(truth, torch.tensor(toks, dtype=torch.long,
-                                                              device=device))  # fmt: skip
             with phase("compare", self.sync):
+                got = views["logits"].to(device, copy=True)
                 if not self.logits_ok(got, want, truth.config, rec, where):
                     return False
             if views["lengths"].tolist() != expected:
