@@ -18,6 +18,7 @@ Both hand out the same views (`views`: uint8 slices viewed as each tensor's dtyp
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from typing import TYPE_CHECKING, Any
@@ -60,15 +61,8 @@ def layout(config) -> tuple[dict[str, dict[str, Any]], int]:
     out, off = {}, 0
     for name, (shape, dtype) in shapes.items():
         out[name] = {"offset": off, "shape": shape, "dtype": dtype}
-        off += (_numel(shape) * getattr(torch, dtype).itemsize + ALIGN - 1) // ALIGN * ALIGN
+        off += (math.prod(shape) * getattr(torch, dtype).itemsize + ALIGN - 1) // ALIGN * ALIGN
     return out, off
-
-
-def _numel(shape) -> int:
-    numel = 1
-    for s in shape:
-        numel *= int(s)
-    return numel
 
 
 def views(torch, u8, spec: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -78,7 +72,7 @@ def views(torch, u8, spec: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for name, s in spec.items():
         dtype = getattr(torch, s["dtype"])
         start = int(s["offset"])
-        nbytes = _numel(s["shape"]) * dtype.itemsize
+        nbytes = math.prod(s["shape"]) * dtype.itemsize
         out[name] = u8[start : start + nbytes].view(dtype).view(*[int(x) for x in s["shape"]])
     return out
 
