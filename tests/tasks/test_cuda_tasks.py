@@ -136,8 +136,9 @@ def test_the_cuda_baseline_and_every_solution_variant_compile_for_sm_90(
                 for vec in (8, 1):
                     if hasattr(mod, "plan"):
                         for dim in DIMS:
-                            if dim % vec == 0:
-                                mod.kernel(dtype, vec, *mod.plan(dim, vec)[:2])
+                            if dim % vec == 0:  # (variant, chunks, block, template knobs)
+                                plan = mod.plan(dim, vec)
+                                mod.kernel(dtype, vec, plan[0], plan[1], *plan[3:6])
                     else:
                         mod.kernel(dtype, vec)
         # The module's own load, called from the module (the source is found beside it).
