@@ -138,37 +138,54 @@ __device__ __forceinline__ void write_pack(T* out, long long row_pack, int i,
   store_out<T, VEC, HINTS>(out, row_pack + i, o);
 }
 
-// The CHUNKS packs of one row a thread holds, strided by STRIDE: x and gate (and the weight
-// with HINT_W_EARLY) loaded, the sum of squares of x returned.
+// The CHUNKS packs of one row a thread holds, strided by `stride`: x and gate (and the weight
+// with HINT_W_EARLY) loads issued, nothing waits for them.
+template <typename T, int VEC, int CHUNKS, int HINTS>
+__device__ __forceinline__ void issue_row(const T* __restrict__ x, const T* __restrict__ gate,
+                                          const T* __restrict__ weight, long long row_pack,
+                                          int first, int stride, int npack, Pack<T, VEC>* xv,
+                                          Pack<T, VEC>* gv, Pack<T, VEC>* wv) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int i = first + c * stride;
+    if (i < npack) {
+      xv[c] = load_once<T, VEC, HINTS>(x, row_pack + i);
+      gv[c] = load_once<T, VEC, HINTS>(gate, row_pack + i);
+      if (HINTS & HINT_W_EARLY) wv[c] = load_pack<T, VEC>(weight, i);
+    }
+  }
+}
+
+template <typename T, int VEC, int CHUNKS, int HINTS>
+__device__ __forceinline__ float row_sq(int first, int stride, int npack,
+                                        const Pack<T, VEC>* xv) {
+  float ss = 0.f;
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c)
+    if (first + c * stride < npack) add_sq<T, VEC, HINTS>(ss, xv[c]);
+  return ss;
+}
+
+// issue_row, then the sum of squares of x: with HINT_LOADS_FIRST after every load is issued,
+// else pack by pack as the loads are issued (the order before the knobs).
 template <typename T, int VEC, int CHUNKS, int HINTS>
 __device__ __forceinline__ float load_row(const T* __restrict__ x, const T* __restrict__ gate,
                                           const T* __restrict__ weight, long long row_pack,
                                           int first, int stride, int npack, Pack<T, VEC>* xv,
                                           Pack<T, VEC>* gv, Pack<T, VEC>* wv) {
-  float ss = 0.f;
   if (HINTS & HINT_LOADS_FIRST) {
+    issue_row<T, VEC, CHUNKS, HINTS>(x, gate, weight, row_pack, first, stride, npack, xv, gv, wv);
+    return row_sq<T, VEC, CHUNKS, HINTS>(first, stride, npack, xv);
+  }
+  float ss = 0.f;
 #pragma unroll
-    for (int c = 0; c < CHUNKS; ++c) {
-      const int i = first + c * stride;
-      if (i < npack) {
-        xv[c] = load_once<T, VEC, HINTS>(x, row_pack + i);
-        gv[c] = load_once<T, VEC, HINTS>(gate, row_pack + i);
-        if (HINTS & HINT_W_EARLY) wv[c] = load_pack<T, VEC>(weight, i);
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < CHUNKS; ++c)
-      if (first + c * stride < npack) add_sq<T, VEC, HINTS>(ss, xv[c]);
-  } else {
-#pragma unroll
-    for (int c = 0; c < CHUNKS; ++c) {
-      const int i = first + c * stride;
-      if (i < npack) {
-        xv[c] = load_once<T, VEC, HINTS>(x, row_pack + i);
-        gv[c] = load_once<T, VEC, HINTS>(gate, row_pack + i);
-        if (HINTS & HINT_W_EARLY) wv[c] = load_pack<T, VEC>(weight, i);
-        add_sq<T, VEC, HINTS>(ss, xv[c]);
-      }
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int i = first + c * stride;
+    if (i < npack) {
+      xv[c] = load_once<T, VEC, HINTS>(x, row_pack + i);
+      gv[c] = load_once<T, VEC, HINTS>(gate, row_pack + i);
+      if (HINTS & HINT_W_EARLY) wv[c] = load_pack<T, VEC>(weight, i);
+      add_sq<T, VEC, HINTS>(ss, xv[c]);
     }
   }
   return ss;
@@ -237,14 +254,16 @@ rmsnorm_gate_warp(const T* __restrict__ x, const T* __restrict__ gate,
 }
 
 // Persistent rows: block (threads, 1, 1), grid (g, 1, 1) with g <= rows; block b takes rows b,
-// b + g, ... The weight stays in registers across the rows, and the next row's x and gate are
-// loaded before this row's reduction and stores, so the loads of a block never wait on its own
-// barrier. Twice the registers of rmsnorm_gate_block for the data.
+// b + g, ... The weight stays in registers across the rows, and the next row's x and gate loads
+// are issued before this row's sum of squares, reduction and stores (a warp runs in order: an
+// instruction that used the next row's data would wait for it here). Twice the registers of
+// rmsnorm_gate_block for the data.
 template <typename T, int VEC, int CHUNKS, int HINTS = 0, int MAXT = 1024, int MIN_BLOCKS = 0>
 __global__ void __launch_bounds__(MAXT, MIN_BLOCKS)
 rmsnorm_gate_persist(const T* __restrict__ x, const T* __restrict__ gate,
                      const T* __restrict__ weight, T* __restrict__ out, int rows, int dim,
                      float eps) {
+  constexpr int H = HINTS & ~HINT_W_EARLY;  // the weight is loaded once, below
   __shared__ float partial[2][32];  // one per parity of the row count: no barrier to reuse it
   const int npack = dim / VEC;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -255,16 +274,15 @@ rmsnorm_gate_persist(const T* __restrict__ x, const T* __restrict__ gate,
     if (i < npack) wv[c] = load_pack<T, VEC>(weight, i);
   }
   int row = blockIdx.x;
-  float ss = load_row<T, VEC, CHUNKS, (HINTS & ~HINT_W_EARLY)>(
-      x, gate, weight, (long long)row * npack, threadIdx.x, blockDim.x, npack, xv, gv, wv);
+  issue_row<T, VEC, CHUNKS, H>(x, gate, weight, (long long)row * npack, threadIdx.x, blockDim.x,
+                               npack, xv, gv, wv);
   for (int k = 0; row < rows; ++k, row += gridDim.x) {
     const int next = row + gridDim.x;
     Pack<T, VEC> xn[CHUNKS], gn[CHUNKS];
-    float ss_next = 0.f;
     if (next < rows)
-      ss_next = load_row<T, VEC, CHUNKS, (HINTS & ~HINT_W_EARLY)>(
-          x, gate, weight, (long long)next * npack, threadIdx.x, blockDim.x, npack, xn, gn, wv);
-    float total = warp_sum(ss);
+      issue_row<T, VEC, CHUNKS, H>(x, gate, weight, (long long)next * npack, threadIdx.x,
+                                   blockDim.x, npack, xn, gn, wv);
+    float total = warp_sum(row_sq<T, VEC, CHUNKS, H>(threadIdx.x, blockDim.x, npack, xv));
     if (lane == 0) partial[k & 1][warp] = total;
     __syncthreads();
     total = warp_sum(lane < (int)(blockDim.x >> 5) ? partial[k & 1][lane] : 0.f);
@@ -280,6 +298,5 @@ rmsnorm_gate_persist(const T* __restrict__ x, const T* __restrict__ gate,
       xv[c] = xn[c];
       gv[c] = gn[c];
     }
-    ss = ss_next;
   }
 }
