@@ -112,19 +112,22 @@ class Variant(NamedTuple):
 STREAM = "LOAD_NA|LOAD_EF|STORE_CS"
 W = "BF16_WORDS"  # bf16 cut from the packed words: fp16's register count (see the .cu)
 VARIANTS: dict[str, Variant] = {
-    "ldna": Variant(("large",), _hints("LOAD_NA"), "x, gate: ld.global.nc.L1::no_allocate"),
-    "ldef": Variant(("large",), _hints("LOAD_NA|LOAD_EF"), "ldna + L2 evict_first policy"),
+    "ldef": Variant(("large",), _hints("LOAD_NA|LOAD_EF"),
+                    "x, gate: ld.global.nc.L1::no_allocate + an L2 evict_first policy"),
     "stcs": Variant(("large",), _hints("STORE_CS"), "out: st.global.cs"),
     "stream": Variant(("small", "large"), _hints(STREAM), "ldef + stcs"),
-    "words": Variant(("small", "large"), _hints(W), "bf16 from the packed words"),
+    "words": Variant(("small", "large"), _hints(W),
+                     "bf16 from the packed words (fp16: the shipped code, a noise floor)"),
+    "gatelate": Variant(("large",), _hints(f"GATE_LATE|{W}"),
+                        "FLA's order: the gate loaded after the reduction"),
     "t512": Variant(("large",), _threads(512, 4, f"LOADS_FIRST|{W}", over=512),
                     "512 threads x 2 packs, loads first, launch bounds (512, 4): 32 registers"),
     "t512s": Variant(("large",), _threads(512, 4, f"LOADS_FIRST|{W}|{STREAM}", over=512),
                      "t512 + stream"),
-    "t256": Variant(("large",), _threads(256, 4, f"LOADS_FIRST|{W}", over=256),
-                    "256 threads x 4 packs, loads first, launch bounds (256, 4): 64 registers"),
+    "g256": Variant(("large",), _threads(256, 0, f"LOADS_FIRST|GATE_LATE|{W}", over=256),
+                    "256 threads x 4 packs of x, gate late: 32 registers (bf16 at 4 packs: 40;"
+                    " bounds (256, 8) spill)"),
     "persist": Variant(("large",), _persist(W), "persistent rows, weight in registers, prefetch"),
-    "persists": Variant(("large",), _persist(f"{W}|{STREAM}"), "persist + stream"),
     "wearly": Variant(("small",), _hints(f"W_EARLY|{W}"), "weight loaded before the reduction"),
     "t128": Variant(("small",), _threads(128, 0, W, over=128), "128-thread blocks, more packs"),
     "t128w": Variant(("small",), _threads(128, 0, f"LOADS_FIRST|W_EARLY|{W}", over=128),

@@ -35,6 +35,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float
 #define HINT_W_EARLY 8     // weight loaded with x and gate, before the reduction
 #define HINT_LOADS_FIRST 16  // every pack of a thread loaded before any math (CHUNKS > 1)
 #define HINT_BF16_WORDS 32   // bf16 read from the packed 32-bit words at each use (below)
+#define HINT_GATE_LATE 64    // gate loaded after the reduction, as FLA orders it (fewer registers)
 
 template <typename T> __device__ constexpr bool is_bf16() { return false; }
 template <> __device__ constexpr bool is_bf16<__nv_bfloat16>() { return true; }
@@ -150,7 +151,7 @@ __device__ __forceinline__ void issue_row(const T* __restrict__ x, const T* __re
     const int i = first + c * stride;
     if (i < npack) {
       xv[c] = load_once<T, VEC, HINTS>(x, row_pack + i);
-      gv[c] = load_once<T, VEC, HINTS>(gate, row_pack + i);
+      if (!(HINTS & HINT_GATE_LATE)) gv[c] = load_once<T, VEC, HINTS>(gate, row_pack + i);
       if (HINTS & HINT_W_EARLY) wv[c] = load_pack<T, VEC>(weight, i);
     }
   }
@@ -183,7 +184,7 @@ __device__ __forceinline__ float load_row(const T* __restrict__ x, const T* __re
     const int i = first + c * stride;
     if (i < npack) {
       xv[c] = load_once<T, VEC, HINTS>(x, row_pack + i);
-      gv[c] = load_once<T, VEC, HINTS>(gate, row_pack + i);
+      if (!(HINTS & HINT_GATE_LATE)) gv[c] = load_once<T, VEC, HINTS>(gate, row_pack + i);
       if (HINTS & HINT_W_EARLY) wv[c] = load_pack<T, VEC>(weight, i);
       add_sq<T, VEC, HINTS>(ss, xv[c]);
     }
@@ -191,16 +192,24 @@ __device__ __forceinline__ float load_row(const T* __restrict__ x, const T* __re
   return ss;
 }
 
-// Writes the CHUNKS packs load_row read (the weight loaded here unless it came early).
+// Writes the CHUNKS packs load_row read (the weight loaded here unless it came early, the gate
+// here with HINT_GATE_LATE).
 template <typename T, int VEC, int CHUNKS, int HINTS>
-__device__ __forceinline__ void store_row(T* __restrict__ out, const T* __restrict__ weight,
-                                          long long row_pack, int first, int stride, int npack,
+__device__ __forceinline__ void store_row(T* __restrict__ out, const T* __restrict__ gate,
+                                          const T* __restrict__ weight, long long row_pack,
+                                          int first, int stride, int npack,
                                           const Pack<T, VEC>* xv, const Pack<T, VEC>* gv,
                                           const Pack<T, VEC>* wv, float rstd) {
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
     const int i = first + c * stride;
-    if (i < npack)
+    if (i >= npack) continue;
+    if constexpr ((HINTS & HINT_GATE_LATE) != 0)
+      write_pack<T, VEC, HINTS>(out, row_pack, i, xv[c],
+                                load_once<T, VEC, HINTS>(gate, row_pack + i),
+                                (HINTS & HINT_W_EARLY) ? wv[c] : load_pack<T, VEC>(weight, i),
+                                rstd);
+    else
       write_pack<T, VEC, HINTS>(out, row_pack, i, xv[c], gv[c],
                                 (HINTS & HINT_W_EARLY) ? wv[c] : load_pack<T, VEC>(weight, i),
                                 rstd);
@@ -221,8 +230,8 @@ rmsnorm_gate_block(const T* __restrict__ x, const T* __restrict__ gate,
     const float ss = load_row<T, VEC, N, HINTS>(x, gate, weight, row_pack, threadIdx.x,
                                                 blockDim.x, npack, xv, gv, wv);
     const float rstd = rsqrtf(block_sum(ss) / (float)dim + eps);
-    store_row<T, VEC, N, HINTS>(out, weight, row_pack, threadIdx.x, blockDim.x, npack, xv, gv,
-                                wv, rstd);
+    store_row<T, VEC, N, HINTS>(out, gate, weight, row_pack, threadIdx.x, blockDim.x, npack, xv,
+                                gv, wv, rstd);
   } else {
     float ss = 0.f;
     for (int i = threadIdx.x; i < npack; i += blockDim.x)
@@ -249,8 +258,8 @@ rmsnorm_gate_warp(const T* __restrict__ x, const T* __restrict__ gate,
   const float ss = load_row<T, VEC, CHUNKS, HINTS>(x, gate, weight, row_pack, threadIdx.x, 32,
                                                    npack, xv, gv, wv);
   const float rstd = rsqrtf(warp_sum(ss) / (float)dim + eps);
-  store_row<T, VEC, CHUNKS, HINTS>(out, weight, row_pack, threadIdx.x, 32, npack, xv, gv, wv,
-                                   rstd);
+  store_row<T, VEC, CHUNKS, HINTS>(out, gate, weight, row_pack, threadIdx.x, 32, npack, xv, gv,
+                                   wv, rstd);
 }
 
 // Persistent rows: block (threads, 1, 1), grid (g, 1, 1) with g <= rows; block b takes rows b,
@@ -263,7 +272,7 @@ __global__ void __launch_bounds__(MAXT, MIN_BLOCKS)
 rmsnorm_gate_persist(const T* __restrict__ x, const T* __restrict__ gate,
                      const T* __restrict__ weight, T* __restrict__ out, int rows, int dim,
                      float eps) {
-  constexpr int H = HINTS & ~HINT_W_EARLY;  // the weight is loaded once, below
+  constexpr int H = HINTS & ~(HINT_W_EARLY | HINT_GATE_LATE);  // the weight: once, below
   __shared__ float partial[2][32];  // one per parity of the row count: no barrier to reuse it
   const int npack = dim / VEC;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -291,7 +300,7 @@ rmsnorm_gate_persist(const T* __restrict__ x, const T* __restrict__ gate,
     for (int c = 0; c < CHUNKS; ++c) {
       const int i = threadIdx.x + c * blockDim.x;
       if (i < npack)
-        write_pack<T, VEC, HINTS>(out, (long long)row * npack, i, xv[c], gv[c], wv[c], rstd);
+        write_pack<T, VEC, H>(out, (long long)row * npack, i, xv[c], gv[c], wv[c], rstd);
     }
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {

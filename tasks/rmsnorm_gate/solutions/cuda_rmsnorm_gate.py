@@ -19,7 +19,7 @@ from harnesslab_cuda import aligned, load
 CTYPES = {torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
 WARP_ROWS = 4  # rows per block of the warp-per-row variant (4 warps)
 # HINTS bits of cuda_rmsnorm_gate.cu (the 16-byte path only).
-LOAD_NA, LOAD_EF, STORE_CS, W_EARLY, LOADS_FIRST, BF16_WORDS = 1, 2, 4, 8, 16, 32
+LOAD_NA, LOAD_EF, STORE_CS, W_EARLY, LOADS_FIRST, BF16_WORDS, GATE_LATE = 1, 2, 4, 8, 16, 32, 64
 SMS = 132  # an H100 SXM's SMs: the persistent grid's size where no GPU can be asked
 _KERNELS: dict[tuple, object] = {}
 
