@@ -197,8 +197,11 @@ def resources(kernel: Any, threads: int, tool: str | None) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.compiled.image)
         f.flush()
-        text = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True,
-                              text=True, timeout=60).stdout  # fmt: skip
+        try:
+            text = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True,
+                                  text=True, timeout=60).stdout  # fmt: skip
+        except (OSError, subprocess.SubprocessError) as exc:  # evidence, never fatal
+            return {**out, "error": f"{type(exc).__name__}: {exc}"[:200]}
     m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
     if m:
         regs, stack, _, local = (int(g) for g in m.groups())
