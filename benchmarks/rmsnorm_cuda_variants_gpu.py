@@ -286,8 +286,12 @@ def time_cases(ctx, fns, errors, cases, by_class, deadline, repeats, results) ->
             elif time.monotonic() > deadline:
                 row = {**base, "status": "skipped", "reason": "skipped: time budget"}
             else:
-                row = {**rv.time_row(ctx, name, fns[name], case, idx, repeats),
-                       "class": case["class"]}  # fmt: skip
+                try:  # run_case reports its own failures; a repeat's timing could still raise
+                    row = {**rv.time_row(ctx, name, fns[name], case, idx, repeats),
+                           "class": case["class"]}  # fmt: skip
+                except Exception as exc:
+                    row = {**base, "status": "error",
+                           "reason": f"repeat: {type(exc).__name__}: {exc}"[:300]}  # fmt: skip
                 meds = [m for m in row.get("repeat_medians_us") or [] if m]
                 if meds and row.get("median_us"):
                     row["repeat_spread"] = (max(meds) - min(meds)) / row["median_us"]
