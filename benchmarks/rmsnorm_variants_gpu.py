@@ -151,12 +151,12 @@ def warm(
         keys += [(w, d) for w in (1001, 1024, 2048, 3000, 4096, 8192) for d in DTYPES]
         keys += [(dim, d) for _, dim, d in ODD_SHAPES]
     todo: list[dict[str, Any]] = []
-    name0 = next(iter(files))
+    name0 = next(iter(files), None)
     for dim, dtype in sorted(set(keys)):
         base = {"rows": 4, "dim": dim, "dtype": dtype}
         if liger:
             todo.append({**base, "strategy": "liger"})
-        if tiny:  # a dry run proves the worker's path: one job of each kind is enough
+        if tiny and name0 is not None:  # a dry run proves the worker's path: one job a kind
             todo.append({**base, "strategy": name0, "file": str(files[name0]),
                          "config": {"num_warps": 4}})  # fmt: skip
             continue
@@ -194,9 +194,12 @@ def warm(
 # check: probes and the verifier's edge cases
 
 
-def check(ctx, fns: dict[str, Any], cases: list[dict[str, Any]], deadline: float) -> dict:
+def check(
+    ctx, fns: dict[str, Any], cases: list[dict[str, Any]], deadline: float, extra: tuple = ()
+) -> dict:
+    """`extra`: more (label, dtype name, thunk making (args, kwargs)) inputs."""
     runner, ev, torch = ctx["runner"], ctx["ev"], ctx["torch"]
-    inputs = []  # (label, dtype name, thunk making (args, kwargs))
+    inputs = list(extra)  # (label, dtype name, thunk making (args, kwargs))
     for dt in DTYPES:
         for name, probe in ev.ref.PROBES.items():
             inputs.append((f"probe:{name}", dt, lambda p=probe, d=dt: p(
@@ -398,10 +401,10 @@ def context(interpret: bool, no_compile: bool = True) -> dict[str, Any]:
             "errors": errors, "interpret": env.interpret}  # fmt: skip
 
 
-def write_json(out: Path, data: dict[str, Any]) -> None:
-    tmp = out / "rmsnorm_variants.json.tmp"
+def write_json(out: Path, data: dict[str, Any], name: str = "rmsnorm_variants.json") -> None:
+    tmp = out / f"{name}.tmp"
     tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(out / "rmsnorm_variants.json")
+    tmp.replace(out / name)
 
 
 def cell(row: dict[str, Any] | None) -> str:

@@ -6,6 +6,7 @@
 #   PARTS=gputests,corpus,honest bash benchmarks/session_gpu.sh          (~9 min on an H100)
 #   PARTS=sweep,objective,variants,repeat bash benchmarks/session_gpu.sh (~9 min)
 #   PARTS=kernelbench,cuda,hg bash benchmarks/session_gpu.sh             (~8 min)
+#   PARTS=cudavariants bash benchmarks/session_gpu.sh                    (~4 min: 3.5 + install)
 # TESTS_K selects tests/gpu tests by keyword (-k); TASK the task of honest, repeat, fresh, concurrent.
 # Parts:
 #   gputests     pytest -m gpu tests/gpu (the guarded verify, CUDA in the sandbox, CUDA kernels)
@@ -19,6 +20,11 @@
 #   objective    warm run_objective over SSH, phases, back-to-back agreement (bench_ssh_e2e.py)
 #   timingab     TAB_VARIANTS of timing.py (timing_variants.py): the per-case phases and warm run_objective
 #   variants     rmsnorm_gate's solution, its variants and the peers (rmsnorm_variants_gpu.py)
+#   cudavariants the CUDA rmsnorm_gate solution's plan variants (cache hints, launch bounds, threads
+#                per row, persistent rows) beside FLA, Liger and torch.compile on the lab's shapes and
+#                HarnessGym's four: the plan to ship per shape class (rmsnorm_cuda_variants_gpu.py;
+#                CV_S the limit, 210 s; CV_ARGS e.g. "--repeats 3", "--no-torch-compile",
+#                "--variants t512,words"); the table is the last 45 lines, the rest in its JSON
 #   kernelbench  three imported KernelBench problems through eval and verify (kernelbench_gpu.sh)
 #   cuda         CUDA C++ solutions against the Triton ones, NVRTC compile times (cuda_gpu.py)
 #   hg           rmsnorm_gate on HarnessGym's four final cases (hg_final_cases.sh)
@@ -90,6 +96,11 @@ if has variants; then
   el "== rmsnorm_gate variants"
   timeout "${VAR_S:-230}" python3 benchmarks/rmsnorm_variants_gpu.py --out "$OUT" --budget-s $(( ${VAR_S:-230} - 15 )) \
     2>"$OUT/variants.err" | tail -45; echo "variants rc=${PIPESTATUS[0]}"
+fi
+if has cudavariants; then
+  el "== rmsnorm_gate CUDA plan variants"
+  timeout "${CV_S:-210}" python3 benchmarks/rmsnorm_cuda_variants_gpu.py --out "$OUT" --budget-s $(( ${CV_S:-210} - 15 )) \
+    ${CV_ARGS:-} 2>"$OUT/cudavariants.err" | tail -45; echo "cudavariants rc=${PIPESTATUS[0]}"; tail -3 "$OUT/cudavariants.err"
 fi
 if has kernelbench; then
   el "== KernelBench"

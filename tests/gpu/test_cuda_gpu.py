@@ -37,6 +37,7 @@ IRREGULAR = {
 BASELINE_CONFIGS = [{"block_size": 64, "vec": 1}, {"block_size": 1024, "vec": 8},
                     {"block_size": 128, "vec": 4}]  # fmt: skip
 CORPUS = Path(str(resources.files("harnesslab.tools.integrity"))) / "cheats" / "gpu" / "cuda"
+PLANS = Path(__file__).resolve().parents[2] / "benchmarks/variants/rmsnorm_gate_cuda_plans/plans.py"
 
 
 def import_path(path: Path):
@@ -82,28 +83,46 @@ def check(ref, fn, args, kwargs, tol, what: str) -> None:
             assert torch.equal(a, s), f"{what}: an input changed"
 
 
+def check_everywhere(spec: TaskSpec, ref, fn, label: str, more=()) -> None:
+    """fn against the reference on the dev cases, IRREGULAR (and `more` (rows, dim)), each
+    small one again at unaligned pointers, and every probe, in each dtype."""
+    for dtype_name, t in spec.tolerances.items():
+        tol, dtype = t.model_dump(), getattr(torch, dtype_name)
+        shapes = [c.shape for c in spec.dev_cases if c.dtype == dtype_name]
+        shapes += [{"rows": r, "dim": d} for r, d in (*IRREGULAR[spec.name], *more)]
+        for shape in shapes:
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            args, kwargs = ref.make_inputs(shape, dtype, "cuda", gen)
+            check(ref, fn, args, kwargs, tol, f"{label} {dtype_name} {shape}")
+            if shape["rows"] and shape["rows"] * shape["dim"] <= 1 << 22:
+                moved = tuple(unaligned(a) if isinstance(a, torch.Tensor) else a for a in args)
+                check(ref, fn, moved, kwargs, tol, f"{label} {dtype_name} {shape} unaligned")
+        for name, probe in ref.PROBES.items():
+            args, kwargs = probe(dtype, "cuda", torch.Generator().manual_seed(1))
+            check(ref, fn, args, kwargs, tol, f"{label} {dtype_name} probe {name}")
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_cuda_kernels_match_the_reference_everywhere(task: str, tmp_path: Path) -> None:
     compiler()
     spec = load_task(task).for_language("cuda")
     ref = load_reference(spec)
-    tols = {d: t.model_dump() for d, t in spec.tolerances.items()}
     for label, path in candidates(spec, tmp_path).items():
-        fn = getattr(import_path(path), spec.entry_function)
-        for dtype_name, tol in tols.items():
-            dtype = getattr(torch, dtype_name)
-            shapes = [c.shape for c in spec.dev_cases if c.dtype == dtype_name]
-            shapes += [{"rows": r, "dim": d} for r, d in IRREGULAR[task]]
-            for shape in shapes:
-                gen = torch.Generator(device="cuda").manual_seed(0)
-                args, kwargs = ref.make_inputs(shape, dtype, "cuda", gen)
-                check(ref, fn, args, kwargs, tol, f"{label} {dtype_name} {shape}")
-                if shape["rows"] and shape["rows"] * shape["dim"] <= 1 << 22:
-                    moved = tuple(unaligned(a) if isinstance(a, torch.Tensor) else a for a in args)
-                    check(ref, fn, moved, kwargs, tol, f"{label} {dtype_name} {shape} unaligned")
-            for name, probe in ref.PROBES.items():
-                args, kwargs = probe(dtype, "cuda", torch.Generator().manual_seed(1))
-                check(ref, fn, args, kwargs, tol, f"{label} {dtype_name} probe {name}")
+        check_everywhere(spec, ref, getattr(import_path(path), spec.entry_function), label)
+
+
+def test_every_plan_variant_of_the_cuda_rmsnorm_gate_solution_matches_the_reference() -> None:
+    """The plans benchmarks/rmsnorm_cuda_variants_gpu.py times (cache hints, load order, launch
+    bounds, threads per row, persistent rows): any of them may ship. HarnessGym's final shapes
+    too, and 4096 rows of 8192 (a persistent block takes ~31 rows)."""
+    compiler()
+    staged("harnesslab_cuda")  # the solution imports it by plain name
+    plans = import_path(PLANS)
+    spec = load_task("rmsnorm_gate").for_language("cuda")
+    ref = load_reference(spec)
+    more = ((1536, 1024), (896, 2048), (448, 4096), (192, 8192), (4096, 8192), (512, 3000))
+    for name in plans.VARIANTS:
+        check_everywhere(spec, ref, plans.variant_module(name).rmsnorm_gate, name, more)
 
 
 def launcher_kernel(tmp_path: Path, src: str, name: str, **kw):

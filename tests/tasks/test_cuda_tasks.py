@@ -6,6 +6,8 @@ an eval compiles and says plainly that running needs one. Running them is tests/
 from __future__ import annotations
 
 import importlib.util
+import inspect
+import itertools
 import json
 import uuid
 from pathlib import Path
@@ -24,6 +26,7 @@ CUDA_TASKS = [t for t in list_tasks() if "cuda" in load_task(t).languages]
 # Widths a planner must handle: the dev cases', the final domains', the probes' (odd ones too).
 DIMS = [1, 1000, 1001, 1024, 1536, 2048, 3000, 4096, 5120, 6144, 8192, 11008, 14336, 16384,
         32768, 40000, 65536]  # fmt: skip
+BATCHES = [1, 192, 768, 4096, 65536]  # rows, for a planner that takes them (shape classes)
 
 
 @pytest.fixture
@@ -113,9 +116,10 @@ def import_path(path: Path):
 def test_the_cuda_baseline_and_every_solution_variant_compile_for_sm_90(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every instantiation the solution's planner picks for the widths above (fp16 and bf16,
-    16-byte and scalar paths), compiled in one NVRTC program through the launcher (which also
-    runs the PTX policy check); and the baseline at its config and at the widest vectors."""
+    """Every instantiation the solution's planner picks for the widths above (and batches,
+    where it takes rows; fp16 and bf16, 16-byte and scalar paths), compiled in one NVRTC
+    program through the launcher (which also runs the PTX policy check); and the baseline at
+    its config and at the widest vectors."""
     compiler()
     hc = staged("harnesslab_cuda")
     monkeypatch.setitem(hc._SETTINGS, "cache_dir", str(tmp_path / "cache"))
@@ -135,9 +139,13 @@ def test_the_cuda_baseline_and_every_solution_variant_compile_for_sm_90(
             for dtype in mod.CTYPES:
                 for vec in (8, 1):
                     if hasattr(mod, "plan"):
-                        for dim in DIMS:
-                            if dim % vec == 0:
-                                mod.kernel(dtype, vec, *mod.plan(dim, vec)[:2])
+                        takes_rows = "rows" in inspect.signature(mod.plan).parameters
+                        for dim, rows in itertools.product(DIMS, BATCHES if takes_rows else [0]):
+                            if dim % vec == 0:  # (variant, chunks, block, template knobs)
+                                plan = (
+                                    mod.plan(dim, vec, rows) if takes_rows else mod.plan(dim, vec)
+                                )
+                                mod.kernel(dtype, vec, plan[0], plan[1], *plan[3:6])
                     else:
                         mod.kernel(dtype, vec)
         # The module's own load, called from the module (the source is found beside it).

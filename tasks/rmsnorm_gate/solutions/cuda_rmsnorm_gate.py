@@ -4,21 +4,44 @@ per row for rows under 1024 fp16/bf16 elements, one block per row from 1024 on.
 
 Same contract as the workspace's kernel.py. benchmarks/cuda_gpu.py times it beside the Triton
 solution on a GPU host (BENCHMARKS.md; NVRTC compiles it anywhere, running needs a GPU).
+`plan` decides everything per shape; the .cu's knobs (cache hints, load order, launch bounds,
+persistent rows) are fields of `Plan` whose defaults are what was measured best so far, and
+benchmarks/variants/rmsnorm_gate_cuda_plans/plans.py times other plans of this module.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from harnesslab_cuda import aligned, load
 
 CTYPES = {torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
 WARP_ROWS = 4  # rows per block of the warp-per-row variant (4 warps)
+# HINTS bits of cuda_rmsnorm_gate.cu (the 16-byte path only).
+LOAD_NA, LOAD_EF, STORE_CS, W_EARLY, LOADS_FIRST, BF16_WORDS, GATE_LATE = 1, 2, 4, 8, 16, 32, 64
+SMS = 132  # an H100 SXM's SMs: the persistent grid's size where no GPU can be asked
 _KERNELS: dict[tuple, object] = {}
 
 
-def plan(dim: int, vec: int) -> tuple[str, int, tuple[int, int, int]]:
-    """(variant, packs per thread, block) for a row of `dim` elements moved `vec` at a time;
-    packs per thread 0 means the row does not fit registers (read twice)."""
+class Plan(NamedTuple):
+    """One launch: the kernel (`variant` "block", "warp" or "persist"), packs per thread
+    (`chunks`; 0: the row does not fit registers and is read twice), the block, and the .cu's
+    template knobs: `hints` (bits above), `max_threads` and `min_blocks` (__launch_bounds__;
+    0: no minimum, the compiler's choice), and for "persist" the blocks per SM of its grid."""
+
+    variant: str
+    chunks: int
+    block: tuple[int, int, int]
+    hints: int = 0
+    max_threads: int = 1024
+    min_blocks: int = 0
+    per_sm: int = 0
+
+
+def plan(dim: int, vec: int, rows: int = 0) -> Plan:
+    """The launch for rows of `dim` elements moved `vec` at a time (`rows`: the batch, 0 when
+    unknown; no shape class depends on it yet)."""
     npack = dim // vec
     # A warp per row below 128 packs (1024 elements): at 1024x1024 fp16 a 128-thread block per
     # row took 3.73 us against 4.91 us for four warp-rows a block (H100, BENCHMARKS.md, seventh
@@ -27,27 +50,46 @@ def plan(dim: int, vec: int) -> tuple[str, int, tuple[int, int, int]]:
         chunks = 1
         while chunks * 32 < npack:
             chunks *= 2
-        return "warp", chunks, (32, WARP_ROWS, 1)
+        return Plan("warp", chunks, (32, WARP_ROWS, 1))
     # Up to 1024 threads a block, one pack each up to 8192 elements: with 512 threads and two
     # packs each, 4096x8192 bf16 ran at 48% warps active (92% in fp16) and took 72.7 us against
-    # 65.5 us with 1024 on an H100 (BENCHMARKS.md, seventh session).
+    # 65.5 us with 1024 on an H100 (BENCHMARKS.md, seventh session): that kernel takes 50
+    # registers in bf16 (32 in fp16), two 512-thread blocks an SM instead of four.
     max_threads = 1024
     chunks = 1
     while chunks < 8 and npack > chunks * max_threads:
         chunks *= 2
     if npack > chunks * max_threads:
-        return "block", 0, (1024, 1, 1)
+        return Plan("block", 0, (1024, 1, 1))
     threads = -(-npack // chunks)
-    return "block", chunks, (-(-threads // 32) * 32, 1, 1)
+    return Plan("block", chunks, (-(-threads // 32) * 32, 1, 1))
 
 
-def kernel(dtype: torch.dtype, vec: int, variant: str, chunks: int):
-    key = (dtype, vec, variant, chunks)
+def kernel(
+    dtype: torch.dtype,
+    vec: int,
+    variant: str,
+    chunks: int,
+    hints: int = 0,
+    max_threads: int = 1024,
+    min_blocks: int = 0,
+):
+    key = (dtype, vec, variant, chunks, hints, max_threads, min_blocks)
     if key not in _KERNELS:
-        _KERNELS[key] = load(
-            "cuda_rmsnorm_gate.cu", f"rmsnorm_gate_{variant}<{CTYPES[dtype]}, {vec}, {chunks}>"
-        )
+        args = f"{CTYPES[dtype]}, {vec}, {chunks}"
+        if (hints, max_threads, min_blocks) != (0, 1024, 0):
+            args += f", {hints}, {max_threads}, {min_blocks}"
+        _KERNELS[key] = load("cuda_rmsnorm_gate.cu", f"rmsnorm_gate_{variant}<{args}>")
     return _KERNELS[key]
+
+
+def grid_of(p: Plan, rows: int, device: torch.device) -> int:
+    if p.variant == "persist":
+        sms = SMS
+        if device.type == "cuda":
+            sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return min(rows, sms * max(1, p.per_sm))
+    return -(-rows // p.block[1])
 
 
 def rmsnorm_gate(
@@ -60,7 +102,7 @@ def rmsnorm_gate(
     if rows == 0:
         return out
     vec = 8 if dim % 8 == 0 and aligned(x, gate, weight, out) else 1
-    variant, chunks, block = plan(dim, vec)
-    grid = -(-rows // block[1])
-    kernel(x.dtype, vec, variant, chunks)[grid, block](x, gate, weight, out, rows, dim, eps)
+    p = plan(dim, vec, rows)
+    k = kernel(x.dtype, vec, p.variant, p.chunks, p.hints, p.max_threads, p.min_blocks)
+    k[grid_of(p, rows, x.device), p.block](x, gate, weight, out, rows, dim, eps)
     return out
