@@ -202,8 +202,9 @@ def check(
     inputs = list(extra)  # (label, dtype name, thunk making (args, kwargs))
     for dt in DTYPES:
         for name, probe in ev.ref.PROBES.items():
+            # probes draw from a CPU generator, as diagnostics.probe gives them
             inputs.append((f"probe:{name}", dt, lambda p=probe, d=dt: p(
-                runner.dtype_of(torch, d), ev.env.device, _gen(ctx, 1))))  # fmt: skip
+                runner.dtype_of(torch, d), ev.env.device, _gen(ctx, 1, "cpu"))))  # fmt: skip
     for rows, dim, dt in ODD_SHAPES:
         inputs.append((f"odd:{rows}x{dim}", dt, lambda r=rows, d=dim, t=dt: ev.ref.make_inputs(
             {"rows": r, "dim": d}, runner.dtype_of(torch, t), ev.env.device, _gen(ctx, 3))))  # fmt: skip
@@ -240,8 +241,8 @@ def check(
     return out
 
 
-def _gen(ctx, salt: int):
-    g = ctx["torch"].Generator(device=ctx["ev"].env.device)
+def _gen(ctx, salt: int, device: str | None = None):
+    g = ctx["torch"].Generator(device=device or ctx["ev"].env.device)
     g.manual_seed(4321 + salt)
     return g
 
