@@ -52,13 +52,22 @@ def test_every_variant_plan_covers_the_row_within_its_launch_bounds(name: str) -
                     assert p == base, (name, dim, p)
 
 
-def test_the_shipped_plan_is_the_default_of_every_knob() -> None:
-    """Nothing ships without GPU evidence: when a run of the script picks a variant for a shape
-    class, plan() adopts it and this test changes with it, in the same commit."""
+def test_the_shipped_plan_takes_each_shape_classs_measured_hints_and_no_other_knob() -> None:
+    """Nothing ships without GPU evidence: the tenth session's run picked the streaming hints for
+    the small class and bf16 from packed words for the large one (cuda_rmsnorm_gate.plan's
+    docstring); the 2-byte path takes none. A new pick changes this test in the same commit."""
     mod = PLANS.load_solution("defaults_for_test")
+    stream = mod.LOAD_NA | mod.LOAD_EF | mod.STORE_CS
     for dim in DIMS:
-        p = mod.plan(dim, 8 if dim % 8 == 0 else 1, 4096)
-        assert (p.hints, p.max_threads, p.min_blocks, p.per_sm) == (0, 1024, 0, 0), (dim, p)
+        vec = 8 if dim % 8 == 0 else 1
+        for rows in (1, 4096):
+            p = mod.plan(dim, vec, rows)
+            small = rows * dim <= 1 << 22
+            want = 0 if vec == 1 else stream if small else mod.BF16_WORDS
+            assert PLANS.shape_class(rows, dim) == ("small" if small else "large")
+            assert (p.hints, p.max_threads, p.min_blocks, p.per_sm) == (want, 1024, 0, 0), (
+                dim, rows, p,
+            )  # fmt: skip
 
 
 def test_resident_warps_explains_the_half_occupancy_ncu_saw() -> None:
@@ -144,9 +153,13 @@ def test_the_dry_run_compiles_every_variant_and_checks_every_launch(tmp_path: Pa
         assert spilled == {}, spilled
         t512 = launched["t512"]["4096x8192_bfloat16"] + " @512"  # two 16-byte packs a thread
         assert res[t512]["warps_pct"] == 100, (t512, res[t512])
-    # What ships is what shipped: the default instantiations, no knob (until a GPU run picks a
-    # variant: test_the_shipped_plan_is_the_default_of_every_knob).
-    assert all(e.count(",") == 2 for e in launched["shipped"].values()), launched["shipped"]
+    # What ships: the hints of each shape class on the 16-byte path (7: LOAD_NA | LOAD_EF |
+    # STORE_CS, 32: BF16_WORDS), no other knob, none on the 2-byte path
+    # (test_the_shipped_plan_takes_each_shape_classs_measured_hints_and_no_other_knob).
+    for label, expr in launched["shipped"].items():
+        knobs = expr.split(">")[0].split(", ")[3:]
+        assert knobs in ([], ["7", "1024", "0"], ["32", "1024", "0"]), (label, expr)
+        assert (knobs == []) == bool(re.search(r"<\w+, 1, ", expr)), (label, expr)
 
 
 @pytest.fixture(scope="module")

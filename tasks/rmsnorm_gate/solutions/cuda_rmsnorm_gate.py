@@ -5,8 +5,8 @@ per row for rows under 1024 fp16/bf16 elements, one block per row from 1024 on.
 Same contract as the workspace's kernel.py. benchmarks/cuda_gpu.py times it beside the Triton
 solution on a GPU host (BENCHMARKS.md; NVRTC compiles it anywhere, running needs a GPU).
 `plan` decides everything per shape; the .cu's knobs (cache hints, load order, launch bounds,
-persistent rows) are fields of `Plan` whose defaults are what was measured best so far, and
-benchmarks/variants/rmsnorm_gate_cuda_plans/plans.py times other plans of this module.
+persistent rows) are fields of `Plan`, set per shape class where a GPU run measured them better,
+and benchmarks/variants/rmsnorm_gate_cuda_plans/plans.py times other plans of this module.
 """
 
 from __future__ import annotations
@@ -39,9 +39,28 @@ class Plan(NamedTuple):
     per_sm: int = 0
 
 
+SMALL_ELEMENTS = 1 << 22  # rows * dim up to this: the whole batch in one wave, latency bound
+
+
 def plan(dim: int, vec: int, rows: int = 0) -> Plan:
     """The launch for rows of `dim` elements moved `vec` at a time (`rows`: the batch, 0 when
-    unknown; no shape class depends on it yet)."""
+    unknown), with the cache hints of its shape class on the 16-byte path. On an H100
+    (BENCHMARKS.md, tenth session, benchmarks/rmsnorm_cuda_variants_gpu.py, five repeats a cell):
+    - up to SMALL_ELEMENTS, x and gate loaded without L1 allocation and L2 evict-first, the
+      output stored streaming (LOAD_NA | LOAD_EF | STORE_CS): 1.04-1.08x the plan without them on
+      all eight small shapes (1024x1024 fp16 3.74 -> 3.48 us);
+    - above it, bf16 read from the packed words (BF16_WORDS: fp16's register count; in fp16 the
+      same machine code): 4096x8192 bf16 65.5 -> 64.4 us; the streaming hints there lost
+      0.5-1.6% on 4096x8192 and 8192x3000 and won 2-4% on 4096x4096: not taken."""
+    base = _launch(dim, vec)
+    if vec != 8:
+        return base
+    small = 0 < rows * dim <= SMALL_ELEMENTS
+    return base._replace(hints=LOAD_NA | LOAD_EF | STORE_CS if small else BF16_WORDS)
+
+
+def _launch(dim: int, vec: int) -> Plan:
+    """The kernel, packs per thread and block for rows of `dim` elements."""
     npack = dim // vec
     # A warp per row below 128 packs (1024 elements): at 1024x1024 fp16 a 128-thread block per
     # row took 3.73 us against 4.91 us for four warp-rows a block (H100, BENCHMARKS.md, seventh
