@@ -40,8 +40,12 @@ test: $(STAMP)
 
 # The edit loop's tier: no slow, Slurm or GPU tests, on parallel workers (one per core, at most
 # 8: a worker holds torch and its own sandboxed children). Under 6 minutes on two cores.
+# --dist loadfile keeps a test file on one worker: xdist's default deals a file's tests to every
+# worker, and each worker that gets one builds the file's module fixtures again (KernelBench's
+# import and baselines, the task contract's interpreter runs, a verified baseline: ~55 s of CPU).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not slurm and not gpu" -n auto --maxprocesses 8 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not slurm and not gpu" -n auto --maxprocesses 8 \
+		--dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

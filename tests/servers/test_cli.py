@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from harnesslab.servers.cli import main as cli_main
+from harnesslab.tools.settings import Settings
+from harnesslab.tools.state.secrets_store import workspace_secret
+from harnesslab.tools.task.spec import load_task
 
 CLI = [sys.executable, "-m", "harnesslab.servers"]
 
@@ -39,6 +42,12 @@ def test_init_then_eval_json_then_verify_json_succeed_on_the_cpu(tmp_path):
     assert ver.returncode == 0, ver.stderr
     verdict = json.loads(ver.stdout)
     assert verdict["verdict"] == "passed"
+    # ...and shows the operator exactly the hidden cases drawn from the workspace's secret
+    seed = workspace_secret(Settings(state_dir=tmp_path / "state"), ws)["seed"]
+    final = load_task("rmsnorm_gate").final
+    assert final is not None
+    drawn = {c.name for c in final.draw(seed)}
+    assert {c["name"] for c in verdict["evidence"]["cases"]} == drawn
     # The hidden shapes (reported in the verdict's evidence, after the fact) appear in no file
     # of the workspace, its .harnesslab views included.
     hidden = [f"{c['shape']['rows']}x{c['shape']['dim']}" for c in verdict["evidence"]["cases"]]

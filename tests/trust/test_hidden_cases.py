@@ -105,6 +105,10 @@ def test_no_hidden_shape_reaches_cli_output_tool_answers_or_workspace_files(
             assert per_case_numbers(json.loads(path.read_text())) == [], path
 
 
+@pytest.mark.slow(
+    "repeated by tests/servers/test_cli.py::test_init_then_eval_json_then_verify_json_succeed_on_"
+    "the_cpu: its `verify --json --reveal-cases` shows exactly the drawn hidden cases"
+)
 def test_the_operator_sees_the_hidden_cases_only_with_reveal_cases(
     task, tmp_path, monkeypatch, capsys
 ):

@@ -354,7 +354,21 @@ DYING = {
 }
 
 
-@pytest.mark.parametrize("when", sorted(DYING))
+# mid_case repeats at_import's verify (an incumbent's process dies, the candidate's verdict stands)
+# with the case run again without it: that rule is tests/tools/gpu/test_guard_units.py's
+# test_a_step_the_incumbent_failed_runs_again_without_it, in the fast tier beside at_import.
+DYING_SLOW = (
+    "repeats [at_import]; the re-run: test_a_step_the_incumbent_failed_runs_again_without_it"
+)
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        pytest.param(w, marks=[pytest.mark.slow(DYING_SLOW)] if w == "mid_case" else [])
+        for w in sorted(DYING)
+    ],
+)
 def test_an_incumbent_that_dies_loses_the_comparison_not_the_verdict(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

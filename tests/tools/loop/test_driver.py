@@ -1,8 +1,13 @@
-"""The iteration loop with fake agents (tests/tools/loop/fake_agents/scripted.py) on rmsnorm_gate
-under the Triton CPU interpreter: the loop's own verified score drives it, the best checkpoint
-survives broken attempts, hung agents die with their children, a crashed loop resumes.
+"""The iteration loop with fake agents (tests/tools/loop/fake_agents/scripted.py): the loop's own
+verified score drives it, the best checkpoint survives broken attempts, hung agents die with their
+children, a crashed loop resumes.
 
-Each guarded verify costs 1-3 s on the interpreter; every run here is 1-2 iterations."""
+A guarded verify of rmsnorm_gate costs 3-5 s of CPU on the Triton interpreter (two processes
+that import torch), one of a command task (tests/servers/support.py: solution.txt is the score)
+a few tenths. The loop scores every task kind through one path (Loop.score), so only the runs
+about the kernel verify itself (a verified improvement and its rollback, a step task's score) use
+a kernel task; the runs about processes, signals, resume and the build turns use the command
+task. Every run here is 1-2 iterations."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import anyio
 import pytest
 
 from harnesslab.tests.conftest_shared import small_rmsnorm
+from harnesslab.tests.servers.support import command_task
 from harnesslab.tools.loop.driver import resume_run, start_run
 from harnesslab.tools.loop.servers import turn_servers
 from harnesslab.tools.loop.state import RunConfig, RunStore
@@ -45,6 +51,12 @@ def settings(tmp_path: Path) -> Settings:
 def small_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """rmsnorm_gate with 2 small hidden cases instead of 6 large ones (tests/conftest_shared.py)."""
     return small_rmsnorm(tmp_path_factory.mktemp("task") / "rmsnorm_small")
+
+
+@pytest.fixture(scope="module")
+def cmd_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A command task whose objective prints solution.txt's number as best_us (50 at first)."""
+    return command_task(tmp_path_factory.mktemp("task"))
 
 
 def scripted(tmp_path: Path, task: Path, plan: dict[str, Any], **overrides: Any) -> RunConfig:
@@ -92,9 +104,8 @@ def wait_dead(pids: list[int], limit_s: float = 10.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-def rows_per_program(ws_root: Path, settings: Settings, candidate: str) -> int:
-    files = Checkpoints(open_workspace(ws_root, settings)).files(candidate)
-    return json.loads(files["kernel_config.json"])["rows_per_program"]
+def checkpointed(ws_root: Path, settings: Settings, candidate: str, name: str) -> str:
+    return Checkpoints(open_workspace(ws_root, settings)).files(candidate)[name].decode()
 
 
 # -- the loop ---------------------------------------------------------------------------------
@@ -152,13 +163,13 @@ async def test_verified_improvement_becomes_best_and_a_deleted_kernel_is_rolled_
 
 @pytest.mark.anyio
 async def test_hung_agent_is_killed_with_its_child_and_its_work_still_scored_and_counted(
-    tmp_path, settings, small_task
+    tmp_path, settings, cmd_task
 ):
     # The timed-out attempt's verified score reaches the stop score: the run ends there and
     # skips the build (solved), although 3 iterations were planned.
     config = scripted(
         tmp_path,
-        task=small_task,
+        task=cmd_task,
         plan={"attempt": ["hang"]},
         attempt_timeout_s=4,
         iterations=3,
@@ -173,8 +184,9 @@ async def test_hung_agent_is_killed_with_its_child_and_its_work_still_scored_and
     pids = json.loads((tmp_path / "pids.json").read_text())
     assert wait_dead([pids["agent"], pids["child"]]) == []
     # the change the agent made before hanging was scored independently
-    assert it["score"]["verdict"] == "passed"
-    assert rows_per_program(config.workspace, settings, it["score"]["candidate"]) == 8
+    assert it["score"]["verdict"] == "passed" and it["score"]["score_us"] == 8.0
+    scored = checkpointed(config.workspace, settings, it["score"]["candidate"], "solution.txt")
+    assert scored == "8\n"
     state = RunStore(open_workspace(config.workspace, settings), summary["run_id"]).load()
     assert state.active == []
     assert summary["status"] == "stopped" and "stop score" in summary["stop_reason"]
@@ -230,11 +242,11 @@ def only_run(config: RunConfig, settings: Settings) -> RunStore:
     ids=["sigint", "sigterm", "sigint_inherited_ignored"],
 )
 def test_ctrl_c_or_sigterm_mid_attempt_records_the_interruption_and_kills_the_agent(
-    tmp_path, settings, small_task, sig, ignored
+    tmp_path, settings, cmd_task, sig, ignored
 ):
     """Also with SIGINT ignored from the start (an xdist worker under the full suite passed that
     on: the loop then ran on past its Ctrl-C): the loop takes SIGINT itself."""
-    config = scripted(tmp_path, small_task, {"attempt": ["hang"]})
+    config = scripted(tmp_path, cmd_task, {"attempt": ["hang"]})
     code, err, pids = cli_run_stopped_mid_attempt(config, settings, sig, sigint_ignored=ignored)
     assert code == 130, err
     assert "--resume" in err
@@ -245,10 +257,8 @@ def test_ctrl_c_or_sigterm_mid_attempt_records_the_interruption_and_kills_the_ag
 
 
 @pytest.mark.anyio
-async def test_a_crashed_loop_resumes_kills_what_it_left_and_finishes(
-    tmp_path, settings, small_task
-):
-    config = scripted(tmp_path, small_task, {"attempt": ["hang"], "hang_once": True})
+async def test_a_crashed_loop_resumes_kills_what_it_left_and_finishes(tmp_path, settings, cmd_task):
+    config = scripted(tmp_path, cmd_task, {"attempt": ["hang"], "hang_once": True})
     _, _, pids = cli_run_stopped_mid_attempt(config, settings, signal.SIGKILL)
     assert alive(pids["agent"])  # orphaned by the crash
     store = only_run(config, settings)
@@ -266,7 +276,7 @@ async def test_a_crashed_loop_resumes_kills_what_it_left_and_finishes(
 
 
 def test_an_agent_failing_every_turn_has_its_message_in_the_reason_and_the_run_exits_3(
-    tmp_path, settings, small_task
+    tmp_path, settings, cmd_task
 ):
     """Like Claude Code without a login: the message is on stdout, the exit code 1. The run
     says the agent never worked instead of reporting the untouched baseline as a result."""
@@ -274,7 +284,7 @@ def test_an_agent_failing_every_turn_has_its_message_in_the_reason_and_the_run_e
     script = f"print({message!r}); raise SystemExit(1)"
     argv = [
         sys.executable, "-m", "harnesslab.servers", "run", "--json",
-        "--task", str(small_task), "-w", str(tmp_path / "ws"), "--iterations", "1",
+        "--task", str(cmd_task), "-w", str(tmp_path / "ws"), "--iterations", "1",
         "--runner", "exec", "--agent-cmd", f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}",
         "--build", "never",
     ]  # fmt: skip
@@ -290,11 +300,11 @@ def test_an_agent_failing_every_turn_has_its_message_in_the_reason_and_the_run_e
 
 @pytest.mark.anyio
 async def test_a_good_server_is_registered_and_a_broken_one_quarantined_after_one_repair(
-    tmp_path, settings, small_task
+    tmp_path, settings, cmd_task
 ):
     config = scripted(
         tmp_path,
-        small_task,
+        cmd_task,
         {"attempt": ["noop"], "build": ["two_servers"], "repair": ["noop"]},
         build="always",
         # what is asserted is the build, qualify and repair turns: no baseline or final verify

@@ -7,8 +7,9 @@ runs the n-th action (the last one repeats). Turn counts live next to the plan f
   improve      more rows per program (the Triton interpreter runs fewer programs faster)
   delete       delete kernel.py, flood stdout, exit 3 (no result.json)
   syntax       write a syntax error into kernel.py, exit 3
-  hang         change the config, start a sleeping child, record both pids, sleep; with
-               "hang_once" in the plan only the first time (a resumed run goes on)
+  hang         change the config (a command task: write 8 into solution.txt), start a sleeping
+               child, record both pids, sleep; with "hang_once" in the plan only the first
+               time (a resumed run goes on)
   good_server  generate a working task-specific server (a preset run_objective)
   bad_server   generate a server whose custom tool raises
   two_servers  good_server and bad_server in one turn
@@ -74,7 +75,11 @@ elif action == "syntax":
 elif action == "hang":
     marker = plan_file.with_name("hung_once")
     if not (plan.get("hang_once") and marker.exists()):
-        set_rows(8)  # a change made before hanging: the loop scores it after the timeout
+        # a change made before hanging: the loop scores it after the timeout
+        if config_path.exists():
+            set_rows(8)
+        else:  # a command task (tests/servers/support.py): its score is the number written
+            (workspace / "solution.txt").write_text("8\n")
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         pids = {"agent": os.getpid(), "child": child.pid}
         plan_file.with_name("pids.json").write_text(json.dumps(pids))
