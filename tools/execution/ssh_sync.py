@@ -75,6 +75,12 @@ _HELPER = (
 done"""
 )
 _REPLY_MAX_BYTES = 256 << 20
+# A local file's identity for the scan's digest cache: inode, device, size, mtime and ctime (any
+# write changes the ctime, which no one sets back). File times tick coarsely (a jiffy): a digest
+# is kept only for a file whose ctime is RACY_NS older than the scan, so a write in the same tick
+# as a scan's stat is never missed (git's "racy clean" rule).
+_Stat = tuple[int, int, int, int, int]
+RACY_NS = 2_000_000_000
 
 
 class SyncHelper:
@@ -84,6 +90,7 @@ class SyncHelper:
         self._executor = executor
         self._proc: SSHInteractive | None = None
         self._lock = anyio.Lock()
+        self.digests: dict[Path, dict[Path, tuple[_Stat, str]]] = {}  # _scan's, per local tree
 
     def channels(self) -> int:
         """Command channels the helper holds now (0 or 1)."""
@@ -177,7 +184,8 @@ async def sync_tree(
     are deleted; files the host created itself (caches, outputs) are left alone, and the
     top-level folders in `skip` are not even listed."""
     host = helper._executor.host
-    local = await anyio.to_thread.run_sync(_scan, local_dir)
+    known = helper.digests.setdefault(local_dir, {})
+    local = await anyio.to_thread.run_sync(_scan, local_dir, known)
     local = {rel: v for rel, v in local.items() if rel.split("/", 1)[0] not in skip}
     state = await helper.run("state", [remote_dir, *skip], timeout_s=timeout_s)
     if state.exit_code != 0:
@@ -204,25 +212,43 @@ async def sync_tree(
     return send
 
 
-def _scan(root: Path) -> dict[str, tuple[str, int, int, int]]:
-    """rel path -> (sha256, size, whole-second mtime, mode) for every file under root."""
+def _scan(
+    root: Path, known: dict[Path, tuple[_Stat, str]] | None = None
+) -> dict[str, tuple[str, int, int, int]]:
+    """rel path -> (sha256, size, whole-second mtime, mode) for every file under root. `known`
+    (path -> (stat, digest), updated to this scan's settled files: RACY_NS) spares re-reading
+    a file whose inode, size, mtime and ctime are unchanged: a stage gains files with every
+    candidate, and hashing them all cost every call more."""
     import hashlib
 
+    seen: dict[Path, tuple[_Stat, str]] = {}
+    settled_ns = time.time_ns() - RACY_NS
     files: dict[str, tuple[str, int, int, int]] = {}
     for path in sorted(root.rglob("*")):
         if not path.is_file() or path == root / MANIFEST:
             continue
-        digest = hashlib.sha256()
-        with path.open("rb") as fh:
-            while block := fh.read(1 << 20):
-                digest.update(block)
         st = path.stat()
+        stat = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        cached = (known or {}).get(path)
+        if cached is not None and cached[0] == stat:
+            digest = cached[1]
+        else:
+            sha = hashlib.sha256()
+            with path.open("rb") as fh:
+                while block := fh.read(1 << 20):
+                    sha.update(block)
+            digest = sha.hexdigest()
+        if st.st_ctime_ns < settled_ns:
+            seen[path] = (stat, digest)
         files[path.relative_to(root).as_posix()] = (
-            digest.hexdigest(),
+            digest,
             st.st_size,
             int(st.st_mtime),
             st.st_mode & 0o777,
         )
+    if known is not None:
+        known.clear()
+        known.update(seen)
     return files
 
 

@@ -5,11 +5,13 @@ aclose leaves none behind. Remote and local are the same machine here."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from harnesslab.tests.sshd_fixtures import SSHHost
 from harnesslab.tests.tools.execution.procs import live_group, wait_until
 from harnesslab.tools.errors import ExecutorError
+from harnesslab.tools.execution import ssh_sync
 from harnesslab.tools.execution.launcher import Launcher
 from harnesslab.tools.execution.ssh import SSHExecutor
 from harnesslab.tools.settings import Settings
@@ -231,3 +234,48 @@ async def test_an_apply_that_stops_early_still_takes_all_its_bytes(
     assert failed.exit_code == 1 and not failed.timed_out
     assert listed.exit_code == 0 and "harness/runner.py" in listed.stdout
     assert len(spawned) == 1
+
+
+def test_the_local_scan_reuses_a_digest_only_for_a_file_settled_before_the_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "a.py").write_text("one\n")
+    (root / "b.py").write_text("two\n")
+    want = hashlib.sha256(b"one\n").hexdigest()
+    known: dict[Path, Any] = {}
+    assert ssh_sync._scan(root, known)["a.py"][0] == want
+    assert known == {}  # just written: its time may still tick with the next write
+    monkeypatch.setattr(ssh_sync, "RACY_NS", 0)  # every file settled
+    ssh_sync._scan(root, known)
+    stat, _digest = known[root / "a.py"]
+    known[root / "a.py"] = (stat, "reused")
+    assert ssh_sync._scan(root, known)["a.py"][0] == "reused"
+    (root / "b.py").unlink()
+    ssh_sync._scan(root, known)
+    assert set(known) == {root / "a.py"}
+
+
+def test_the_local_scan_sees_a_same_size_rewrite_whose_mtime_was_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "a.py").write_text("one\n")
+    monkeypatch.setattr(ssh_sync, "RACY_NS", 0)  # every file settled: its digest is kept
+    known: dict[Path, Any] = {}
+    ssh_sync._scan(root, known)
+    stored = known[root / "a.py"][0]
+    # file times tick coarsely: wait (bounded) until a new write gets a later ctime
+    probe = tmp_path / "probe"
+    for _ in range(10_000):
+        probe.write_text("tick")
+        if probe.stat().st_ctime_ns > stored[4]:
+            break
+    else:
+        pytest.fail("the file system's clock did not move")
+    before = (root / "a.py").stat()
+    (root / "a.py").write_text("two\n")
+    os.utime(root / "a.py", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert ssh_sync._scan(root, known)["a.py"][0] == hashlib.sha256(b"two\n").hexdigest()
