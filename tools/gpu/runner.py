@@ -437,7 +437,8 @@ def handle(env: Env, req: dict[str, Any]) -> dict[str, Any]:
             # one's: no cudaMalloc/cudaFree per case, ~12 ms over rmsnorm_gate's nine dev
             # cases) and go back to the device once it ends, for the processes beside this one.
             if env.device == "cuda":
-                env.torch.cuda.empty_cache()
+                with ev.phases("release"):  # its own phase: what holding the blocks would save
+                    env.torch.cuda.empty_cache()
         if mode in ("evaluate", "sweep"):
             with ev.phases("copy_bandwidth"):  # measured once per process (cached after)
                 result["copy_gbps"] = env.copy_gbps() if not req.get("compile_only") else None

@@ -484,6 +484,11 @@ def test_evaluate_reports_the_copy_bandwidth_and_phases(
     gpu = FakeEnv(device="cuda")
     runner.handle(gpu, request(tmp_path, mode="probe"))
     assert gpu.torch.released == 1
+    res = runner.handle(gpu, request(tmp_path, mode="sweep", configs=[]))
+    assert gpu.torch.released == 2 and "release" in res["phases_s"]
+    assert (
+        "release" not in runner.handle(env, request(tmp_path, mode="sweep", configs=[]))["phases_s"]
+    )
 
 
 def test_the_guarded_modes_never_get_the_dev_triton_cache(
