@@ -99,8 +99,10 @@ class SyncHelper:
     async def run(
         self, op: str, args: list[str], *, stdin: bytes = b"", timeout_s: float
     ) -> CommandResult:
-        """Run step `op` ("state" or "apply") on the host, in the helper when it can."""
-        if not any("\n" in a for a in args):  # a request line per argument
+        """Run step `op` ("state" or "apply") on the host, in the helper when it can: when it is
+        free (a step never waits behind another sync's large apply) and no argument holds a
+        newline (a request line per argument); else as a command of its own."""
+        if not self._lock.locked() and not any("\n" in a for a in args):
             async with self._lock:
                 result = await self._request(op, args, stdin, timeout_s)
             if result is not None:

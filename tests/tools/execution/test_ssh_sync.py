@@ -279,3 +279,24 @@ def test_the_local_scan_sees_a_same_size_rewrite_whose_mtime_was_put_back(
     (root / "a.py").write_text("two\n")
     os.utime(root / "a.py", ns=(before.st_atime_ns, before.st_mtime_ns))
     assert ssh_sync._scan(root, known)["a.py"][0] == hashlib.sha256(b"two\n").hexdigest()
+
+
+@pytest.mark.anyio
+async def test_syncs_at_once_never_wait_for_the_helper_and_all_land(
+    ssh_host: SSHHost, tmp_path: Path
+) -> None:
+    local = stage(tmp_path)
+    async with counted(ssh_host) as (ex, spawned):
+        await ex.sync_tree(local, ex.path("first"))
+        results: dict[str, list[str]] = {}
+
+        async def sync(name: str) -> None:
+            results[name] = await ex.sync_tree(local, ex.path(name))
+
+        async with anyio.create_task_group() as tg:
+            for name in ("a", "b", "c"):
+                tg.start_soon(sync, name)
+        roots = [Path(ex.path(name)) for name in ("a", "b", "c")]
+    assert all(sent == ["harness/runner.py", "tasks/reference.py"] for sent in results.values())
+    assert all((r / "tasks" / "reference.py").read_text() == "ref = 1\n" for r in roots)
+    assert len(spawned) > 1  # the helper was busy: the others ran their steps themselves
