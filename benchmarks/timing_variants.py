@@ -16,9 +16,17 @@ Variants (combine with "+"):
               differently make the median (an even count: the mean of the two middle samples,
               one of each set) the mean of the faster set's slowest and the slower set's
               fastest sample, two extremes; timing_phases_gpu.py's "set gap" column says
-              whether the sets differ. Also one input set fewer to draw per isolated case.
+              whether the sets differ. Worth it only where that gap is wider than the spread
+              (a simulation with a 1% gap under 0.5-1.5% noise showed no gain). Also one input
+              set fewer to draw per isolated case.
   isofloor    isolated cases take at least 20 samples (the floor of 10 lets a run stop at 14
-              while another runs to the cap of 30: the 1.10% disagreement of 4096x8192 bf16)
+              while another runs to the cap of 30: the 1.10% disagreement of 4096x8192 bf16;
+              benchmarks/agreement_sim.py finds little gain alone, 3.5% -> 2.8% of runs at 1%
+              noise, and 0.6% with isocap60)
+  isocap60    isolated cases may take up to 60 samples (still stopping once stable): where a
+              sample's own noise is ~1.5% (timing_phases_gpu.py's spread ~4%), the median of 30
+              misses 1% between two runs on some of the six isolated cases in ~1 run of 5; of 60,
+              ~1 of 10 (benchmarks/agreement_sim.py: the adaptive sampler, Gaussian noise)
   window125   graph samples of ~125 us of back-to-back calls instead of ~250 us: half the
               captured calls (the capture's host launches are most of the graph path's cost;
               event resolution, ~0.5 us, is 0.4% of a sample and the median is over 10 or more)
@@ -66,6 +74,12 @@ EDITS: dict[str, list[tuple[str, str]]] = {
             "                call, floor, host_us=statistics.median(single), cap=samples\n",
             "                call, max(floor, min(20, samples)), host_us=statistics.median(single),\n"
             "                cap=samples\n",
+        )
+    ],
+    "isocap60": [
+        (
+            "cap=samples\n            )\n        else:\n",
+            "cap=max(samples, 60)\n            )\n        else:\n",
         )
     ],
     "window125": [("BATCH_STEP, WINDOW_US = 4, 250.0", "BATCH_STEP, WINDOW_US = 4, 125.0")],
