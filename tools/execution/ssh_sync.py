@@ -22,17 +22,50 @@ import json
 import tarfile
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 
 from ..errors import ExecutorError
 from .command_result import CommandResult
 
-if TYPE_CHECKING:
-    from .ssh import SSHExecutor, SSHInteractive
+
+class HelperProcess(Protocol):
+    """What the helper needs of a long-lived process (ssh.SSHInteractive is one)."""
+
+    def alive(self) -> bool: ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    async def receive_until(self, sep: bytes, max_bytes: int = ...) -> bytes | None: ...
+
+    async def kill(self) -> None: ...
+
+
+class HelperHost(Protocol):
+    """What the helper needs of its executor (ssh.SSHExecutor is one)."""
+
+    host: str
+
+    @property
+    def closing(self) -> bool: ...
+
+    def path(self, *parts: str) -> str: ...
+
+    async def start(self, argv: list[str]) -> HelperProcess: ...
+
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float,
+        stdin: bytes | None = None,
+    ) -> CommandResult: ...
+
 
 MANIFEST = ".manifest.json"
 
@@ -86,9 +119,9 @@ RACY_NS = 2_000_000_000
 class SyncHelper:
     """The helper shell of one executor (module docstring). One step at a time."""
 
-    def __init__(self, executor: SSHExecutor) -> None:
+    def __init__(self, executor: HelperHost) -> None:
         self._executor = executor
-        self._proc: SSHInteractive | None = None
+        self._proc: HelperProcess | None = None
         self._lock = anyio.Lock()
         self.digests: dict[Path, dict[Path, tuple[_Stat, str]]] = {}  # _scan's, per local tree
 
@@ -154,7 +187,7 @@ class SyncHelper:
             host=self._executor.host,
         )
 
-    async def _helper(self) -> SSHInteractive | None:
+    async def _helper(self) -> HelperProcess | None:
         if self._proc is not None and not self._proc.alive():
             await self.aclose()
         if self._proc is None and not self._executor.closing:
