@@ -114,6 +114,7 @@ async def test_a_helper_killed_on_the_host_is_replaced_and_the_sync_stays_right(
         pgid = helper_group(ex)
         os.killpg(pgid, signal.SIGKILL)
         await wait_until(lambda: not live_group(pgid), 10)
+        await wait_until(lambda: ex.channels_held() == 0, 10)  # its channel is free again
         (local / "harness" / "runner.py").write_text("runner = 3\n")
         sent = await ex.sync_tree(local, str(remote))
         replaced = await ex.sync_tree(local, str(remote))
@@ -190,20 +191,24 @@ async def test_odd_names_on_the_host_and_a_folder_name_with_a_newline_sync_right
     async with counted(ssh_host) as (ex, spawned):
         remote = Path(ex.path("stage"))
         await ex.sync_tree(local, str(remote))
-        # host-made names that look like the listing's and the reply's framing
+        # host-made names that look like the listing's and the reply's framing, or no text
         (remote / "tasks" / "x\n@@HL-STAT@@\ny").write_text("host\n")
         (remote / "tasks" / "\n0123 0\n").write_text("host\n")
+        os.close(os.open(bytes(remote / "tasks") + b"/\xff.bin", os.O_CREAT | os.O_WRONLY))
         (local / "tasks" / "reference.py").write_text("ref = 2\n")
         sent = await ex.sync_tree(local, str(remote))
         unchanged = await ex.sync_tree(local, str(remote))
         # a line per argument: a name with a newline goes through a command of its own
         odd = remote.parent / "odd\nstage"
         odd_sent = await ex.sync_tree(local, str(odd))
+        (local / "harness" / "runner.py").unlink()  # the apply's arguments: the folder, a file
+        odd_deleted = await ex.sync_tree(local, str(odd))
     assert sent == ["tasks/reference.py"] and unchanged == []
+    assert odd_deleted == [] and not (odd / "harness" / "runner.py").exists()
     assert (remote / "tasks" / "reference.py").read_text() == "ref = 2\n"
     assert odd_sent == ["harness/runner.py", "tasks/reference.py"]
     assert (odd / "tasks" / "reference.py").read_text() == "ref = 2\n"
-    assert len(spawned) == 3  # the helper, then the odd folder's two steps
+    assert len(spawned) == 5  # the helper, then the odd folder's steps
 
 
 @pytest.mark.anyio
@@ -300,3 +305,56 @@ async def test_syncs_at_once_never_wait_for_the_helper_and_all_land(
     assert all(sent == ["harness/runner.py", "tasks/reference.py"] for sent in results.values())
     assert all((r / "tasks" / "reference.py").read_text() == "ref = 1\n" for r in roots)
     assert len(spawned) > 1  # the helper was busy: the others ran their steps themselves
+
+
+@pytest.mark.anyio
+async def test_a_step_past_its_limit_is_timed_out_and_its_helper_killed(
+    ssh_host: SSHHost, tmp_path: Path
+) -> None:
+    local = stage(tmp_path)
+    async with counted(ssh_host) as (ex, _spawned):
+        remote = ex.path("stage")
+        await ex.sync_tree(local, remote)
+        pgid = helper_group(ex)
+        proc = ex._sync._proc
+        assert proc is not None
+
+        async def silent(sep: bytes, max_bytes: int = 0) -> bytes | None:
+            await anyio.sleep_forever()
+            return None
+
+        proc.receive_until = silent  # type: ignore[method-assign]
+        late = await ex._sync.run("state", [remote], timeout_s=0.5)
+        await wait_until(lambda: not live_group(pgid), 10)
+        listed = await ex._sync.run("state", [remote], timeout_s=10)
+    assert late.timed_out and late.exit_code is None and late.stdout == ""
+    assert listed.exit_code == 0 and "harness/runner.py" in listed.stdout
+
+
+@pytest.mark.parametrize("cut", ["output", "status", "stderr", "garbled status"])
+@pytest.mark.anyio
+async def test_a_reply_cut_short_or_garbled_is_not_trusted_the_step_runs_as_a_command(
+    ssh_host: SSHHost, tmp_path: Path, cut: str
+) -> None:
+    local = stage(tmp_path)
+    async with counted(ssh_host) as (ex, spawned):
+        remote = ex.path("stage")
+        await ex.sync_tree(local, remote)
+        pgid = helper_group(ex)
+        proc = ex._sync._proc
+        assert proc is not None
+        receive = proc.receive_until
+        parts = ["output", "status", "stderr"]
+
+        async def cutting(sep: bytes, max_bytes: int = 64 << 20) -> bytes | None:
+            got = await receive(sep, max_bytes)
+            part = parts.pop(0)
+            if part == cut:
+                return None
+            return b"zz" if cut == "garbled status" and part == "status" else got
+
+        proc.receive_until = cutting  # type: ignore[method-assign]
+        listed = await ex._sync.run("state", [remote], timeout_s=10)
+        await wait_until(lambda: not live_group(pgid), 10)
+    assert listed.exit_code == 0 and "harness/runner.py" in listed.stdout
+    assert len(spawned) == 2  # the helper, then the step as a command of its own
