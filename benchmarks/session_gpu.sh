@@ -19,6 +19,7 @@
 #                SWEEP_LANGS="triton cuda": each template in turn, CUDA C++'s whole space is 20)
 #   objective    warm run_objective over SSH, phases, back-to-back agreement (bench_ssh_e2e.py)
 #   timingab     TAB_VARIANTS of timing.py (timing_variants.py): the per-case phases and warm run_objective
+#   objab        OBJ_VARIANTS of the installed package (package_variants.py): warm run_objective each
 #   variants     rmsnorm_gate's solution, its variants and the peers (rmsnorm_variants_gpu.py)
 #   cudavariants the CUDA rmsnorm_gate solution's plan variants (cache hints, launch bounds, threads
 #                per row, persistent rows) beside FLA, Liger and torch.compile on the lab's shapes and
@@ -91,6 +92,15 @@ if has timingab; then  # TAB_VARIANTS (benchmarks/timing_variants.py), each in t
       --json "$OUT/objective_$vf.json" 2>"$OUT/objective_$vf.err" | grep -E "run_objective round trip|worst|runner_timing|runner_other|  sync |runner_correctness"; echo "objective ($v) rc=${PIPESTATUS[0]}"
   done
   cp /tmp/timing_pristine.py "$W/hl/harnesslab/tools/gpu/timing.py"
+fi
+if has objab; then  # OBJ_VARIANTS (benchmarks/package_variants.py), each in turn on the same machine
+  for v in ${OBJ_VARIANTS:-base}; do vf=${v//+/_}
+    el "== package variant $v"
+    python3 benchmarks/package_variants.py "$v" "$W/hl/harnesslab" /tmp/pkg_pristine || continue
+    timeout "${OBJ_S:-80}" python3 benchmarks/bench_ssh_e2e.py --parts objective --calls "${TAB_CALLS:-8}" --breakdown \
+      --json "$OUT/objective_$vf.json" 2>"$OUT/objective_$vf.err" | grep -E "run_objective round trip|worst|runner_|  sync |  stage "; echo "objective ($v) rc=${PIPESTATUS[0]}"
+  done
+  python3 benchmarks/package_variants.py base "$W/hl/harnesslab" /tmp/pkg_pristine
 fi
 if has variants; then
   el "== rmsnorm_gate variants"

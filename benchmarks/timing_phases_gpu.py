@@ -12,7 +12,11 @@ without timing (correctness only) for comparison.
 The correctness-only run is split by the runner's own phases: inputs (draw, reference,
 snapshot, poison), check (the candidate's call and the comparison) and the rest (the case's
 allocator release). --keep-cache turns the per-case torch.cuda.empty_cache() into a no-op, to
-show what the allocator release costs.
+show what the allocator release costs. Per case also (the largest over the rounds): "behind",
+the times the isolated path started over because the host fell behind the device (each a
+repeat of its samples with a sleep before every one); "set gap", how far apart the input sets'
+own medians are in the isolated samples (benchmarks/timing_variants.py's oneset); "spread",
+(p90 - p10) / median.
 
 No harnesslab install: the staged files are imported from tools/gpu/ by name, as on a GPU host
 (--gpu-dir: from another flat folder of them instead, e.g. an older commit's, for an A/B).
@@ -63,6 +67,34 @@ def wrap(env: Any, spent: dict[str, float]) -> None:
         setattr(env, name, timed)
 
 
+def watch_isolated(env: Any, seen: dict[str, Any]) -> None:
+    """Record the isolated path's last samples ("times") and how often it started over with a
+    sleep before every sample because the host fell behind the device ("behind")."""
+    isolated, inner = env.isolated_times, env._isolated
+
+    def times(*a: Any, **k: Any) -> Any:
+        out = isolated(*a, **k)
+        seen["times"] = list(out[0])
+        return out
+
+    def restarted(*a: Any, **k: Any) -> Any:
+        seen["behind"] += bool(k.get("sleep_each"))
+        return inner(*a, **k)
+
+    env.isolated_times, env._isolated = times, restarted
+
+
+def set_gap(times: list[float], n_sets: int) -> float | None:
+    """How far apart the input sets' own medians are, relative to the median of all samples
+    (sample k of the isolated path uses set k % n_sets): a rotation over sets that time
+    differently makes the median of an even count the mean of two extremes."""
+    per_set = [times[s::n_sets] for s in range(n_sets)]
+    if n_sets < 2 or min(map(len, per_set)) < 3:
+        return None
+    meds = [statistics.median(x) for x in per_set]
+    return (max(meds) - min(meds)) / statistics.median(times)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", default="rmsnorm_gate")
@@ -95,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep_cache:
         env.torch.cuda.empty_cache = lambda: None
     spent: dict[str, float] = collections.defaultdict(float)
+    seen: dict[str, Any] = {"behind": 0, "times": []}
+    watch_isolated(env, seen)  # inside the wall clocks of wrap(): counted in isolated_times
     wrap(env, spent)
     cases = [{"name": c["name"], "dtype": c["dtype"], "shape": c["shape"]}
              for c in toml["dev_cases"]]  # fmt: skip
@@ -112,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             split = {k: ev.phases.get(k, 0.0) - before.get(k, 0.0)
                      for k in ("inputs", "correctness")}  # fmt: skip
             spent.clear()
+            seen.update(behind=0, times=[])
             profiling = args.profile and rnd == args.rounds - 1
             if profiling:
                 prof.enable()
@@ -126,11 +161,15 @@ def main(argv: list[str] | None = None) -> int:
                                        "samples": res.get("samples"),
                                        "method": res.get("timing_method"),
                                        "median_us": res.get("median_us"),
-                                       "calls": res.get("calls_per_sample")})  # fmt: skip
+                                       "calls": res.get("calls_per_sample"),
+                                       "behind": seen["behind"],
+                                       "set_gap": set_gap(seen["times"],
+                                                          int(res.get("input_sets") or 1)),
+                                       "spread": res.get("spread")})  # fmt: skip
     print(
         f"{env.info()['device']}, torch {env.torch.__version__}; median of {args.rounds} rounds, ms"
     )
-    head = f"{'case':18} {'method':10} {'samples':>7} {'calls':>5} {'median us':>9} | {'total':>7} {'check':>7} {'singles':>7} {'graph':>7} {'isolated':>8} | {'inputs':>7} {'compare':>7}"
+    head = f"{'case':18} {'method':10} {'samples':>7} {'calls':>5} {'median us':>9} | {'total':>7} {'check':>7} {'singles':>7} {'graph':>7} {'isolated':>8} | {'inputs':>7} {'compare':>7} | {'behind':>6} {'set gap':>8} {'spread':>7}"
     print(head)
     sums: dict[str, float] = collections.defaultdict(float)
     for name, rs in rows.items():
@@ -143,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:18} {str(last['method'])[:10]:10} {last['samples']!s:>7} {last['calls']!s:>5} "
               f"{last['median_us'] or 0:9.2f} | {med['total_s'] * 1e3:7.1f} {med['check_s'] * 1e3:7.1f} "
               f"{med['window_s'] * 1e3:7.1f} {med['graph_times_s'] * 1e3:7.1f} {med['isolated_times_s'] * 1e3:8.1f}"
-              f" | {med['inputs_s'] * 1e3:7.1f} {med['compare_s'] * 1e3:7.1f}")  # fmt: skip
+              f" | {med['inputs_s'] * 1e3:7.1f} {med['compare_s'] * 1e3:7.1f}"
+              f" | {sum(r['behind'] for r in rs):6d} {pct(r['set_gap'] for r in rs):>8}"
+              f" {pct(r['spread'] for r in rs):>7}")  # fmt: skip
     print(f"{'sum':18} {'':10} {'':>7} {'':>5} {'':>9} | {sums['total_s'] * 1e3:7.1f} {sums['check_s'] * 1e3:7.1f} "
           f"{sums['window_s'] * 1e3:7.1f} {sums['graph_times_s'] * 1e3:7.1f} {sums['isolated_times_s'] * 1e3:8.1f}"
           f" | {sums['inputs_s'] * 1e3:7.1f} {sums['compare_s'] * 1e3:7.1f}")  # fmt: skip
@@ -158,6 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"wrote {path}")
     return 0
+
+
+def pct(values: Any) -> str:
+    """The largest of the rounds' fractions as a percentage ("-" when none has one)."""
+    xs = [v for v in values if isinstance(v, int | float)]
+    return f"{100 * max(xs):.2f}%" if xs else "-"
 
 
 if __name__ == "__main__":

@@ -196,7 +196,8 @@ def breakdown(call: RunnerCall, *, snapshot_s: float, result_s: float) -> dict[s
     """Where one evaluation's seconds went, host and runner side by side (exclusive phases):
     snapshot (editable files, hash), stage, gpu_lock, sync, transport (the round trip to the
     runner minus the runner's own time), the runner's phases (load, inputs, correctness,
-    timing_inputs, timing, copy_bandwidth, other) and result (assembly, ledger, checkpoint)."""
+    timing_inputs, timing, copy_bandwidth, release: the allocator's cache given back, other)
+    and result (assembly, ledger, checkpoint)."""
     host = dict(call.phases_s)
     runner = {k: float(v) for k, v in ((call.result or {}).get("phases_s") or {}).items()}
     runner_wall = float((call.result or {}).get("runner_wall_s") or 0.0)

@@ -50,6 +50,11 @@ class Executor(ABC):
         """The interpreter that runs the harness on this executor."""
         return settings.remote_python
 
+    def channels_held(self) -> int:
+        """Command slots of `max_parallel` that the executor's own long-lived helpers hold now
+        (the SSH sync helper), for the launcher's capacity sums."""
+        return 0
+
     def gpu_indices(self, settings: Settings) -> list[int]:
         """The GPUs this executor offers; the launcher makes one slot of each. The launcher
         names a slot's GPU to `run`/`start` as CUDA_VISIBLE_DEVICES=<index>."""

@@ -152,6 +152,7 @@ class Launcher:
             held += sum(1 for i in self.compile_pool.workers
                         if self.compile_pool.slot_of(i).executor is ex)  # fmt: skip
             held += held_channels(ex)  # GPU lock holders (tools/execution/gpu_lock.py)
+            held += ex.channels_held()  # its own helpers (the SSH sync helper)
             total += max(1, ex.max_parallel - held - 1)
         return total
 

@@ -492,6 +492,9 @@ class SlurmExecutor(Executor):
     ) -> list[str]:
         return await self.login.sync_tree(local_dir, remote_dir, skip=skip)
 
+    def channels_held(self) -> int:
+        return self.login.channels_held()
+
     # -- health -----------------------------------------------------------------------------
 
     async def health(

@@ -11,12 +11,9 @@ leaves its group behind; the next connection to that host kills it first.
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import posixpath
 import shlex
-import tarfile
 import time
 import uuid
 from collections.abc import Collection, Mapping
@@ -38,10 +35,10 @@ from .executor import (
 )
 from .procgroup import KILL_GRACE_S, Capture
 from .ssh_pool import ConnectionPool, PooledConnection, SSHTarget
+from .ssh_sync import MANIFEST, SyncHelper, sync_tree
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = ".manifest.json"
 _READ_CHUNK = 1 << 16
 _SETUP_TIMEOUT_S = 30.0
 
@@ -71,17 +68,6 @@ _SETUP = r"""r=$1
 case $r in "~") r=$HOME ;; "~/"*) r=$HOME/${r#"~/"} ;; esac
 mkdir -p -- "$r/run" && cd -- "$r" && pwd || exit 1
 find run -type f -mmin +1440 -exec rm -f {} + 2>/dev/null; exit 0"""
-
-# $1: the folder; $2...: top-level folders in it the host writes itself (sync_tree's `skip`:
-# sandbox scratch folders, Triton caches, thousands of files after a few sweeps): not listed.
-_STATE = r"""mkdir -p -- "$1" && cd -- "$1" || exit 1; shift
-[ -f .manifest.json ] && cat .manifest.json; printf '\n@@HL-STAT@@\n'
-prune=""; for d in "$@"; do prune="$prune -path ./$d -prune -o"; done
-find . $prune -type f ! -path ./.manifest.json -printf '%P\0%s\0%T@\0'"""
-
-_APPLY = r"""cd -- "$1" || exit 1; shift
-for f in "$@"; do rm -f -- "$f" || exit 1; done
-tar -x -p -f - --no-same-owner"""
 
 
 def _quote(words: list[str]) -> str:
@@ -125,6 +111,7 @@ class SSHExecutor(Executor):
         self._orphans: set[str] = set()  # run bases whose connection dropped mid-command
         self._inflight: dict[str, PooledConnection] = {}
         self._closing = False
+        self._sync = SyncHelper(self)  # sync_tree's steps on the host (ssh_sync.py)
 
     # -- connection setup ---------------------------------------------------------------
 
@@ -306,7 +293,7 @@ class SSHExecutor(Executor):
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         stderr_path: str | None = None,
-    ) -> InteractiveProcess:
+    ) -> SSHInteractive:
         """Start a long-lived process (a warm worker) in its own group on the host.
 
         It holds one command channel until `kill()`; its stderr goes to stderr_path on the
@@ -358,40 +345,17 @@ class SSHExecutor(Executor):
         skip: Collection[str] = (),
         timeout_s: float = 300.0,
     ) -> list[str]:
-        """Mirror local_dir's files into remote_dir; only changed files travel (one tar stream).
+        """Mirror local_dir's files into remote_dir (ssh_sync.sync_tree: only changed files
+        travel, through the executor's sync helper)."""
+        return await sync_tree(self._sync, local_dir, remote_dir, skip=skip, timeout_s=timeout_s)
 
-        The host keeps `remote_dir/.manifest.json` (sha256, size, mtime per file sent). A file
-        travels when its hash differs from the manifest or the host's copy no longer has the
-        recorded size and mtime (edited or deleted there). Files sent earlier and gone locally
-        are deleted; files the host created itself (caches, outputs) are left alone, and the
-        top-level folders in `skip` are not even listed."""
-        local = await anyio.to_thread.run_sync(_scan, local_dir)
-        local = {rel: v for rel, v in local.items() if rel.split("/", 1)[0] not in skip}
-        state = await self.run(["sh", "-c", _STATE, "sh", remote_dir, *skip], timeout_s=timeout_s)
-        if state.exit_code != 0:
-            raise _sync_error(self.host, remote_dir, state)
-        manifest, on_host = _parse_state(state.stdout)
-        send = sorted(
-            rel
-            for rel, (digest, _size, _mtime, _mode) in local.items()
-            if (old := manifest.get(rel)) is None
-            or old.get("sha256") != digest
-            or on_host.get(rel) != (old.get("size"), old.get("mtime"))
-        )
-        gone = sorted(rel for rel in manifest if rel not in local and rel in on_host)
-        if not send and not gone and set(manifest) == set(local):
-            return []
-        new_manifest = {
-            rel: manifest[rel] if rel not in send else {"sha256": d, "size": s, "mtime": m}
-            for rel, (d, s, m, _mode) in local.items()
-        }
-        archive = await anyio.to_thread.run_sync(_tar, local_dir, send, local, new_manifest)
-        applied = await self.run(
-            ["sh", "-c", _APPLY, "sh", remote_dir, *gone], timeout_s=timeout_s, stdin=archive
-        )
-        if applied.timed_out or applied.exit_code != 0:
-            raise _sync_error(self.host, remote_dir, applied)
-        return send
+    def channels_held(self) -> int:
+        """Channels the executor's own long-lived helper holds (the sync helper)."""
+        return self._sync.channels()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
 
     # -- shutdown --------------------------------------------------------------
 
@@ -399,6 +363,7 @@ class SSHExecutor(Executor):
         """Kill every command still running here, then close the connections."""
         self._closing = True
         with anyio.CancelScope(shield=True):
+            await self._sync.aclose()
             async with anyio.create_task_group() as tg:
                 for base, entry in list(self._inflight.items()):
                     tg.start_soon(self._kill, base, entry)
@@ -449,8 +414,11 @@ class SSHInteractive(InteractiveProcess):
         return Ending(code=128 - code if code < 0 else code)
 
     async def send_line(self, line: str) -> None:
+        await self.send_bytes(line.encode() + b"\n")
+
+    async def send_bytes(self, data: bytes) -> None:
         try:
-            self._process.stdin.write(line.encode() + b"\n")
+            self._process.stdin.write(data)
             await self._process.stdin.drain()
         except (OSError, asyncssh.Error) as exc:
             raise ExecutorError(
@@ -461,9 +429,16 @@ class SSHInteractive(InteractiveProcess):
             ) from exc
 
     async def receive_line(self, max_bytes: int = 64 << 20) -> str | None:
-        while (end := self._buffer.find(b"\n")) < 0:
+        line = await self.receive_until(b"\n", max_bytes)
+        return None if line is None else line.decode(errors="replace")
+
+    async def receive_until(self, sep: bytes, max_bytes: int = 64 << 20) -> bytes | None:
+        """The output up to the next `sep` (consumed, not returned); None at its end."""
+        start = 0
+        while (end := self._buffer.find(sep, start)) < 0:
             if len(self._buffer) > max_bytes:
                 raise ExecutorError(f"worker line over {max_bytes} bytes", kind="crashed")
+            start = max(0, len(self._buffer) - len(sep) + 1)
             try:
                 chunk = await self._process.stdout.read(_READ_CHUNK)
             except (OSError, asyncssh.Error) as exc:
@@ -472,9 +447,9 @@ class SSHInteractive(InteractiveProcess):
             if not chunk:
                 return None
             self._buffer.extend(chunk)
-        line = bytes(self._buffer[:end])
-        del self._buffer[: end + 1]
-        return line.decode(errors="replace")
+        data = bytes(self._buffer[:end])
+        del self._buffer[: end + len(sep)]
+        return data
 
     async def kill(self) -> None:
         if self._killed:
@@ -492,78 +467,6 @@ def _transport_error(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_transport_error(e) for e in exc.exceptions)
     return isinstance(exc, OSError | asyncssh.Error)
-
-
-def _scan(root: Path) -> dict[str, tuple[str, int, int, int]]:
-    """rel path -> (sha256, size, whole-second mtime, mode) for every file under root."""
-    import hashlib
-
-    files: dict[str, tuple[str, int, int, int]] = {}
-    for path in sorted(root.rglob("*")):
-        if not path.is_file() or path == root / MANIFEST:
-            continue
-        digest = hashlib.sha256()
-        with path.open("rb") as fh:
-            while block := fh.read(1 << 20):
-                digest.update(block)
-        st = path.stat()
-        files[path.relative_to(root).as_posix()] = (
-            digest.hexdigest(),
-            st.st_size,
-            int(st.st_mtime),
-            st.st_mode & 0o777,
-        )
-    return files
-
-
-def _tar(root: Path, send: list[str], local: dict, manifest: dict) -> bytes:
-    """A tar of the files to send, then the new manifest (last: it lands only if they did)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for rel in send:
-            _digest, size, mtime, mode = local[rel]
-            info = tarfile.TarInfo(rel)
-            info.size, info.mtime, info.mode = size, mtime, mode
-            with (root / rel).open("rb") as fh:
-                tar.addfile(info, fh)
-        data = json.dumps({"version": 1, "files": manifest}, sort_keys=True).encode()
-        info = tarfile.TarInfo(MANIFEST)
-        info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def _parse_state(stdout: str) -> tuple[dict[str, dict], dict[str, tuple[int, int]]]:
-    head, _, listing = stdout.partition("\n@@HL-STAT@@\n")
-    try:
-        manifest = json.loads(head)["files"] if head.strip() else {}
-        if not isinstance(manifest, dict):
-            manifest = {}
-    except (ValueError, KeyError, TypeError):
-        manifest = {}  # a torn manifest: every file travels again
-    fields = listing.split("\0")
-    on_host = {}
-    for i in range(0, len(fields) - 2, 3):
-        on_host[fields[i]] = (int(fields[i + 1]), int(float(fields[i + 2])))
-    return manifest, on_host
-
-
-def _sync_error(host: str, remote_dir: str, result: CommandResult) -> ExecutorError:
-    tail = result.stderr_tail()
-    if "No space left on device" in result.stderr:
-        return ExecutorError(
-            f"{host}: disk full while syncing into {remote_dir}.",
-            kind="disk_full",
-            stderr_tail=tail,
-            next_step=f"free space on {host} (df -h {remote_dir}) or move remote_root",
-        )
-    what = "timed out" if result.timed_out else f"failed (exit {result.exit_code})"
-    return ExecutorError(
-        f"{host}: sync into {remote_dir} {what}: {tail[-300:]}",
-        kind="timeout" if result.timed_out else "remote_env",
-        stderr_tail=tail,
-        next_step="check that the host has GNU tar and find, and that remote_root is writable",
-    )
 
 
 def _setup_error(target: SSHTarget, root: str, stderr: str) -> ExecutorError:

@@ -315,6 +315,27 @@ def test_a_configs_private_copy_is_a_variant_folder(tmp_path: Path) -> None:
     assert fn(torch.ones(1)).item() == 4.0
 
 
+def test_an_unchanged_candidate_is_imported_once_a_process_a_changed_one_or_a_config_again(
+    tmp_path: Path,
+) -> None:
+    """Rule: a warm worker's requests share an unchanged candidate's module (its compiled
+    kernels with it); new content, or a config's private copy, is imported afresh."""
+    log = tmp_path / "imports.log"
+    counting = f"open({str(log)!r}, 'a').write('x')\n" + CONFIGURED
+    (tmp_path / "cand").mkdir()
+    (tmp_path / "cand" / "kernel_config.json").write_text('{"k": 2}')
+    first = evaluator(tmp_path, counting).load_candidate(str(tmp_path / "cand"))[0]
+    again = evaluator(tmp_path, counting).load_candidate(str(tmp_path / "cand"))[0]
+    assert log.read_text() == "x" and again is first
+    (tmp_path / "cand" / "kernel_config.json").write_text('{"k": 3}')
+    changed = evaluator(tmp_path, counting).load_candidate(str(tmp_path / "cand"))[0]
+    assert log.read_text() == "xx" and changed(torch.ones(1)).item() == 3.0
+    ev = evaluator(tmp_path, counting)
+    for _ in range(2):
+        assert ev.load_candidate(str(tmp_path / "cand"), {"k": 5})[0](torch.ones(1)).item() == 5
+    assert log.read_text() == "xxxx"
+
+
 def test_a_keyboard_interrupt_while_loading_is_not_a_failed_import(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -463,6 +484,11 @@ def test_evaluate_reports_the_copy_bandwidth_and_phases(
     gpu = FakeEnv(device="cuda")
     runner.handle(gpu, request(tmp_path, mode="probe"))
     assert gpu.torch.released == 1
+    res = runner.handle(gpu, request(tmp_path, mode="sweep", configs=[]))
+    assert gpu.torch.released == 2 and "release" in res["phases_s"]
+    assert (
+        "release" not in runner.handle(env, request(tmp_path, mode="sweep", configs=[]))["phases_s"]
+    )
 
 
 def test_the_guarded_modes_never_get_the_dev_triton_cache(
