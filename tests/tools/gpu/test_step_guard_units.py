@@ -562,13 +562,17 @@ def test_an_incumbent_is_timed_beside_the_candidate_on_every_trace_in_an_arena_o
         assert mine["passed"] is True and mine["codes"] == [] and mine["name"] == r["name"]
         assert mine["steps_timed"] == STEPS[r["name"]] and 0 < mine["p50_us"] <= mine["p95_us"]
     # its own process: its folder, its own arena's descriptor (never the candidate's), its own
-    # State per trace; only timed steps (the checked passes are the candidate's)
+    # State per trace; per trace one untimed warm-up pass (as warm as the candidate after its
+    # two checked passes), then the timed steps
     assert (
         inc.cfg["candidate_dir"] == run.verify.req["baseline_dir"] != run.kid.cfg["candidate_dir"]
     )
     assert inc.memfd == inc.cfg["memfd"] != run.kid.cfg["memfd"]
     assert [op for op in inc.ops if not op.startswith("send:")][:2] == ["load", "arena"]
-    assert inc.ops.count("trace") == 2 and "step" not in inc.ops
+    assert inc.ops.count("trace") == 2 and inc.ops.count("step") == sum(STEPS.values())
+    for name, steps in STEPS.items():  # each trace: its warm-up pass, then its timed pass
+        at = [i for i, op in enumerate(inc.ops) if op == "trace"][list(STEPS).index(name)]
+        assert inc.ops[at + 1 : at + 1 + 2 * steps] == ["step"] * steps + ["timed_step"] * steps
     assert inc.ops.count("timed_step") == run.kid.ops.count("timed_step") == sum(STEPS.values())
     # the same weights as the candidate's, per trace
     assert all(torch.equal(a, b) for a, b in zip(inc.embeds, run.kid.embeds, strict=True))
@@ -615,3 +619,15 @@ def test_a_candidate_rejected_in_its_checks_never_sets_the_incumbent_to_work(ver
     (row,) = run.result["cases"]
     assert row["codes"][0][0] == "wrong_output" and "incumbent" not in row
     assert run.inc is not None and "trace" not in run.inc.ops and "timed_step" not in run.inc.ops
+
+
+def test_an_incumbent_that_fails_its_warm_up_leaves_before_the_timed_pass(verify) -> None:
+    run = verify(EAGER.read_text(), traces=TRACES[:1],
+                 incumbent="def step(state, tokens):\n    raise ValueError('old')\n")  # fmt: skip
+    (row,) = run.result["cases"]
+    assert row["codes"] == [] and row["steps_timed"] == STEPS["final0_float16"]
+    assert row["incumbent"]["passed"] is False
+    assert row["incumbent"]["codes"] == [
+        ["candidate_error", "final0_float16: warm-up step 0: the step raised ValueError"]
+    ]
+    assert run.inc is not None and run.inc.closed and "timed_step" not in run.inc.ops

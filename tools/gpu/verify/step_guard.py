@@ -33,7 +33,8 @@ stdin, mixed here with os.urandom for the weights) it
    own memfd or device buffer: each process inherits its own descriptor only, so the
    candidate's can neither read nor write the incumbent's State, nor the reverse), started and
    imported beside the candidate's. Once the candidate's checked passes of a trace passed, the
-   incumbent's State gets the same weights and the timed pass times both, per segment in
+   incumbent's State gets the same weights, one untimed pass warms it as the candidate's
+   checked passes warmed the candidate (warm_up), and the timed pass times both, per segment in
    halves A B B A / B A A B (step_timed.blocks), every incumbent step's logits and its cache
    checked against the same reference run. An incumbent that fails (a check, its import, its
    process) leaves the verify (guard_kid.Roles): its record says so, the candidate's verdict is
@@ -221,10 +222,14 @@ class StepVerify(Roles):
             incumbent = None
             inc_kid = self.incumbent()
             if inc_kid is not None:  # only for a candidate that passed its checks
+                rec["incumbent"] = {"name": rec["name"], "codes": [], "passed": False}
                 with self.phases("incumbent", self.sync), self.incumbent_may_fail(self.result):
                     inc_views = arenas["incumbent"].views(layout)
-                    incumbent = (inc_kid, inc_views,
-                                 self.arena_state(inc_kid, inc_views, layout, truth))  # fmt: skip
+                    inc_state = self.arena_state(inc_kid, inc_views, layout, truth)
+                    if self.warm_up(inc_kid, inc_views, inc_state, trace, rec["incumbent"]):
+                        incumbent = (inc_kid, inc_views, inc_state)
+                    else:
+                        self.drop_incumbent()
         with self.phases("timed"):
             samples = step_timed.TimedPass(self, kid, views, truth, cand, rec,
                                            incumbent).run(trace, PASSES)  # fmt: skip
@@ -249,6 +254,33 @@ class StepVerify(Roles):
         )  # fmt: skip
         kid.ask({"op": "trace", "layout": layout, "config": _config_dict(config)})
         return handle
+
+    def warm_up(self, kid: Kid, views: dict[str, Any], state, trace: dict[str, Any],
+                rec: dict[str, Any]) -> bool:  # fmt: skip
+        """The incumbent's untimed pass before the timed one (variant 0's prompts and tokens):
+        as warm as the candidate is after its two checked passes (Triton's compiles, a graph per
+        bucket captured), so its first step of a bucket in the timed pass is not slower for that
+        alone (the bias would favour the candidate). Its replies are checked for errors, its
+        logits are not (no reference run: the timed pass checks every step it times). False: it
+        failed (the reason in `rec`)."""
+        torch, ref = self.torch, self.ref
+        step_trace.reset_state(state)
+        for index, (prompts, toks) in enumerate(step_trace.schedule(trace, 0, state.config.vocab)):
+            for b, length, seed in prompts:
+                ref.prefill(state, b, length, seed)
+            views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
+            views["logits"].fill_(float("nan"))
+            if self.sync is not None:
+                self.sync()
+            reply, _ = kid.ask({"op": "step", "host_lengths": list(state.host_lengths)})
+            err = guard.error_text(reply)
+            if err or not reply.get("copied"):
+                why = f"the step raised {err}" if err else "the logits are not a plain tensor"
+                self.fail(rec, "candidate_error" if err else "wrong_shape",
+                          f"warm-up step {index}: {why}")  # fmt: skip
+                return False
+            ref.advance(state)
+        return True
 
     def checked_pass(self, kid: Kid, views: dict[str, Any], truth, cand, trace: dict[str, Any],
                      variant: int, rec: dict[str, Any]) -> bool:  # fmt: skip

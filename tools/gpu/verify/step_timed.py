@@ -140,8 +140,8 @@ class TimedPass:
         self.v, self.truth, self.rec = verify, truth, rec
         self.sides = [Side("candidate", kid, views, cand, rec)]
         if incumbent is not None:
-            rec["incumbent"] = {"name": rec["name"], "codes": [], "passed": False}
-            self.sides.append(Side("incumbent", *incumbent, rec["incumbent"]))
+            inc = rec.setdefault("incumbent", {"name": rec["name"], "codes": [], "passed": False})
+            self.sides.append(Side("incumbent", *incumbent, inc))
         self.spin = verify.env.device == "cuda"  # a sleeping wake-up would land in the time;
         # on the CPU the parent's spin would take a core from the child it times
         self.sync = verify.sync  # this process's device synchronize (None on the CPU)
