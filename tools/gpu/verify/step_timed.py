@@ -65,7 +65,8 @@ synchronize included), so it could shave the round trip's few microseconds, or r
 thread of its own while the parent checks a segment (untimed, but with no tokens to work on and
 no step of the segment left to serve). Both processes wait for each other's frames awake on a
 GPU (the parent spins on the reply, the child on its segment's next request: `more`), so no
-wake-up is in a step's time but a segment's first (its request finds the child asleep). Measured on an H100 (benchmarks/step_timed_diag.py), before the State moved to the
+wake-up is in a step's time but a block's first (a segment's, or with an incumbent a half
+segment's: its request finds the child asleep). Measured on an H100 (benchmarks/step_timed_diag.py), before the State moved to the
 device: with the child awake for at most 10 ms after each reply, the Triton solution's timed
 step read 5.07 ms (median) where its work in the child took 0.82 ms, the child starting on a
 request 4.6 ms after it was readable; awake until its segment's next request came, 0.95 ms (the
