@@ -143,7 +143,7 @@ def compare_steps(raw: dict[str, Any], rows: list[CaseResult], meaningful: bool,
         inc = (recs[i].get("incumbent") if i < len(recs) else None) or {}
         ok = inc.get("passed") is True and not inc.get("codes")
         timed = _timing(inc) if ok else None
-        out.append({"candidate_us": row.median_us, "incumbent_passed": ok and timed is not None,
+        out.append({"candidate_us": row.median_us, "incumbent_passed": timed is not None,
                     "incumbent_us": timed["p50_us"] if timed else None})  # fmt: skip
         if not error and inc.get("codes"):
             error = str(inc["codes"][0][1])[:400]

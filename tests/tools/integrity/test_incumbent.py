@@ -56,21 +56,24 @@ def test_the_incumbent_is_this_case_sets_best_else_the_latest_and_never_the_cand
     ckpt.set_best("final", b, 20.0, "r1", case_set="cs1")
     best, prior, inc = incumbent_of(ckpt, "cs1", b)
     assert best is not None and best["hash"] == b and inc is None  # the candidate itself
+    ckpt.set_best("final", a, 10.0, "r2", case_set="cs2")  # the latest, on another case set
+    best, prior, inc = incumbent_of(ckpt, "cs1", "c" * 16)
+    assert inc == b and prior == best  # this case set's best, not the latest
 
 
 def test_staging_names_the_incumbents_checkpoint_in_the_request(tmp_path: Path) -> None:
     ws, ckpt, a, _ = store(tmp_path)
-    staged: list[tuple[dict[str, bytes], str]] = []
+    staged: list[tuple[dict[str, bytes], str, str]] = []
 
     class Launcher:
         def stage_candidate(self, files: dict[str, bytes], digest: str, scope: str = "") -> str:
-            staged.append((files, digest))
+            staged.append((files, digest, scope))
             return f"cands/{digest}"
 
     request: dict[str, Any] = {}
     stage_incumbent(Launcher(), ws, ckpt, a, request)  # type: ignore[arg-type]
     assert request == {"baseline_dir": f"@stage/cands/{a}"}
-    assert staged == [(ckpt.files(a), a)]
+    assert staged == [(ckpt.files(a), a, ws.store.root.name)]  # staged in the store's scope
     for missing in (None, "0" * 64):
         request = {}
         stage_incumbent(Launcher(), ws, ckpt, missing, request)  # type: ignore[arg-type]
@@ -90,6 +93,10 @@ def test_a_meaningful_comparison_decides_the_best_pointer(tmp_path: Path) -> Non
     res = result(b, 25.0)
     settle_best(ckpt, res, rows(25.0, 26.0), prior, best, "cs")  # 4%: faster
     assert res.is_new_best is True and ckpt.best("final", case_set="cs")["hash"] == b  # type: ignore[index]
+    assert ckpt.best("final", case_set="cs")["record"] == "r1"  # type: ignore[index]
+    res = result(b, 25.0).model_copy(update={"record_id": None})
+    settle_best(ckpt, res, rows(25.0, 26.0), prior, best, "cs")
+    assert ckpt.best("final", case_set="cs")["record"] == ""  # type: ignore[index]
 
 
 def test_on_a_new_case_set_the_incumbent_keeps_the_best_with_the_score_measured_beside(

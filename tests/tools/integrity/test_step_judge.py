@@ -240,3 +240,25 @@ def test_the_incumbents_process_failure_is_the_comparisons_error() -> None:
     out = compared(None, incumbent_error="candidate_crashed: the process died")
     assert out["error"] == "candidate_crashed: the process died" and out["faster"] is False
     assert out["cases"] == [{"candidate_us": 10.0, "incumbent_passed": False, "incumbent_us": None}]
+
+
+def test_an_incumbent_record_counts_only_when_it_says_passed_itself() -> None:
+    """The parent writes passed=True only after the incumbent's whole timed pass: figures of a
+    pass it did not finish (the candidate failed first) are not a time."""
+    assert compared(inc(40.0, passed=False))["cases"][0]["incumbent_passed"] is False
+    assert compared({**inc(40.0), "passed": 1})["cases"][0]["incumbent_passed"] is False
+
+
+def test_traces_the_verify_never_ran_have_no_times_and_the_first_reason_is_the_error() -> None:
+    """A rejected trace ends the rows: the traces after it were never run (no record)."""
+    bad = {"codes": [["wrong_output", "t0: x"]], "incumbent": inc(40.0)}
+    result = {"status": "measured", "nonce": "n", "cases": [bad]}
+    _, _, rows = judge_steps(call(result), TRACES, "n")
+    out = compare_steps(result, rows, True, "abc")
+    assert [r["incumbent_us"] for r in out["cases"]] == [40.0, None, None]  # no record, no time
+    assert compare_steps({}, rows, True, "abc")["cases"][2]["incumbent_passed"] is False
+    two = compared(inc(40.0, passed=False, codes=[["wrong_output", "first"], ["x", "second"]]),
+                   inc(40.0, passed=False, codes=[["wrong_kv_cache", "later"]]))  # fmt: skip
+    assert two["error"] == "first"
+    long = compared(inc(40.0, passed=False, codes=[["wrong_output", LONG]]))
+    assert long["error"] == LONG[:400]
