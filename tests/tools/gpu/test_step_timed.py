@@ -524,3 +524,57 @@ def test_a_candidate_that_fails_beside_an_incumbent_ends_the_pass_at_once() -> N
     assert codes(rec) == ["candidate_error"] and rec["incumbent"]["passed"] is False
     assert [op for op, _ in log][-1] == "timed_step"  # nothing after the candidate's failure
     assert timed_requests(inc) == []  # its second step came before the incumbent's first block
+
+
+def test_blocks_split_a_segment_in_halves_a_b_b_a_and_alternate_who_starts() -> None:
+    assert step_timed.blocks(1, 5, 3) == [(0, 0, 5)]  # the candidate alone: the segment whole
+    assert step_timed.blocks(2, 1, 0) == [(0, 0, 1), (1, 0, 1)]
+    assert step_timed.blocks(2, 2, 0) == [(0, 0, 1), (1, 0, 1), (1, 1, 2), (0, 1, 2)]
+    assert step_timed.blocks(2, 4, 1) == [(1, 0, 2), (0, 0, 2), (0, 2, 4), (1, 2, 4)]
+    assert step_timed.blocks(2, 5, 2) == [(0, 0, 3), (1, 0, 3), (1, 3, 5), (0, 3, 5)]
+
+
+def test_the_candidates_time_is_its_phase_and_the_incumbents_its_own() -> None:
+    *_, verify = abba_pass(Kid, None)
+    assert verify.phases["timed"] > 0 and "incumbent" not in verify.phases
+    *_, verify = abba_pass(Kid, Kid)
+    assert verify.phases["timed"] > 0 and verify.phases["incumbent"] > 0
+
+
+def test_an_incumbent_that_changed_its_lengths_is_caught_at_the_next_segment() -> None:
+    inc_type = type("Inc_lengths", (Misbehaving,), {"op": "timed_step", "at": 2, "how": "lengths"})
+    _, rec, _, kid, _, inc, verify = abba_pass(Kid, inc_type)
+    assert rec["codes"] == [] and rec["incumbent"]["passed"] is False
+    assert rec["incumbent"]["codes"] == [
+        ["lengths_modified", "t: timed pass segment 1: the step changed the lengths"]
+    ]
+    assert inc.closed and verify.kids == [kid]
+
+
+class ForgetfulLengths(ForgetfulKid):
+    """The pass's last step leaves the cache unwritten and changes the lengths too."""
+
+    def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
+        got = super().ask(msg, spin=spin)
+        if self.timed == self.steps:
+            self.state.lengths += 1
+        return got
+
+
+@pytest.mark.parametrize(
+    ("inc_type", "code"),
+    [(ForgetfulKid, "wrong_kv_cache"), (ForgetfulLengths, "lengths_modified")],
+)
+def test_an_incumbent_that_fails_after_the_pass_has_one_reason_and_no_figures(inc_type, code):
+    samples, rec, _, kid, _, inc, verify = abba_pass(Kid, inc_type)
+    assert rec["codes"] == [] and len(samples) == 9
+    assert [c[0] for c in rec["incumbent"]["codes"]] == [code]
+    assert "after the timed pass" in rec["incumbent"]["codes"][0][1]
+    assert rec["incumbent"]["passed"] is False and "p50_us" not in rec["incumbent"]
+    assert inc.closed and verify.kids == [kid]
+
+
+def test_an_incumbent_beside_a_candidate_that_failed_after_the_pass_is_not_passed() -> None:
+    _, rec, *_ = abba_pass(ForgetfulKid, Kid)
+    assert [c[0] for c in rec["codes"]] == ["wrong_kv_cache"]
+    assert rec["incumbent"]["codes"] == [] and rec["incumbent"]["passed"] is False
