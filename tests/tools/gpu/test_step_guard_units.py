@@ -46,6 +46,7 @@ class InProcessKid:
         self.child: Any = None
         self.ops: list[str] = []
         self.lengths: list[list[int]] = []  # each checked step's lengths, as the parent sent them
+        self.tokens: list[list[int]] = []  # ... and the arena's tokens then
         self.embeds: list[Any] = []  # each trace's embedding weights, as the arena held them
         self.closed = False
 
@@ -72,6 +73,7 @@ class InProcessKid:
         self.ops.append(msg["op"])
         if msg["op"] == "step":
             self.lengths.append(list(msg["host_lengths"]))
+            self.tokens.append(self.child.views["tokens"].tolist())
         if msg["op"] == self.fail_at and self.ops.count(self.fail_at) > self.fail_after:
             raise KidFailed("candidate_crashed", "the process died", self.role)
         handlers = {"load": self.child.load, "arena": self.child.map_arena,
@@ -282,8 +284,9 @@ def test_on_a_gpu_the_poison_tokens_and_nan_slot_are_synchronised_before_each_st
     assert run.result["cases"][0]["codes"] == []
     steps = [i for i, op in enumerate(run.kid.ops) if op == "step"]
     assert len(steps) == 2 * STEPS["final0_float16"]
-    for i in steps:  # the last synchronize before the request: the slot NaN, the stale poisoned
-        last = [s for s in seen if s[0] == i][-1]
+    for i in steps:  # the last synchronize before the request (sent at i - 1, its reply read
+        # at i): the slot NaN, the stale poisoned
+        last = [s for s in seen if s[0] == i - 1][-1]
         assert last[1:] == (True, True), (i, last)
 
 
@@ -570,6 +573,13 @@ def test_an_incumbent_is_timed_beside_the_candidate_on_every_trace_in_an_arena_o
     assert inc.memfd == inc.cfg["memfd"] != run.kid.cfg["memfd"]
     assert [op for op in inc.ops if not op.startswith("send:")][:2] == ["load", "arena"]
     assert inc.ops.count("trace") == 2 and inc.ops.count("step") == sum(STEPS.values())
+    # the warm-up is the candidate's first checked pass again: its prompts, lengths and tokens
+    firsts = [0, 2 * STEPS["final0_float16"]]  # where each trace's first checked pass starts
+    want = [x for at, n in zip(firsts, STEPS.values(), strict=True)
+            for x in run.kid.lengths[at : at + n]]  # fmt: skip
+    assert inc.lengths == want
+    assert inc.tokens == [x for at, n in zip(firsts, STEPS.values(), strict=True)
+                          for x in run.kid.tokens[at : at + n]]  # fmt: skip
     for name, steps in STEPS.items():  # each trace: its warm-up pass, then its timed pass
         at = [i for i, op in enumerate(inc.ops) if op == "trace"][list(STEPS).index(name)]
         assert inc.ops[at + 1 : at + 1 + 2 * steps] == ["step"] * steps + ["timed_step"] * steps
@@ -621,13 +631,30 @@ def test_a_candidate_rejected_in_its_checks_never_sets_the_incumbent_to_work(ver
     assert run.inc is not None and "trace" not in run.inc.ops and "timed_step" not in run.inc.ops
 
 
-def test_an_incumbent_that_fails_its_warm_up_leaves_before_the_timed_pass(verify) -> None:
-    run = verify(EAGER.read_text(), traces=TRACES[:1],
-                 incumbent="def step(state, tokens):\n    raise ValueError('old')\n")  # fmt: skip
-    (row,) = run.result["cases"]
-    assert row["codes"] == [] and row["steps_timed"] == STEPS["final0_float16"]
-    assert row["incumbent"]["passed"] is False
-    assert row["incumbent"]["codes"] == [
-        ["candidate_error", "final0_float16: warm-up step 0: the step raised ValueError"]
-    ]
+class ErrsButCopies(InProcessKid):
+    """An incumbent's process that says its step raised, and that it copied the logits."""
+
+    def lie(self, op: str, reply: dict[str, Any]) -> dict[str, Any]:
+        return {"error": "ValueError", "copied": True} if op == "step" else reply
+
+
+@pytest.mark.parametrize(
+    ("source", "inc_type", "reason"),
+    [("def step(state, tokens):\n    raise ValueError('old')\n", InProcessKid,
+      ["candidate_error", "final0_float16: warm-up step 0: the step raised ValueError"]),
+     (EAGER.read_text(), ErrsButCopies,
+      ["candidate_error", "final0_float16: warm-up step 0: the step raised ValueError"]),
+     (kernel("\ndef step(state, tokens):\n    return _honest(state, tokens).float()\n"),
+      InProcessKid,
+      ["wrong_shape", "final0_float16: warm-up step 0: the logits are not a plain tensor"])],
+)  # fmt: skip
+def test_an_incumbent_that_fails_its_warm_up_leaves_before_the_timed_pass(
+    verify, source, inc_type, reason
+) -> None:
+    run = verify(EAGER.read_text(), incumbent=source, inc_type=inc_type)
+    first, second = run.result["cases"]
+    assert first["codes"] == second["codes"] == [] and second["steps_timed"]
+    assert first["incumbent"]["passed"] is False and first["incumbent"]["codes"] == [reason]
+    assert "incumbent" not in second  # it left the verify: not set to work again
     assert run.inc is not None and run.inc.closed and "timed_step" not in run.inc.ops
+    assert run.inc.ops.count("trace") == 1

@@ -264,12 +264,12 @@ class StepVerify(Roles):
         logits are not (no reference run: the timed pass checks every step it times). False: it
         failed (the reason in `rec`)."""
         torch, ref = self.torch, self.ref
-        step_trace.reset_state(state)
+        # No reset, poison or NaN slot: nothing of this pass is checked, and a trace's first step
+        # gives every sequence its prompt (step_trace's fixed and dynamic traces).
         for index, (prompts, toks) in enumerate(step_trace.schedule(trace, 0, state.config.vocab)):
             for b, length, seed in prompts:
                 ref.prefill(state, b, length, seed)
             views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
-            views["logits"].fill_(float("nan"))
             if self.sync is not None:
                 self.sync()
             reply, _ = kid.ask({"op": "step", "host_lengths": list(state.host_lengths)})
