@@ -58,16 +58,16 @@ SPIN_NEW = (
 
 
 INIT_OLD = "        self.torch, self.cfg, self.out = torch, cfg, out\n"
-LOOP_OLD = "                for i in range(len(steps)):\n"
-LOOP_NEW = LOOP_OLD + "                    _p0 = __import__('time').perf_counter()\n"
-GOT_OLD = "                    reply, wall_us = got\n"
+LOOP_OLD = "            for i in range(lo, end):\n"  # TimedPass.block: one side's steps
+LOOP_NEW = LOOP_OLD + "                _p0 = __import__('time').perf_counter()\n"
+GOT_OLD = "                reply, wall_us = got\n"
 GOT_NEW = GOT_OLD + (
-    "                    if i:\n"
-    "                        with open(PARENT_LOG, 'a') as _fh:\n"
-    "                            _fh.write(f'HLPARENT {(_p0 - _last) * 1e6:.1f} {wall_us:.1f}\\n')\n"
+    "                if i > lo:\n"
+    "                    with open(PARENT_LOG, 'a') as _fh:\n"
+    "                        _fh.write(f'HLPARENT {(_p0 - _last) * 1e6:.1f} {wall_us:.1f}\\n')\n"
 )
-APPEND_OLD = "                    samples.append(wall_us + (self.clock() - t0) * 1e6)\n"
-APPEND_NEW = APPEND_OLD + "                    _last = __import__('time').perf_counter()\n"
+APPEND_OLD = "                side.samples.append(wall_us + (self.clock() - t0) * 1e6)\n"
+APPEND_NEW = APPEND_OLD + "                _last = __import__('time').perf_counter()\n"
 SPIN_LIMIT_OLD = "def spin_for_request(self, limit_s: float = 1.0)"
 
 

@@ -50,14 +50,14 @@ def small_rmsnorm(dest: Path, count: int = 2) -> Path:
     return dest
 
 
-def verify_step(tmp_path: Path, kernel: str) -> tuple[Workspace, Any]:
-    """A decode_step workspace with `kernel` as its kernel.py, and its guarded step verify's
-    Verdict (tools/integrity/step_verify.py)."""
+def verify_step(tmp_path: Path, kernel: str, ws: Workspace | None = None) -> tuple[Workspace, Any]:
+    """A decode_step workspace (`ws`, else a new one) with `kernel` as its kernel.py, and its
+    guarded step verify's Verdict (tools/integrity/step_verify.py)."""
     import anyio
 
     from harnesslab.tools.integrity.step_verify import guarded_step_verify
 
-    ws = make_workspace(tmp_path, "decode_step")
+    ws = ws or make_workspace(tmp_path, "decode_step")
     (ws.root / "kernel.py").write_text(kernel)
 
     async def go() -> Any:

@@ -217,3 +217,13 @@ def test_the_triton_solutions_verify_scores_a_lower_p50_than_the_eager_baseline(
         assert s.median_us is not None and e.median_us is not None
         assert s.median_us < e.median_us, (e.name, e.median_us, s.median_us)
     assert sol.score_us < eager.score_us
+    # The second verify timed eager (the best checkpoint) beside the solution, A B B A per half
+    # segment: the same-verify comparison decides the best pointer.
+    inc = sol.incumbent
+    assert eager.incumbent is None and inc is not None and inc["meaningful"]
+    assert inc["hash"] == eager.evidence["candidate"] and inc["error"] is None, inc
+    print("solution vs eager in one verify:", inc["speedup"], inc["cases"])
+    assert all(
+        r["incumbent_passed"] and r["incumbent_us"] > r["candidate_us"] for r in inc["cases"]
+    )
+    assert inc["faster"] and sol.is_new_best

@@ -4,7 +4,14 @@ sandboxed process of its own over a state the trusted parent owns, every step's 
 KV cache compared there with the reference the parent computed; then a timed pass,
 gpu/verify/step_timed.py, whose step latencies the parent's own clock took), and the verdict
 judged HERE from the parent's raw records; nothing the candidate's process says is read as a
-verdict or a number.
+verdict or a number. The incumbent (the best final checkpoint: incumbent.py, the kernel
+verify's one mechanism) is staged from the trusted store beside the candidate; the parent runs
+it in a sandboxed process and arena of its own and times it in the same timed pass, interleaved
+A B B A per half segment, its outputs checked too (an incumbent that fails loses the
+comparison, never the candidate's verdict); compare_steps puts the per-trace p50s side by side
+(verdict.incumbent: candidate_us / incumbent_us rows, the operator's), and on a GPU a new best
+must beat the incumbent by 1% there (incumbent.settle_best), not the score of another verify:
+the same eager step scored 27204.9 and 22030.2 us in two verifies on an H100.
 
 What it certifies (reasons.CERTIFIES["step_outputs"]): outputs correct on hidden traces, the
 timed pass's included, and the score: the sum over traces of the p50 step latency of the timed
@@ -12,8 +19,9 @@ pass (scores.score_of, the one score definition), as the trusted parent observes
 through the sandbox's boundary (a fixed IPC round trip included; `meaningful` only on a GPU).
 A passed verdict's score is recorded in the ledger like a kernel verify's, so the loop and the
 best checkpoint work on step tasks. Not which kernels computed the outputs (a step's launches
-are not recorded or replayed yet: reasons.UNVERIFIED["step_work"]), and no incumbent
-comparison (ABBA) as the kernel verify makes. No static scan either: a step may capture CUDA
+are not recorded or replayed yet: reasons.UNVERIFIED["step_work"]), nor that the incumbent's
+time is free of the candidate's process (alive, not stopped, while the incumbent's blocks are
+timed: gpu/verify/step_timed.py). No static scan either: a step may capture CUDA
 graphs and create the buffers it likes, which the kernel scan rejects, and the scan is never
 evidence. What an agent may read of the verdict is verdict_view.py's, as for a kernel task.
 
@@ -31,8 +39,9 @@ from ..execution import Launcher, RunnerCall, harness_digests
 from ..gpu.scores import score_of
 from ..progress import Progress
 from ..settings import Settings
-from ..state import Workspace, case_set_id, ensure_outside_workspace, workspace_secret
+from ..state import Checkpoints, Workspace, case_set_id, ensure_outside_workspace, workspace_secret
 from ..task import kind_of
+from .incumbent import comparison, incumbent_of, settle_best, stage_incumbent
 from .reasons import REASONS, SANDBOX_REFUSED, STEP_CPU_UNVERIFIED, STEP_UNVERIFIED
 from .verdict import Verdict
 from .verdict_view import public_reasons, public_rows
@@ -121,6 +130,26 @@ def _timing(rec: dict[str, Any]) -> dict[str, Any] | None:
     return {"steps": steps, "p50_us": figures[0], "p95_us": figures[1]}
 
 
+def compare_steps(raw: dict[str, Any], rows: list[CaseResult], meaningful: bool,
+                  digest: str) -> dict[str, Any]:  # fmt: skip
+    """The verdict's `incumbent`: per hidden trace the candidate's p50 step latency (its row's
+    median_us) beside the incumbent's, both from the same timed pass (A B B A per half
+    segment), by the kernel verify's rule (incumbent.comparison). An incumbent counts on a
+    trace only where the parent's record says it passed every check there; the first reason
+    it failed (or its process's failure) is the comparison's error (the operator's)."""
+    recs = raw.get("cases") or []
+    out, error = [], raw.get("incumbent_error")
+    for i, row in enumerate(rows):
+        inc = (recs[i].get("incumbent") if i < len(recs) else None) or {}
+        ok = inc.get("passed") is True and not inc.get("codes")
+        timed = _timing(inc) if ok else None
+        out.append({"candidate_us": row.median_us, "incumbent_passed": timed is not None,
+                    "incumbent_us": timed["p50_us"] if timed else None})  # fmt: skip
+        if not error and inc.get("codes"):
+            error = str(inc["codes"][0][1])[:400]
+    return comparison(out, meaningful, digest, error)
+
+
 async def guarded_step_verify(
     ws: Workspace,
     launcher: Launcher,
@@ -145,6 +174,9 @@ async def guarded_step_verify(
             "interpreter": spec.interpreter.model_dump(), "traces": traces}  # fmt: skip
     request = kernel_request(ws, launcher, candidate, "step_verify", seed=seed, nonce=nonce,
                              step=step)  # fmt: skip
+    ckpt = Checkpoints(ws)
+    best, prior, incumbent = incumbent_of(ckpt, cs, candidate.digest)
+    stage_incumbent(launcher, ws, ckpt, incumbent, request)
     call = await _call_quietly(launcher, request, ws, progress)
     verdict, reasons, rows = judge_steps(call, traces, nonce)
     raw = call.result or {}
@@ -168,6 +200,9 @@ async def guarded_step_verify(
         wall_s=call.wall_s,
     )
     certifies = "step_outputs" if passed else "nothing"
+    compared = None
+    if "cases" in raw and incumbent:
+        compared = compare_steps(raw, rows, env.meaningful, incumbent)
     if save:  # the ledger gets what an agent may see (verify.py's rule); the rest stays stored
         shown = public_reasons(reasons, ran)
         ledger_row = result.model_copy(
@@ -184,6 +219,7 @@ async def guarded_step_verify(
         result.record_id, result.best_score_us = ledger_row.record_id, ledger_row.best_score_us
         result.delta_vs_best_pct = ledger_row.delta_vs_best_pct
         result.is_new_best = ledger_row.is_new_best
+        settle_best(ckpt, result, compared, prior, best, cs)
     evidence: dict[str, Any] = {
         "candidate": candidate.digest,
         "seed": seed,
@@ -206,6 +242,7 @@ async def guarded_step_verify(
         best_final_score_us=result.best_score_us,
         is_new_best=result.is_new_best,
         meaningful=meaningful,
+        incumbent=compared,
         result=result,
         evidence=evidence,
         certifies=certifies,  # type: ignore[arg-type]
@@ -215,4 +252,4 @@ async def guarded_step_verify(
     )
 
 
-__all__ = ["guarded_step_verify", "judge_steps"]
+__all__ = ["compare_steps", "guarded_step_verify", "judge_steps"]

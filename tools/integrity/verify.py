@@ -26,15 +26,19 @@ from ..progress import Progress, report
 from ..settings import Settings
 from ..state import Checkpoints, Workspace, case_set_id, ensure_outside_workspace, workspace_secret
 from ..task import Case, kind_of
+from .incumbent import (
+    MIN_SPEEDUP,
+    comparison,
+    incumbent_of,
+    incumbent_score,
+    settle_best,
+    stage_incumbent,
+)
 from .reasons import CERTIFIES, CPU_UNVERIFIED, GPU_UNVERIFIED, REASONS, SANDBOX_REFUSED
 from .scan import scan_workspace
 from .verdict import Verdict
 from .verdict_view import public_reasons, public_rows
 
-# A new best must beat the incumbent by 1% (geomean over cases, A B B A in one verify): the
-# same kernel under a new hash measured 0.998x of itself on an H100 (2026-11-23), so a smaller
-# edge is noise and would hand the best pointer back and forth between equal kernels.
-MIN_SPEEDUP = 1.01
 PLAUSIBLE_PCT_OF_COPY = 125.0  # minimal bytes faster than this share of copy bandwidth: a lie
 # The parent's wall clock around a sample, less the same request with an empty window, may
 # exceed the device time the child reports by 25% + 250 us on at least one sample (an H200
@@ -165,7 +169,7 @@ def wall_mismatch(timing: dict[str, Any]) -> str:
 
 def compare_incumbent(raw: dict[str, Any], meaningful: bool, digest: str) -> dict[str, Any]:
     """ABBA: per case median of the candidate vs the incumbent, timed in the same layout."""
-    rows, ratios = [], []
+    rows = []
     for case in raw.get("cases", []):
         inc_calls = [c for c in case.get("calls", []) if c.get("role") == "incumbent"]
         ok = bool(inc_calls) and all(c.get("passed") for c in inc_calls)
@@ -174,24 +178,7 @@ def compare_incumbent(raw: dict[str, Any], meaningful: bool, digest: str) -> dic
         ma = _median(a["samples_us"]) if a else None
         mb = _median(b["samples_us"]) if b else None
         rows.append({"candidate_us": ma, "incumbent_us": mb, "incumbent_passed": ok})
-        if ma and mb:
-            ratios.append(mb / ma)
-    speedup = geomean(ratios)
-    return {
-        "hash": digest,
-        "cases": rows,
-        "speedup": speedup,
-        "meaningful": meaningful,
-        "faster": bool(speedup and speedup >= MIN_SPEEDUP and len(ratios) == len(rows)),
-        "error": raw.get("incumbent_error"),
-    }
-
-
-def incumbent_score(comparison: dict[str, Any]) -> float | None:
-    """The incumbent's score on this case set from the ABBA rows (None unless every case has
-    a time)."""
-    rows = comparison.get("cases") or []
-    return score_of([r.get("incumbent_us") for r in rows], passed=True)
+    return comparison(rows, meaningful, digest, raw.get("incumbent_error"))
 
 
 def judge(
@@ -294,11 +281,7 @@ async def guarded_verify(
             for f in scan.rejects
         ]
     ckpt = Checkpoints(ws)
-    # A score compares only within its case set; the incumbent timed beside the candidate
-    # (ABBA) may come from an earlier case set: both are timed here on this one.
-    best = ckpt.best("final", case_set=cs)
-    prior = best or ckpt.latest_best("final")
-    incumbent = prior["hash"] if prior and prior.get("hash") not in (None, digest) else None
+    best, prior, incumbent = incumbent_of(ckpt, cs, digest)
     raw: dict[str, Any] = {}
     wall_s = 0.0
     ran = False
@@ -317,10 +300,7 @@ async def guarded_verify(
             checks=checks,
             nonce=nonce,
         )
-        if incumbent and ckpt.exists(incumbent):
-            inc_files = ckpt.files(incumbent)
-            staged = launcher.stage_candidate(inc_files, incumbent, scope=ws.store.root.name)
-            request["baseline_dir"] = f"@stage/{staged}"
+        stage_incumbent(launcher, ws, ckpt, incumbent, request)
         call = await _call_quietly(launcher, request, ws, progress)
         verdict, reasons, rows, stats = judge(call, cases, nonce)
         raw, wall_s = call.result or {}, call.wall_s
@@ -376,17 +356,7 @@ async def guarded_verify(
         result.record_id, result.best_score_us = ledger_row.record_id, ledger_row.best_score_us
         result.delta_vs_best_pct = ledger_row.delta_vs_best_pct
         result.is_new_best = ledger_row.is_new_best
-        if comparison and comparison["meaningful"] and prior and passed:
-            # "Better" means better on the same machine state: the ABBA comparison decides.
-            result.is_new_best = comparison["faster"]
-            if comparison["faster"]:
-                winner = (digest, score)
-            else:  # the incumbent's score on this case set: its own, or what ABBA measured
-                winner = (prior["hash"], best["score"] if best else incumbent_score(comparison))
-            if winner[1] is not None:
-                ckpt.set_best(
-                    "final", winner[0], float(winner[1]), result.record_id or "", case_set=cs
-                )
+        settle_best(ckpt, result, comparison, prior, best, cs)
     evidence.update(
         input_seed=raw.get("input_seed"),
         device=env.device,
@@ -470,9 +440,12 @@ async def _call_quietly(
 
 __all__ = [
     "CERTIFIES",
+    "MIN_SPEEDUP",
     "REASONS",
     "Verdict",
+    "compare_incumbent",
     "guarded_verify",
+    "incumbent_score",
     "judge",
     "judge_case",
     "wall_mismatch",

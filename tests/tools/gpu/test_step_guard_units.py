@@ -4,7 +4,9 @@ this interpreter through a pipe, where the sandboxed process would (tests/tools/
 test_step_cheats.py runs that one). What it certifies: every checked step's logits, the lengths
 left alone, the cache after each pass, the first failure ending the trace and the verify, and the
 child's failures (its import, a crash or a hang: KidFailed) as the result's error, and the
-fresh-process rule of verify(). The arena itself: test_step_arena.py."""
+fresh-process rule of verify(). With an incumbent (`baseline_dir`): its own process and arena,
+timed beside the candidate on every trace the candidate passed, and its failures its own. The
+arena itself: test_step_arena.py."""
 
 from __future__ import annotations
 
@@ -37,12 +39,14 @@ class InProcessKid:
     its reply read back from the child's pipe. `fail_at`: the op at which the process "dies"."""
 
     fail_at, fail_after = "", 0
+    role = "candidate"
 
     def __init__(self) -> None:
         self.r, self.w = os.pipe()
         self.child: Any = None
         self.ops: list[str] = []
         self.lengths: list[list[int]] = []  # each checked step's lengths, as the parent sent them
+        self.tokens: list[list[int]] = []  # ... and the arena's tokens then
         self.embeds: list[Any] = []  # each trace's embedding weights, as the arena held them
         self.closed = False
 
@@ -69,8 +73,9 @@ class InProcessKid:
         self.ops.append(msg["op"])
         if msg["op"] == "step":
             self.lengths.append(list(msg["host_lengths"]))
+            self.tokens.append(self.child.views["tokens"].tolist())
         if msg["op"] == self.fail_at and self.ops.count(self.fail_at) > self.fail_after:
-            raise KidFailed("candidate_crashed", "the process died", "candidate")
+            raise KidFailed("candidate_crashed", "the process died", self.role)
         handlers = {"load": self.child.load, "arena": self.child.map_arena,
                     "trace": self.child.trace, "step": self.child.step,
                     "timed_step": self.child.timed_step}  # fmt: skip
@@ -89,19 +94,28 @@ class InProcessKid:
         os.close(self.r)
         os.close(self.w)
 
+    def ask_exit(self) -> None:  # guard_kid.close_all's two halves: exit asked, then reaped
+        pass
 
-def request(cand: Path, traces: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def reap(self) -> None:
+        self.close()
+
+
+def request(cand: Path, traces: list[dict[str, Any]] | None = None,
+            baseline: Path | None = None) -> dict[str, Any]:  # fmt: skip
     spec = TASK.step.request()  # type: ignore[union-attr]
     return {"seed": 5, "nonce": "n-1", "reference": str(TASK.root / "reference.py"),
             "candidate_dir": str(cand), "entry": "kernel.py:step", "case_timeout_s": 60,
             "step": {**spec, "traces": traces if traces is not None else TRACES[:2]},
-            "tolerances": {k: v.model_dump() for k, v in TASK.tolerances.items()}}  # fmt: skip
+            "tolerances": {k: v.model_dump() for k, v in TASK.tolerances.items()},
+            **({"baseline_dir": str(baseline)} if baseline else {})}  # fmt: skip
 
 
 class Run:
     def __init__(self, result: dict[str, Any], kid: InProcessKid, events: list[dict[str, Any]],
-                 verify: step_guard.StepVerify) -> None:  # fmt: skip
+                 verify: step_guard.StepVerify, inc: InProcessKid | None = None) -> None:  # fmt: skip
         self.result, self.kid, self.events, self.verify = result, kid, events, verify
+        self.inc = inc  # the incumbent's kid, when the request named one
 
 
 @pytest.fixture
@@ -110,20 +124,35 @@ def verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(step_guard, "stage_root", lambda: str(tmp_path / "stage"))
     threads = torch.get_num_threads()
 
-    def run(source: str, kid_type: type = InProcessKid, traces=None, sync=None) -> Run:
+    def folder(source: str) -> Path:
         cand = tmp_path / f"cand{len(list(tmp_path.iterdir()))}"
         cand.mkdir()
         (cand / "kernel.py").write_text(source)
+        return cand
+
+    def run(source: str, kid_type: type = InProcessKid, traces=None, sync=None,
+            incumbent: str | None = None, inc_type: type = InProcessKid) -> Run:  # fmt: skip
+        """`incumbent`: a staged incumbent's kernel.py (its kid an `inc_type`)."""
+        cand = folder(source)
+        baseline = folder(incumbent) if incumbent is not None else None
         events: list[dict[str, Any]] = []
         rt = types.SimpleNamespace(load_module=runner.load_module, Phases=runner.Phases,
                                    compare=runner.compare, emit=events.append)  # fmt: skip
         env = types.SimpleNamespace(device="cpu", interpret=True, torch=torch)
-        v = step_guard.StepVerify(env, request(cand, traces), rt)
-        kid = kid_type()
-        v.candidate_kid = lambda memfd: kid  # type: ignore[method-assign]
+        v = step_guard.StepVerify(env, request(cand, traces, baseline), rt)
+        kids = {"candidate": kid_type(), "incumbent": inc_type()}
+        for role, kid in kids.items():
+            kid.role = role
+
+        def kid_of(role: str, folder: str, memfd: int) -> InProcessKid:
+            kids[role].memfd = memfd  # the one descriptor its process would inherit
+            return kids[role]
+
+        v.candidate_kid = kid_of  # type: ignore[method-assign]
         if sync is not None:  # a GPU's synchronize (sync(kid)), on the CPU's arena
-            v.sync = lambda: sync(kid)
-        return Run(v.run(), kid, events, v)
+            v.sync = lambda: sync(kids["candidate"])
+        inc = kids["incumbent"] if incumbent is not None else None
+        return Run(v.run(), kids["candidate"], events, v, inc)
 
     yield run
     torch.set_num_threads(threads)
@@ -159,7 +188,7 @@ def test_an_honest_step_is_checked_on_every_step_of_both_passes_and_timed(verify
                           {"event": "case", "index": 1, "status": "measured"}]  # fmt: skip
     # the child got the arena's size, one trace request per trace, a step per checked step
     ops = run.kid.ops
-    assert ops[:2] == ["load", "arena"] and ops.count("trace") == 2
+    assert ops[:3] == ["send:load", "load", "arena"] and ops.count("trace") == 2
     assert ops.count("step") == 2 * sum(STEPS.values())
     assert ops.count("timed_step") == sum(STEPS.values())
     assert "push" not in ops and "pull" not in ops  # no untimed turn after a poison
@@ -255,8 +284,9 @@ def test_on_a_gpu_the_poison_tokens_and_nan_slot_are_synchronised_before_each_st
     assert run.result["cases"][0]["codes"] == []
     steps = [i for i, op in enumerate(run.kid.ops) if op == "step"]
     assert len(steps) == 2 * STEPS["final0_float16"]
-    for i in steps:  # the last synchronize before the request: the slot NaN, the stale poisoned
-        last = [s for s in seen if s[0] == i][-1]
+    for i in steps:  # the last synchronize before the request (sent at i - 1, its reply read
+        # at i): the slot NaN, the stale poisoned
+        last = [s for s in seen if s[0] == i - 1][-1]
         assert last[1:] == (True, True), (i, last)
 
 
@@ -297,7 +327,7 @@ def test_a_candidate_that_fails_to_import_is_import_failed_with_no_case(verify) 
     res = run.result
     assert res["error"] == "import failed: KeyError" and res["error_code"] == "import_failed"
     assert res["cases"] == [] and res["load"] == {"candidate": {"ok": False}}
-    assert run.kid.ops == ["load"] and run.kid.closed
+    assert run.kid.ops == ["send:load", "load"] and run.kid.closed
     run = verify("x = 1\n")  # imports, but has no step
     assert run.result["error"] == "import failed: no_entry" and run.result["cases"] == []
 
@@ -516,3 +546,115 @@ def test_exact_logits_record_no_error_and_the_largest_error_is_kept() -> None:
     assert v.logits_ok((want + 0.0078125).half(), want, config, rec, "s1")
     assert v.logits_ok(want.half(), want, config, rec, "s2")
     assert rec["max_abs_err"] == pytest.approx(0.0078125, rel=0.2) and rec["codes"] == []
+
+
+# -- the incumbent (the best final checkpoint, staged as baseline_dir) ----------------------------
+
+
+def test_an_incumbent_is_timed_beside_the_candidate_on_every_trace_in_an_arena_of_its_own(
+    verify,
+) -> None:
+    run = verify(EAGER.read_text(), incumbent=EAGER.read_text())
+    res, inc = run.result, run.inc
+    assert inc is not None and "error" not in res and "incumbent_error" not in res
+    assert res["load"] == {"candidate": {"ok": True}, "incumbent": {"ok": True}}
+    assert res["sandbox"] == {"candidate": {"level": "none"}, "incumbent": {"level": "none"}}
+    for r in res["cases"]:
+        assert r["codes"] == [] and r["steps_timed"] == STEPS[r["name"]]
+        mine = r["incumbent"]
+        assert mine["passed"] is True and mine["codes"] == [] and mine["name"] == r["name"]
+        assert mine["steps_timed"] == STEPS[r["name"]] and 0 < mine["p50_us"] <= mine["p95_us"]
+    # its own process: its folder, its own arena's descriptor (never the candidate's), its own
+    # State per trace; per trace one untimed warm-up pass (as warm as the candidate after its
+    # two checked passes), then the timed steps
+    assert (
+        inc.cfg["candidate_dir"] == run.verify.req["baseline_dir"] != run.kid.cfg["candidate_dir"]
+    )
+    assert inc.memfd == inc.cfg["memfd"] != run.kid.cfg["memfd"]
+    assert [op for op in inc.ops if not op.startswith("send:")][:2] == ["load", "arena"]
+    assert inc.ops.count("trace") == 2 and inc.ops.count("step") == sum(STEPS.values())
+    # the warm-up is the candidate's first checked pass again: its prompts, lengths and tokens
+    firsts = [0, 2 * STEPS["final0_float16"]]  # where each trace's first checked pass starts
+    want = [x for at, n in zip(firsts, STEPS.values(), strict=True)
+            for x in run.kid.lengths[at : at + n]]  # fmt: skip
+    assert inc.lengths == want
+    assert inc.tokens == [x for at, n in zip(firsts, STEPS.values(), strict=True)
+                          for x in run.kid.tokens[at : at + n]]  # fmt: skip
+    for name, steps in STEPS.items():  # each trace: its warm-up pass, then its timed pass
+        at = [i for i, op in enumerate(inc.ops) if op == "trace"][list(STEPS).index(name)]
+        assert inc.ops[at + 1 : at + 1 + 2 * steps] == ["step"] * steps + ["timed_step"] * steps
+    assert inc.ops.count("timed_step") == run.kid.ops.count("timed_step") == sum(STEPS.values())
+    # the same weights as the candidate's, per trace
+    assert all(torch.equal(a, b) for a, b in zip(inc.embeds, run.kid.embeds, strict=True))
+    assert inc.closed and run.kid.closed
+    for fd in (inc.cfg["memfd"], run.kid.cfg["memfd"]):
+        with pytest.raises(OSError):  # both arenas closed
+            os.fstat(fd)
+    assert res["phases_s"]["incumbent"] > 0  # its cost, apart from the candidate's
+
+
+def test_an_incumbent_that_fails_to_import_leaves_the_verify_not_the_verdict(verify) -> None:
+    run = verify(EAGER.read_text(), traces=TRACES[:1], incumbent="raise KeyError('x')\n")
+    res = run.result
+    assert "error" not in res and res["incumbent_error"].startswith("import_failed")
+    assert res["load"]["incumbent"] == {"ok": False}
+    (row,) = res["cases"]
+    assert row["codes"] == [] and row["steps_timed"] and "incumbent" not in row
+    assert run.inc is not None and run.inc.closed and "trace" not in run.inc.ops
+
+
+def test_an_incumbent_with_wrong_logits_fails_its_trace_and_is_not_timed_again(verify) -> None:
+    wrong = kernel("\ndef step(state, tokens):\n    return _honest(state, tokens) + 1.0\n")
+    run = verify(EAGER.read_text(), incumbent=wrong)
+    first, second = run.result["cases"]
+    assert first["codes"] == second["codes"] == [] and second["steps_timed"]
+    assert first["incumbent"]["passed"] is False
+    assert [c[0] for c in first["incumbent"]["codes"]] == ["wrong_output"]
+    assert "incumbent" not in second and "incumbent_error" not in run.result
+    assert run.inc is not None and run.inc.closed and run.inc.ops.count("trace") == 1
+
+
+def test_an_incumbent_whose_process_dies_mid_pass_loses_the_comparison_only(verify) -> None:
+    dying = type("Dying", (InProcessKid,), {"fail_at": "timed_step", "fail_after": 2})
+    run = verify(EAGER.read_text(), incumbent=EAGER.read_text(), inc_type=dying)
+    res = run.result
+    assert "error" not in res and res["incumbent_error"].startswith("candidate_crashed")
+    assert all(r["codes"] == [] and r["steps_timed"] == STEPS[r["name"]] for r in res["cases"])
+    assert res["cases"][0]["incumbent"]["passed"] is False and "incumbent" not in res["cases"][1]
+
+
+def test_a_candidate_rejected_in_its_checks_never_sets_the_incumbent_to_work(verify) -> None:
+    run = verify(kernel("\ndef step(state, tokens):\n    return _honest(state, tokens) + 1.0\n"),
+                 incumbent=EAGER.read_text())  # fmt: skip
+    (row,) = run.result["cases"]
+    assert row["codes"][0][0] == "wrong_output" and "incumbent" not in row
+    assert run.inc is not None and "trace" not in run.inc.ops and "timed_step" not in run.inc.ops
+
+
+class ErrsButCopies(InProcessKid):
+    """An incumbent's process that says its step raised, and that it copied the logits."""
+
+    def lie(self, op: str, reply: dict[str, Any]) -> dict[str, Any]:
+        return {"error": "ValueError", "copied": True} if op == "step" else reply
+
+
+@pytest.mark.parametrize(
+    ("source", "inc_type", "reason"),
+    [("def step(state, tokens):\n    raise ValueError('old')\n", InProcessKid,
+      ["candidate_error", "final0_float16: warm-up step 0: the step raised ValueError"]),
+     (EAGER.read_text(), ErrsButCopies,
+      ["candidate_error", "final0_float16: warm-up step 0: the step raised ValueError"]),
+     (kernel("\ndef step(state, tokens):\n    return _honest(state, tokens).float()\n"),
+      InProcessKid,
+      ["wrong_shape", "final0_float16: warm-up step 0: the logits are not a plain tensor"])],
+)  # fmt: skip
+def test_an_incumbent_that_fails_its_warm_up_leaves_before_the_timed_pass(
+    verify, source, inc_type, reason
+) -> None:
+    run = verify(EAGER.read_text(), incumbent=source, inc_type=inc_type)
+    first, second = run.result["cases"]
+    assert first["codes"] == second["codes"] == [] and second["steps_timed"]
+    assert first["incumbent"]["passed"] is False and first["incumbent"]["codes"] == [reason]
+    assert "incumbent" not in second  # it left the verify: not set to work again
+    assert run.inc is not None and run.inc.closed and "timed_step" not in run.inc.ops
+    assert run.inc.ops.count("trace") == 1

@@ -15,6 +15,10 @@ failure the pass must report.
 - A failure (the child's error, logits not copied, wrong or unwritten logits, lengths changed,
   the cache left unwritten) is the trace's reason, the pass ends there (no request after it),
   and the steps timed until then are all its samples.
+- With an incumbent: each segment timed in halves A B B A, then B A A B (step_timed.blocks), each
+  side's steps in order on its own State; a block's first tokens written only just before it;
+  one reference run for both; an incumbent that fails (a check, an error, its process) leaves
+  the pass and the verify while the candidate's pass goes on; a candidate's failure ends it.
 """
 
 from __future__ import annotations
@@ -74,8 +78,11 @@ class Kid:
     segment's first timed step it notes whether the arena holds what the parent must have
     written: the lengths, and every stale slot poisoned."""
 
+    role = "candidate"
+
     def __init__(self, ref, state, step, lock: Lock, log: list[tuple[str, str]]) -> None:
         self.ref, self.state, self.step, self.lock, self.log = ref, state, step, lock, log
+        self.closed = False
         self.requests: list[dict[str, Any]] = []
         self.more: list[bool] = []  # each timed request's "more": another of its segment follows
         self.pushed: list[tuple[list[int], bool]] = []  # at each segment's first timed step:
@@ -85,7 +92,7 @@ class Kid:
 
     def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
         op = msg["op"]
-        self.log.append((op, self.lock.mode))
+        self.log.append((op if self.role == "candidate" else f"{op}@{self.role}", self.lock.mode))
         self.requests.append({**msg, "spin": spin})
         wall = float(len(self.requests))
         if op != "timed_step":
@@ -107,6 +114,9 @@ class Kid:
     def answer(self, op: str, reply: dict[str, Any]) -> dict[str, Any]:
         return reply
 
+    def close(self) -> None:
+        self.closed = True
+
     def poisoned(self) -> bool:
         stale = ~_valid(self.state.kv_cache, self.state.lengths.tolist())
         by_slot = self.state.kv_cache.permute(2, 4, 0, 1, 3, 5)[stale]  # [slots, layers, 2, ...]
@@ -125,23 +135,41 @@ def timed_pass(kid_type: type | None = None, trace: dict[str, Any] | None = None
     process: (samples, the trace's record, the log of ops and lock modes, the kid, the trace).
     `device` is what the verify's environment says (the tensors stay on the CPU); `dirty`: both
     States hold what earlier passes left."""
-    trace = trace or dynamic()
-    log: list[tuple[str, str]] = []
-    lock = Lock(log)
-    truth = REF.new_state(CONFIG, seed=7)
-    mine = REF.new_state(CONFIG, seed=7)  # the candidate's: the same weights, its own cache
+    return abba_pass(kid_type, None, trace, device, dirty)[:5]
+
+
+def arena_state(truth, dirty: bool) -> tuple[Any, dict[str, Any], Any]:
+    """A role's State over views of its own (the same weights as `truth`): (the child's State,
+    the views, the parent's handle)."""
+    mine = REF.new_state(CONFIG, seed=7)  # a role's: the same weights, its own cache
     views = {"kv_cache": mine.kv_cache, "lengths": mine.lengths,
              "tokens": torch.zeros(CONFIG.batch, dtype=torch.int64),
              "logits": torch.zeros(CONFIG.batch, CONFIG.vocab, dtype=CONFIG.torch_dtype)}  # fmt: skip
     mine.tokens, mine.logits = views["tokens"], views["logits"]
-    cand = REF.State(config=CONFIG, weights={}, kv_cache=views["kv_cache"],
-                     lengths=views["lengths"], host_lengths=[0] * CONFIG.batch,
-                     rope_cos=truth.rope_cos, rope_sin=truth.rope_sin)  # fmt: skip
+    handle = REF.State(config=CONFIG, weights={}, kv_cache=views["kv_cache"],
+                       lengths=views["lengths"], host_lengths=[0] * CONFIG.batch,
+                       rope_cos=truth.rope_cos, rope_sin=truth.rope_sin)  # fmt: skip
     if dirty:
-        for s in (truth, cand):
-            s.kv_cache.normal_()
-            s.lengths.fill_(9)
-            s.host_lengths = [9] * CONFIG.batch
+        handle.kv_cache.normal_()
+        handle.lengths.fill_(9)
+        handle.host_lengths = [9] * CONFIG.batch
+    return mine, views, handle
+
+
+def abba_pass(kid_type: type | None = None, inc_type: type | None = None,
+              trace: dict[str, Any] | None = None, device: str = "cpu", dirty: bool = False,
+              ) -> tuple[Any, ...]:  # fmt: skip
+    """timed_pass's, with an incumbent beside the candidate when `inc_type` names its kid:
+    (samples, record, log, kid, trace, the incumbent's kid, the verify)."""
+    trace = trace or dynamic()
+    log: list[tuple[str, str]] = []
+    lock = Lock(log)
+    truth = REF.new_state(CONFIG, seed=7)
+    mine, views, cand = arena_state(truth, dirty)
+    if dirty:
+        truth.kv_cache.normal_()
+        truth.lengths.fill_(9)
+        truth.host_lengths = [9] * CONFIG.batch
 
     ref = type("Ref", (), {})()  # the reference, its step logged
     for name in ("prefill", "advance"):
@@ -154,6 +182,7 @@ def timed_pass(kid_type: type | None = None, trace: dict[str, Any] | None = None
     ref.reference_step = logged_reference
     verify = step_guard.StepVerify.__new__(step_guard.StepVerify)
     verify.torch, verify.ref, verify.rt, verify.lock = torch, ref, runner, lock
+    verify.phases, verify.result = runner.Phases(), {}
     verify.env = type("Env", (), {"device": device})()
     now = [0.0]  # the pass's clock: it moves only when this process's device synchronises
     verify.sync = None
@@ -167,10 +196,18 @@ def timed_pass(kid_type: type | None = None, trace: dict[str, Any] | None = None
     verify.req = {"tolerances": {"float16": TASK.tolerances["float16"].model_dump()}}
     rec: dict[str, Any] = {"name": "t", "codes": []}
     kid = (kid_type or Kid)(ref, mine, EAGER.step, lock, log)
-    timed = step_timed.TimedPass(verify, kid, views, truth, cand, rec)
+    verify.kids = [kid]
+    incumbent, inc_kid = None, None
+    if inc_type is not None:
+        inc_mine, inc_views, inc_state = arena_state(truth, dirty)
+        inc_kid = inc_type(ref, inc_mine, EAGER.step, lock, log)
+        inc_kid.role, inc_kid.other = "incumbent", kid
+        verify.kids.append(inc_kid)
+        incumbent = (inc_kid, inc_views, inc_state)
+    timed = step_timed.TimedPass(verify, kid, views, truth, cand, rec, incumbent)
     timed.clock = lambda: now[0]
     samples = timed.run(trace, 2)
-    return samples, rec, log, kid, trace
+    return samples, rec, log, kid, trace, inc_kid, verify
 
 
 def codes(rec: dict[str, Any]) -> list[str]:
@@ -261,21 +298,19 @@ def test_the_pass_starts_from_empty_states_whatever_the_earlier_passes_left() ->
 def test_on_a_gpu_a_timed_step_ends_once_the_parent_has_read_its_logits() -> None:
     """The slot is device memory there: the parent's read of it (and its NaN and the next
     tokens) is synchronised inside the step's time, so device work a child left running after
-    its reply is timed; and before each segment's first step the prompts, poison and first
-    tokens are synchronised onto the device."""
+    its reply is timed; and before each segment's first step the prompts and poison are
+    synchronised onto the device with the GPU shared, then (held alone) its first tokens."""
     samples, rec, log, kid, trace = timed_pass(device="cuda")
     assert rec["codes"] == [], rec["codes"]
     timed = timed_requests(kid)
     assert samples == pytest.approx([kid.requests.index(r) + 1 + SYNC_US for r in timed])
-    ops = [op for op, _ in log]
     at = 0
     for _, steps in step_timed.segments(trace, 2, CONFIG.vocab):
-        head = ["sync"]
+        head = [("sync", "work"), ("sync", "exclusive")]
         k = len(steps)
-        assert ops[at : at + len(head) + 3 * k] == head + ["timed_step", "sync"] * k + [
-            "reference"] * k  # fmt: skip
+        assert log[at : at + len(head) + 3 * k] == head + [
+            ("timed_step", "exclusive"), ("sync", "exclusive")] * k + [("reference", "work")] * k  # fmt: skip
         at += len(head) + 3 * k
-    assert ("sync", "exclusive") in log and ("sync", "work") in log
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -388,3 +423,158 @@ def test_timing_is_the_p50_and_p95_of_the_finite_samples() -> None:
     got = step_timed.timing([3, math.nan, 1, math.inf, 2])
     assert got == {"steps_timed": 3, "p50_us": 2.0, "p95_us": pytest.approx(2.9)}
     assert isinstance(got["p50_us"], float)
+
+
+# -- the incumbent beside the candidate (A B B A per segment) -------------------------------------
+
+
+class Watching(Kid):
+    """An incumbent's kid that notes, at each timed step, whether the candidate's arena holds
+    tokens the candidate has not stepped on yet (it never should while the incumbent runs)."""
+
+    other: Kid
+
+    def timed_step(self) -> dict[str, Any]:
+        seen = self.other.state.tokens.tolist()
+        self.peeks = [*getattr(self, "peeks", []), seen in [*self.other.tokens, [0] * CONFIG.batch]]
+        return super().timed_step()
+
+
+def roles_of_timed_steps(log: list[tuple[str, str]]) -> list[str]:
+    return ["C" if op == "timed_step" else "I" for op, _ in log if op.startswith("timed_step")]
+
+
+def test_with_an_incumbent_each_segment_is_timed_in_halves_a_b_b_a_then_b_a_a_b() -> None:
+    samples, rec, log, kid, trace, inc, verify = abba_pass(Kid, Watching)
+    assert rec["codes"] == [] and rec["incumbent"]["codes"] == [], rec
+    # dynamic(): 3 segments of 3 steps, halves of 2 and 1 steps
+    assert roles_of_timed_steps(log) == list("CCIIIC" + "IICCCI" + "CCIIIC")
+    assert blocks_of(log, kid, inc) == [("C", 2), ("I", 2), ("I", 1), ("C", 1), ("I", 2), ("C", 2),
+                                        ("C", 1), ("I", 1), ("C", 2), ("I", 2), ("I", 1), ("C", 1)]  # fmt: skip
+    # both ran the trace's own steps in order, on the same tokens and lengths, each timed
+    lengths = expected_lengths(trace, CONFIG.batch)
+    for k in (kid, inc):
+        assert [r["host_lengths"] for r in timed_requests(k)] == lengths
+        assert k.tokens == [t for _, s in step_timed.segments(trace, 2, CONFIG.vocab) for t in s]
+    # a block's last request says no "more" (the other side's block comes next)
+    assert kid.more == [True, False, False] * 3 and inc.more == [True, False, False] * 3
+    # the candidate's tokens for a block are written only just before it: never while the
+    # incumbent runs (it would have an untimed turn with work it could do ahead)
+    assert inc.peeks == [True] * 9
+    assert len(samples) == 9 and rec["incumbent"]["passed"] is True
+    assert rec["incumbent"]["steps_timed"] == 9 and rec["incumbent"]["p50_us"] > 0
+    # one reference run per step serves both: each step's logits of both compared with it
+    assert [op for op, _ in log].count("reference") == 9
+    assert verify.phases["incumbent"] > 0 and not inc.closed
+
+
+def blocks_of(log: list[tuple[str, str]], kid: Kid, inc: Kid) -> list[tuple[str, int]]:
+    """Runs of timed steps by one side, each ended by its request without "more"."""
+    more = {"C": iter(kid.more), "I": iter(inc.more)}
+    out: list[tuple[str, int]] = []
+    open_block = False
+    for role in roles_of_timed_steps(log):
+        if open_block and out[-1][0] == role:
+            out[-1] = (role, out[-1][1] + 1)
+        else:
+            out.append((role, 1))
+        open_block = next(more[role])
+    return out
+
+
+def test_an_incumbent_alone_in_its_half_is_still_timed_once_per_step() -> None:
+    """A segment of one step: no halves; the sides alternate which goes first."""
+    trace = step_trace.fixed_trace(CONFIG, length=5, steps=1, seed=3)
+    _, rec, log, *_ = abba_pass(Kid, Kid, trace=trace)
+    assert roles_of_timed_steps(log) == ["C", "I"] and rec["incumbent"]["steps_timed"] == 1
+
+
+@pytest.mark.parametrize("how", ["wrong", "error", "uncopied", "lengths"])
+def test_an_incumbent_that_fails_leaves_the_pass_and_the_candidate_goes_on(how: str) -> None:
+    inc_type = type("Inc_" + how, (Misbehaving,), {"op": "timed_step", "at": 1, "how": how})
+    samples, rec, log, kid, _, inc, verify = abba_pass(Kid, inc_type)
+    assert rec["codes"] == [] and len(samples) == 9  # the candidate: every step, passed
+    assert rec["incumbent"]["passed"] is False and len(rec["incumbent"]["codes"]) == 1
+    assert inc.closed and verify.kids == [kid]
+    asked_after = len(timed_requests(inc))
+    assert asked_after <= 3  # nothing asked of it after the segment it failed in
+    assert roles_of_timed_steps(log).count("C") == 9
+
+
+class Dying(Kid):
+    def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
+        if len(self.requests) == 2:
+            from harnesslab.tools.gpu.verify.guard_kid import KidFailed
+
+            raise KidFailed("candidate_crashed", "the process died", self.role)
+        return super().ask(msg, spin=spin)
+
+
+def test_an_incumbent_whose_process_dies_loses_the_comparison_not_the_candidates_pass() -> None:
+    samples, rec, _, kid, _, inc, verify = abba_pass(Kid, Dying)
+    assert rec["codes"] == [] and len(samples) == 9
+    assert rec["incumbent"]["passed"] is False
+    assert "candidate_crashed" in verify.result["incumbent_error"]
+    assert inc.closed and verify.kids == [kid]
+
+
+def test_a_candidate_that_fails_beside_an_incumbent_ends_the_pass_at_once() -> None:
+    cand_type = type("Cand_error", (Misbehaving,), {"op": "timed_step", "at": 1, "how": "error"})
+    _, rec, log, _, _, inc, _ = abba_pass(cand_type, Kid)
+    assert codes(rec) == ["candidate_error"] and rec["incumbent"]["passed"] is False
+    assert [op for op, _ in log][-1] == "timed_step"  # nothing after the candidate's failure
+    assert timed_requests(inc) == []  # its second step came before the incumbent's first block
+
+
+def test_blocks_split_a_segment_in_halves_a_b_b_a_and_alternate_who_starts() -> None:
+    assert step_timed.blocks(1, 5, 3) == [(0, 0, 5)]  # the candidate alone: the segment whole
+    assert step_timed.blocks(2, 1, 0) == [(0, 0, 1), (1, 0, 1)]
+    assert step_timed.blocks(2, 2, 0) == [(0, 0, 1), (1, 0, 1), (1, 1, 2), (0, 1, 2)]
+    assert step_timed.blocks(2, 4, 1) == [(1, 0, 2), (0, 0, 2), (0, 2, 4), (1, 2, 4)]
+    assert step_timed.blocks(2, 5, 2) == [(0, 0, 3), (1, 0, 3), (1, 3, 5), (0, 3, 5)]
+
+
+def test_the_candidates_time_is_its_phase_and_the_incumbents_its_own() -> None:
+    *_, verify = abba_pass(Kid, None)
+    assert verify.phases["timed"] > 0 and "incumbent" not in verify.phases
+    *_, verify = abba_pass(Kid, Kid)
+    assert verify.phases["timed"] > 0 and verify.phases["incumbent"] > 0
+
+
+def test_an_incumbent_that_changed_its_lengths_is_caught_at_the_next_segment() -> None:
+    inc_type = type("Inc_lengths", (Misbehaving,), {"op": "timed_step", "at": 2, "how": "lengths"})
+    _, rec, _, kid, _, inc, verify = abba_pass(Kid, inc_type)
+    assert rec["codes"] == [] and rec["incumbent"]["passed"] is False
+    assert rec["incumbent"]["codes"] == [
+        ["lengths_modified", "t: timed pass segment 1: the step changed the lengths"]
+    ]
+    assert inc.closed and verify.kids == [kid]
+
+
+class ForgetfulLengths(ForgetfulKid):
+    """The pass's last step leaves the cache unwritten and changes the lengths too."""
+
+    def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
+        got = super().ask(msg, spin=spin)
+        if self.timed == self.steps:
+            self.state.lengths += 1
+        return got
+
+
+@pytest.mark.parametrize(
+    ("inc_type", "code"),
+    [(ForgetfulKid, "wrong_kv_cache"), (ForgetfulLengths, "lengths_modified")],
+)
+def test_an_incumbent_that_fails_after_the_pass_has_one_reason_and_no_figures(inc_type, code):
+    samples, rec, _, kid, _, inc, verify = abba_pass(Kid, inc_type)
+    assert rec["codes"] == [] and len(samples) == 9
+    assert [c[0] for c in rec["incumbent"]["codes"]] == [code]
+    assert "after the timed pass" in rec["incumbent"]["codes"][0][1]
+    assert rec["incumbent"]["passed"] is False and "p50_us" not in rec["incumbent"]
+    assert inc.closed and verify.kids == [kid]
+
+
+def test_an_incumbent_beside_a_candidate_that_failed_after_the_pass_is_not_passed() -> None:
+    _, rec, *_ = abba_pass(ForgetfulKid, Kid)
+    assert [c[0] for c in rec["codes"]] == ["wrong_kv_cache"]
+    assert rec["incumbent"]["codes"] == [] and rec["incumbent"]["passed"] is False

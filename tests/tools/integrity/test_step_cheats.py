@@ -20,6 +20,8 @@ from harnesslab.tools.integrity import public_verdict
 from harnesslab.tools.integrity.reasons import CERTIFIES, REASONS
 from harnesslab.tools.integrity.step_verify import judge_steps
 from harnesslab.tools.integrity.verdict import Verdict
+from harnesslab.tools.integrity.verdict_view import PUBLIC_INCUMBENT
+from harnesslab.tools.state import Checkpoints
 from harnesslab.tools.task import load_task
 
 CORPUS = Path(str(resources.files("harnesslab.tools.integrity"))) / "cheats" / "step"
@@ -80,6 +82,44 @@ def test_an_honest_step_passes_and_certifies_outputs_on_hidden_traces_with_a_sco
     assert [c.name for c in v.result.cases] == ["final0_float16", "final1_float16",
                                                 "final2_bfloat16"]  # fmt: skip
     assert all(c.passed for c in v.result.cases)
+
+
+def test_the_best_checkpoint_is_timed_beside_the_next_candidate_and_shown_only_in_public_part(
+    tmp_path: Path,
+) -> None:
+    ws, first = verify_step(tmp_path, BASELINE.read_text())
+    assert first.verdict == "passed" and first.incumbent is None
+    _, second = verify_step(tmp_path, (CORPUS / "honest" / "host_positions.py").read_text(), ws)
+    assert second.verdict == "passed", second.reasons
+    inc = second.incumbent
+    assert inc is not None and inc["hash"] == first.evidence["candidate"] and inc["error"] is None
+    assert [r["candidate_us"] for r in inc["cases"]] == [c.median_us for c in second.result.cases]
+    assert len(inc["cases"]) == 3 and all(r["incumbent_passed"] and r["incumbent_us"] > 0
+                                          for r in inc["cases"])  # fmt: skip
+    assert inc["speedup"] > 0 and inc["meaningful"] is False  # the interpreter: not a best rule
+    assert second.evidence["runner_phases_s"]["incumbent"] > 0
+    assert set(second.evidence["sandbox"]) == {"candidate", "incumbent"}
+    assert public_verdict(second)["incumbent"] == {k: inc[k] for k in PUBLIC_INCUMBENT}
+
+
+@pytest.mark.slow(
+    "repeated by test_step_guard_units's test_an_incumbent_with_wrong_logits_fails_its_trace_and_"
+    "is_not_timed_again"
+)
+def test_a_best_checkpoint_that_now_fails_loses_the_comparison_not_the_candidates_verdict(
+    tmp_path: Path,
+) -> None:
+    """A best pointer on a checkpoint whose step is wrong (a damaged or an old bad pointer)."""
+    ws, first = verify_step(tmp_path, BASELINE.read_text())
+    ckpt = Checkpoints(ws)
+    bad = ckpt.save({**ws.editable_files(),
+                     "kernel.py": (CORPUS / "previous_logits.py").read_bytes()})  # fmt: skip
+    ckpt.set_best("final", bad, 1.0, "r0", case_set=first.case_set)
+    _, v = verify_step(tmp_path, (CORPUS / "honest" / "host_positions.py").read_text(), ws)
+    assert v.verdict == "passed", v.reasons
+    assert v.incumbent is not None and v.incumbent["hash"] == bad
+    assert v.incumbent["faster"] is False and v.incumbent["speedup"] is None
+    assert not v.incumbent["cases"][0]["incumbent_passed"] and v.incumbent["error"]
 
 
 def _call(result: dict | None) -> RunnerCall:

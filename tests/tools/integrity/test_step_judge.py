@@ -13,6 +13,10 @@ by rule, without a verify or a GPU: each test builds the records a parent could 
 - A passed trace carries its timed pass's figures (median_us = p50, a bucket "all" with p95 and
   the steps timed); a clean record without them (or with figures that are not finite positive
   numbers) is the harness's error, never a pass with no score.
+- The incumbent comparison (compare_steps): per trace the candidate's p50 beside the incumbent's
+  from the same timed pass; an incumbent counts on a trace only where its record passed with
+  good figures; a new best needs 1% over every trace (the kernel verify's rule); the first
+  reason it failed, or its process's failure, is the comparison's error.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from harnesslab.tools.evaluation.results import CaseResult
 from harnesslab.tools.execution import RunnerCall
 from harnesslab.tools.integrity.reasons import SANDBOX_REFUSED
-from harnesslab.tools.integrity.step_verify import judge_steps
+from harnesslab.tools.integrity.step_verify import compare_steps, judge_steps
 
 TRACES = [{"name": "t0", "dtype": "float16"}, {"name": "t1", "dtype": "bfloat16"},
           {"name": "t2", "dtype": "float16"}]  # fmt: skip
@@ -190,3 +194,71 @@ def test_a_clean_record_without_good_timed_figures_is_the_harnesss_error() -> No
         assert verdict == "error", bad
         assert reasons == [{"code": "runner_failed", "detail": "t1: no timed pass"}], bad
         assert [r.passed for r in rows] == [True, False, False]
+
+
+def compared(*incumbents: dict[str, Any] | None, **raw: Any) -> dict[str, Any]:
+    """compare_steps over clean candidate records (p50 10 us each) with these incumbent records
+    (None: the trace has none), meaningful, incumbent hash "abc"."""
+    recs = [{"codes": [], **T, **({"incumbent": inc} if inc is not None else {})}
+            for inc in incumbents]  # fmt: skip
+    result = {"status": "measured", "nonce": "n", "cases": recs, **raw}
+    traces = TRACES[: len(recs)]
+    _, _, rows = judge_steps(call(result), traces, "n")
+    return compare_steps(result, rows, True, "abc")
+
+
+def inc(p50: float, passed: bool = True, codes: list[list[str]] | None = None) -> dict[str, Any]:
+    return {"name": "t", "codes": codes or [], "passed": passed, "steps_timed": 4,
+            "p50_us": p50, "p95_us": p50 * 1.25}  # fmt: skip
+
+
+def test_a_candidate_1pct_faster_on_every_trace_than_the_incumbent_beside_it_is_faster() -> None:
+    out = compared(inc(10.2), inc(10.1))
+    assert out["cases"] == [
+        {"candidate_us": 10.0, "incumbent_passed": True, "incumbent_us": 10.2},
+        {"candidate_us": 10.0, "incumbent_passed": True, "incumbent_us": 10.1},
+    ]
+    assert out["faster"] is True and out["hash"] == "abc" and out["meaningful"] is True
+    assert out["speedup"] > 1.01 and out["error"] is None
+    assert compared(inc(10.05), inc(10.05))["faster"] is False  # 0.5%: noise, not a new best
+    assert compared(inc(9.0), inc(12.0))["faster"] is True  # the geomean decides: 1.039x
+
+
+def test_an_incumbent_that_failed_or_was_not_timed_on_a_trace_gives_no_win_there() -> None:
+    failed = compared(inc(40.0), inc(40.0, passed=False, codes=[["wrong_output", "t1: logits"]]))
+    assert failed["cases"][1] == {"candidate_us": 10.0, "incumbent_passed": False,
+                                  "incumbent_us": None}  # fmt: skip
+    assert failed["faster"] is False and failed["error"] == "t1: logits"
+    assert compared(inc(40.0), None)["faster"] is False  # it left the verify before trace 1
+    flagged = compared(inc(40.0), inc(40.0, codes=[["wrong_kv_cache", "t1: cache"]]))
+    assert flagged["cases"][1]["incumbent_passed"] is False  # "passed" with a reason: not passed
+    untimed = compared(inc(40.0), {**inc(40.0), "p50_us": None})
+    assert untimed["cases"][1]["incumbent_passed"] is False and untimed["faster"] is False
+
+
+def test_the_incumbents_process_failure_is_the_comparisons_error() -> None:
+    out = compared(None, incumbent_error="candidate_crashed: the process died")
+    assert out["error"] == "candidate_crashed: the process died" and out["faster"] is False
+    assert out["cases"] == [{"candidate_us": 10.0, "incumbent_passed": False, "incumbent_us": None}]
+
+
+def test_an_incumbent_record_counts_only_when_it_says_passed_itself() -> None:
+    """The parent writes passed=True only after the incumbent's whole timed pass: figures of a
+    pass it did not finish (the candidate failed first) are not a time."""
+    assert compared(inc(40.0, passed=False))["cases"][0]["incumbent_passed"] is False
+    assert compared({**inc(40.0), "passed": 1})["cases"][0]["incumbent_passed"] is False
+
+
+def test_traces_the_verify_never_ran_have_no_times_and_the_first_reason_is_the_error() -> None:
+    """A rejected trace ends the rows: the traces after it were never run (no record)."""
+    bad = {"codes": [["wrong_output", "t0: x"]], "incumbent": inc(40.0)}
+    result = {"status": "measured", "nonce": "n", "cases": [bad]}
+    _, _, rows = judge_steps(call(result), TRACES, "n")
+    out = compare_steps(result, rows, True, "abc")
+    assert [r["incumbent_us"] for r in out["cases"]] == [40.0, None, None]  # no record, no time
+    assert compare_steps({}, rows, True, "abc")["cases"][2]["incumbent_passed"] is False
+    two = compared(inc(40.0, passed=False, codes=[["wrong_output", "first"], ["x", "second"]]),
+                   inc(40.0, passed=False, codes=[["wrong_kv_cache", "later"]]))  # fmt: skip
+    assert two["error"] == "first"
+    long = compared(inc(40.0, passed=False, codes=[["wrong_output", LONG]]))
+    assert long["error"] == LONG[:400]

@@ -28,7 +28,6 @@ siblings are imported by the one rule in runner.py's docstring.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -38,24 +37,22 @@ import random
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
     from .. import numerics
     from ..isolation import sandbox_limits
     from ..isolation import sandbox_policy as sp
     from . import guard_spawn, phase_lock
-    from .guard_kid import Kid, KidFailed, close_all, stage_root
+    from .guard_kid import Kid, KidFailed, Roles, close_all, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
     import guard_spawn
     import numerics
     import phase_lock
     import sandbox_limits
     import sandbox_policy as sp
-    from guard_kid import Kid, KidFailed, close_all, stage_root
+    from guard_kid import Kid, KidFailed, Roles, close_all, stage_root
 
-T = TypeVar("T")
 _perf = time.perf_counter
 PRECISION_PROBES = ("large_magnitude", "tiny_magnitude")
 # Reason codes a candidate's process may report (anything else it sends is dropped).
@@ -173,7 +170,7 @@ def arg_specs(torch, variant: Variant) -> list[dict[str, Any]]:
 # the mode
 
 
-class Verify:
+class Verify(Roles):
     def __init__(self, env, req: dict[str, Any], rt: types.ModuleType) -> None:
         self.env, self.req, self.rt, self.torch = env, req, rt, env.torch
         self.started = _perf()
@@ -378,34 +375,6 @@ class Verify:
             return _gpu().gpu_case(self, case, idx, variants)
         with self.phases("check"), self.lock.work():  # the interpreter times by its checked calls
             return _cpu().cpu_case(self, case, idx, variants, memfd), None
-
-    def lose_incumbent(self, result: dict[str, Any], exc: KidFailed) -> None:
-        """An incumbent's failure loses the comparison, not the verdict: it is dropped (and
-        closed). Any other role's failure is raised again, on to the verdict."""
-        if exc.role != "incumbent":
-            raise exc
-        result["incumbent_error"] = f"{exc.code}: {exc}"
-        for kid in self.kids:
-            if kid.role == "incumbent":
-                kid.close()
-        self.kids = [k for k in self.kids if k.role == "candidate"]
-
-    @contextlib.contextmanager
-    def incumbent_may_fail(self, result: dict[str, Any]) -> Iterator[None]:
-        """A step that an incumbent may fail (lose_incumbent); it is not run again."""
-        try:
-            yield
-        except KidFailed as exc:
-            self.lose_incumbent(result, exc)
-
-    def without_failed_incumbent(self, result: dict[str, Any], attempt: Callable[[], T]) -> T:
-        """`attempt()`, run again without the incumbent when the incumbent failed it
-        (lose_incumbent); the candidate's failure, on either run, goes on to the caller."""
-        try:
-            return attempt()
-        except KidFailed as exc:
-            self.lose_incumbent(result, exc)
-            return attempt()
 
     def time_cases(self, result: dict[str, Any], timers: list[tuple[dict[str, Any], Any]]) -> None:
         """The verify's one timed window: the GPU held alone (phase_lock.py) for the copy

@@ -10,15 +10,16 @@ the parent judges. Siblings are imported by the one rule in runner.py's docstrin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
     from .. import wire
@@ -27,6 +28,7 @@ else:  # imported by guard.py, from the staged folder on sys.path
     import sandbox_policy as sp
     import wire
 
+T = TypeVar("T")
 _perf = time.perf_counter
 HERE = os.path.dirname(os.path.abspath(__file__))
 # How long a sandbox's outer process may take to report what it applied (it does so before the
@@ -200,6 +202,46 @@ class Kid:
                     fh.close()
             except OSError:
                 pass
+
+
+class Roles:
+    """The roles of a verify's sandboxed processes (`kids`: the candidate's, and the incumbent's
+    when the host staged one): an incumbent's failure loses the comparison, never the verdict.
+    Shared by the kernel verify (guard.Verify) and the step verify (step_guard.StepVerify)."""
+
+    kids: list[Any]
+
+    def drop_incumbent(self) -> None:
+        """The incumbent leaves the verify (its process closed): nothing more of it is run."""
+        for kid in self.kids:
+            if kid.role == "incumbent":
+                kid.close()
+        self.kids = [k for k in self.kids if k.role == "candidate"]
+
+    def lose_incumbent(self, result: dict[str, Any], exc: KidFailed) -> None:
+        """An incumbent's failure loses the comparison, not the verdict: it is dropped (and
+        closed). Any other role's failure is raised again, on to the verdict."""
+        if exc.role != "incumbent":
+            raise exc
+        result["incumbent_error"] = f"{exc.code}: {exc}"
+        self.drop_incumbent()
+
+    @contextlib.contextmanager
+    def incumbent_may_fail(self, result: dict[str, Any]) -> Iterator[None]:
+        """A step that an incumbent may fail (lose_incumbent); it is not run again."""
+        try:
+            yield
+        except KidFailed as exc:
+            self.lose_incumbent(result, exc)
+
+    def without_failed_incumbent(self, result: dict[str, Any], attempt: Callable[[], T]) -> T:
+        """`attempt()`, run again without the incumbent when the incumbent failed it
+        (lose_incumbent); the candidate's failure, on either run, goes on to the caller."""
+        try:
+            return attempt()
+        except KidFailed as exc:
+            self.lose_incumbent(result, exc)
+            return attempt()
 
 
 def sealed_memfd(size: int, scratch_root: str) -> int:

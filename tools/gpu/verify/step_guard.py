@@ -27,11 +27,25 @@ stdin, mixed here with os.urandom for the weights) it
    sent back to back and timed by this process's clock from request to the logits read here,
    under the GPU lock held alone, every step's logits and the cache after it checked as
    above): the trace's p50 and p95 step latency. The host's score is the sum over traces of
-   p50 (scores.score_of).
+   p50 (scores.score_of);
+5. with an incumbent (the best final checkpoint, staged by the host as `baseline_dir`): a second
+   sandboxed process (step_child.py on the incumbent's folder) over an arena of its own (its
+   own memfd or device buffer: each process inherits its own descriptor only, so the
+   candidate's can neither read nor write the incumbent's State, nor the reverse), started and
+   imported beside the candidate's. Once the candidate's checked passes of a trace passed, the
+   incumbent's State gets the same weights, one untimed pass warms it as the candidate's
+   checked passes warmed the candidate (warm_up), and the timed pass times both, per segment in
+   halves A B B A / B A A B (step_timed.blocks), every incumbent step's logits and its cache
+   checked against the same reference run. An incumbent that fails (a check, its import, its
+   process) leaves the verify (guard_kid.Roles): its record says so, the candidate's verdict is
+   untouched. The incumbent's figures go into the trace's record["incumbent"] and the host
+   compares them (integrity/incumbent.py: a new best must beat it by 1%).
 What this certifies: the outputs (every step's logits, the cache after each pass, the timed one
 included) on hidden traces, and the step's latency as this process observes it through the
 sandbox's boundary (a fixed IPC round trip included: the same for every candidate; meaningless
-on the CPU). Not who computed them (no launch record or replay for steps yet).
+on the CPU). Not who computed them (no launch record or replay for steps yet). The incumbent's
+timing is as fair as the candidate's process lets it be: that process is alive (and may run
+threads) while the incumbent's blocks are timed; see step_timed.py.
 """
 
 from __future__ import annotations
@@ -50,7 +64,7 @@ if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstri
     from ..isolation import sandbox_limits
     from ..isolation import sandbox_policy as sp
     from . import guard, guard_spawn, phase_lock, step_arena, step_timed
-    from .guard_kid import Kid, KidFailed, stage_root
+    from .guard_kid import Kid, KidFailed, Roles, close_all, stage_root
 else:  # the runner that imports this put the staged folder on sys.path
     import guard
     import guard_spawn
@@ -60,19 +74,22 @@ else:  # the runner that imports this put the staged folder on sys.path
     import step_arena
     import step_timed
     import step_trace
-    from guard_kid import Kid, KidFailed, stage_root
+    from guard_kid import Kid, KidFailed, Roles, close_all, stage_root
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PASSES = 2  # per hidden trace: each with its own tokens and prompts, the scratch kept between
 
 
-class StepVerify:
+class StepVerify(Roles):
     def __init__(self, env, req: dict[str, Any], rt: types.ModuleType) -> None:
         self.env, self.rt, self.torch = env, rt, env.torch
         self.started = time.perf_counter()
         # Where the verify's seconds go (summed over traces; operator-side evidence only):
-        # start, state, reference, candidate, poison, compare, timed.
+        # start, state, reference, candidate, poison, compare, timed, and with an incumbent
+        # its own: incumbent (its State, its timed blocks, the compare of its logits).
         self.phases = rt.Phases()
+        self.kids: list[Any] = []  # the candidate's process, and the incumbent's (Roles)
+        self.result: dict[str, Any] = {}
         self.sync = env.torch.cuda.synchronize if env.device == "cuda" else None
         digest = hashlib.sha256(f"{req.get('seed', 0)}:{os.urandom(16).hex()}".encode())
         self.req = {**req, "seed": int(digest.hexdigest()[:15], 16)}
@@ -86,22 +103,27 @@ class StepVerify:
             lambda message: rt.emit({"event": "waiting", "message": message}),
         )  # fmt: skip
 
-    def candidate_kid(self, memfd: int) -> Kid:
-        cand_dir = self.req["candidate_dir"]
+    def candidate_kid(self, role: str, folder: str, memfd: int) -> Kid:
+        """A role's sandboxed step process (the candidate's, or the incumbent's from its staged
+        checkpoint): it reads its own folder and inherits its own arena's descriptor only."""
         env = {"TRITON_INTERPRET": "1"} if self.env.interpret else {}
         cache, write = "", []
         if not self.env.interpret:  # per-candidate Triton cache: only this candidate writes it
-            cache = os.path.join(stage_root(), "tcache", os.path.basename(cand_dir.rstrip("/")))
+            cache = os.path.join(stage_root(), "tcache", os.path.basename(folder.rstrip("/")))
             os.makedirs(cache, mode=0o700, exist_ok=True)
             write = [cache]
         policy = sp.Policy(
-            read=[HERE, cand_dir, os.path.dirname(self.req["reference"])], write=write,
+            read=[HERE, folder, os.path.dirname(self.req["reference"])], write=write,
             scratch_root=self.scratch_root, require=bool(self.req.get("sandbox_required", True)),
             env=env, env_allow=["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"], triton_cache=cache,
             namespaces=True, limits=sp.Limits.from_dict(self.req.get("sandbox_limits") or {}),
             **sp.python_policy(sp.import_roots()),
         )  # fmt: skip
-        return Kid("candidate", "step_child.py", policy, self.timeout_s, (memfd,))
+        return Kid(role, "step_child.py", policy, self.timeout_s, (memfd,))
+
+    def incumbent(self) -> Kid | None:
+        """The incumbent's process while it is in the verify (Roles drops it on a failure)."""
+        return next((k for k in self.kids if k.role == "incumbent"), None)
 
     def run(self) -> dict[str, Any]:
         torch, ref, req = self.torch, self.ref, self.req
@@ -114,85 +136,151 @@ class StepVerify:
             config = ref.Config(**sizes, dtype=t["dtype"])
             plans.append((t, config, step_trace.build(config, params)))
         size = max(step_arena.layout(c)[1] for _, c, _ in plans) + step_arena.ALIGN
-        arena = step_arena.ARENAS[self.env.device].create(torch, size, self.scratch_root)
+        # One arena per role (a memfd each, or device memory each): a role's process inherits
+        # its own descriptor only, so neither reads or writes the other's State.
+        roles = guard_spawn.roles(req)
+        arena_of = step_arena.ARENAS[self.env.device]
+        arenas = {role: arena_of.create(torch, size, self.scratch_root) for role, _ in roles}
         result: dict[str, Any] = {"status": "measured", "input_seed": req["seed"],
                                   "nonce": req.get("nonce"), "cases": [], "load": {},
                                   "sandbox": {}, "certifies": "step_outputs"}  # fmt: skip
-        kid = None
+        self.result = result
         try:
-            with self.phases("start"):
-                kid = self.candidate_kid(arena.fd)
-                result["sandbox"]["candidate"] = kid.started()
-                kid.send({"device": self.env.device, "candidate_dir": req["candidate_dir"],
-                          "entry": req["entry"], "reference": req["reference"],
-                          "memfd": arena.fd})  # fmt: skip
-                reply, _ = kid.ask({"op": "load"})
-            err = guard.error_text(reply)
-            result["load"]["candidate"] = {"ok": bool(reply.get("ok")) and not err}
+            self.start(roles, arenas, result)
             if not result["load"]["candidate"]["ok"]:
-                result["error"] = f"import failed: {err or 'no reply'}"
-                result["error_code"] = "import_failed"
                 return result
-            kid.ask({"op": "arena", "size": arena.size})
             rng = random.Random(req["seed"])
             for index, (t, config, trace) in enumerate(plans):
                 rec = {"name": t["name"], "dtype": t["dtype"], "codes": [], "steps_checked": 0}
                 result["cases"].append(rec)
-                self.one_trace(kid, arena, config, trace, rng.randrange(1 << 31), rec)
+                self.one_trace(arenas, config, trace, rng.randrange(1 << 31), rec)
                 self.rt.emit({"event": "case", "index": index, "status": "measured"})
                 if rec["codes"]:
                     break  # rejected: the rest would cost time and change nothing
-        except KidFailed as exc:
+        except KidFailed as exc:  # the candidate's (Roles keeps the incumbent's apart)
             if result["cases"]:
                 result["cases"][-1].update(error=str(exc), error_code=exc.code)
             else:
                 result["error"], result["error_code"] = f"{exc.role}: {exc}", exc.code
         finally:
-            if kid is not None:
-                kid.close()
-            sandbox_limits.sweep(self.scratch_root)  # whatever the child did, nothing stays
+            close_all(self.kids)
+            sandbox_limits.sweep(self.scratch_root)  # whatever the children did, nothing stays
             self.lock.close()
-            arena.close()
+            for arena in arenas.values():
+                arena.close()
             result["wall_s"] = time.perf_counter() - self.started
             result["phases_s"] = dict(self.phases)
         return result
 
-    def one_trace(self, kid: Kid, arena: step_arena.HostArena | step_arena.DeviceArena, config, trace: dict[str, Any], weight_seed: int,
+    def start(self, roles: list[tuple[str, str]], arenas: dict[str, Any],
+              result: dict[str, Any]) -> None:  # fmt: skip
+        """Every role's process started and its step imported (both at once), its arena
+        mapped; an incumbent that fails any of it leaves the verify (Roles.lose_incumbent)."""
+        req = self.req
+        with self.phases("start"):
+            for role, folder in roles:
+                with self.incumbent_may_fail(result):
+                    kid = self.candidate_kid(role, folder, arenas[role].fd)
+                    self.kids.append(kid)
+                    result["sandbox"][role] = kid.started()
+                    kid.send({"device": self.env.device, "candidate_dir": folder,
+                              "entry": req["entry"], "reference": req["reference"],
+                              "memfd": arenas[role].fd})  # fmt: skip
+            asked = {}
+            for kid in list(self.kids):
+                with self.incumbent_may_fail(result):
+                    kid.send({"op": "load"})
+                    asked[kid.role] = time.perf_counter()
+            for kid in list(self.kids):
+                with self.incumbent_may_fail(result):
+                    reply, _ = kid.reply(asked[kid.role])
+                    err = guard.error_text(reply)
+                    result["load"][kid.role] = {"ok": bool(reply.get("ok")) and not err}
+                    if result["load"][kid.role]["ok"]:
+                        kid.ask({"op": "arena", "size": arenas[kid.role].size})
+                    elif kid.role == "candidate":
+                        result["error"] = f"import failed: {err or 'no reply'}"
+                        result["error_code"] = "import_failed"
+                    else:
+                        raise KidFailed("import_failed", "import failed", kid.role)
+
+    def one_trace(self, arenas: dict[str, Any], config, trace: dict[str, Any], weight_seed: int,
                   rec: dict[str, Any]) -> None:  # fmt: skip
         """The passes of one hidden trace, checked then timed; reasons go into rec["codes"] (the
-        first stops it), the timed pass's figures into rec (step_timed.timing)."""
+        first stops it), the timed pass's figures into rec (step_timed.timing), the
+        incumbent's (timed beside the candidate's, its outputs checked) into rec["incumbent"]."""
         layout, _ = step_arena.layout(config)
-        views = arena.views(layout)
+        views = arenas["candidate"].views(layout)
+        kid = self.kids[0]  # the candidate's: roles() lists it first, Roles never drops it
         with self.lock.work():
             with self.phases("state", self.sync):
-                truth, cand = self.states(kid, views, layout, config, weight_seed)
+                truth = self.ref.new_state(config, seed=weight_seed, device=self.env.device)
+                cand = self.arena_state(kid, views, layout, truth)
             for variant in range(PASSES):
                 if not self.checked_pass(kid, views, truth, cand, trace, variant, rec):
                     return None
+            incumbent = None
+            inc_kid = self.incumbent()
+            if inc_kid is not None:  # only for a candidate that passed its checks
+                rec["incumbent"] = {"name": rec["name"], "codes": [], "passed": False}
+                with self.phases("incumbent", self.sync), self.incumbent_may_fail(self.result):
+                    inc_views = arenas["incumbent"].views(layout)
+                    inc_state = self.arena_state(inc_kid, inc_views, layout, truth)
+                    if self.warm_up(inc_kid, inc_views, inc_state, trace, rec["incumbent"]):
+                        incumbent = (inc_kid, inc_views, inc_state)
+                    else:
+                        self.drop_incumbent()
         with self.phases("timed"):
-            samples = step_timed.TimedPass(self, kid, views, truth, cand, rec).run(trace, PASSES)
+            samples = step_timed.TimedPass(self, kid, views, truth, cand, rec,
+                                           incumbent).run(trace, PASSES)  # fmt: skip
         if not rec["codes"]:
             rec.update(step_timed.timing(samples))
         return None
 
-    def states(self, kid: Kid, views: dict[str, Any], layout, config, weight_seed: int):
-        """The reference's State here and the candidate's in the arena (the same weights), and
-        the child told the trace's layout."""
-        ref = self.ref
-        truth = ref.new_state(config, seed=weight_seed, device=self.env.device)
+    def arena_state(self, kid: Kid, views: dict[str, Any], layout, truth):
+        """A role's State in its arena: the reference's weights and rotary tables copied in, the
+        child told the trace's layout; returns the parent's handle on it."""
+        config = truth.config
         for name, w in truth.weights.items():
             views[f"w.{name}"].copy_(w)
         views["rope_cos"].copy_(truth.rope_cos)
         views["rope_sin"].copy_(truth.rope_sin)
-        # The parent's handle on the candidate's State (the same arena the child's views see):
+        # The parent's handle on the role's State (the same arena the child's views see):
         # reference.prefill and advance write prompts and lengths into it as into any State.
-        cand = ref.State(
+        handle = self.ref.State(
             config=config, weights={}, kv_cache=views["kv_cache"], lengths=views["lengths"],
             host_lengths=[0] * config.batch, rope_cos=views["rope_cos"],
             rope_sin=views["rope_sin"],
         )  # fmt: skip
         kid.ask({"op": "trace", "layout": layout, "config": _config_dict(config)})
-        return truth, cand
+        return handle
+
+    def warm_up(self, kid: Kid, views: dict[str, Any], state, trace: dict[str, Any],
+                rec: dict[str, Any]) -> bool:  # fmt: skip
+        """The incumbent's untimed pass before the timed one (variant 0's prompts and tokens):
+        as warm as the candidate is after its two checked passes (Triton's compiles, a graph per
+        bucket captured), so its first step of a bucket in the timed pass is not slower for that
+        alone (the bias would favour the candidate). Its replies are checked for errors, its
+        logits are not (no reference run: the timed pass checks every step it times). False: it
+        failed (the reason in `rec`)."""
+        torch, ref = self.torch, self.ref
+        # No reset, poison or NaN slot: nothing of this pass is checked, and a trace's first step
+        # gives every sequence its prompt (step_trace's fixed and dynamic traces).
+        for index, (prompts, toks) in enumerate(step_trace.schedule(trace, 0, state.config.vocab)):
+            for b, length, seed in prompts:
+                ref.prefill(state, b, length, seed)
+            views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
+            if self.sync is not None:
+                self.sync()
+            reply, _ = kid.ask({"op": "step", "host_lengths": list(state.host_lengths)})
+            err = guard.error_text(reply)
+            if err or not reply.get("copied"):
+                why = f"the step raised {err}" if err else "the logits are not a plain tensor"
+                self.fail(rec, "candidate_error" if err else "wrong_shape",
+                          f"warm-up step {index}: {why}")  # fmt: skip
+                return False
+            ref.advance(state)
+        return True
 
     def checked_pass(self, kid: Kid, views: dict[str, Any], truth, cand, trace: dict[str, Any],
                      variant: int, rec: dict[str, Any]) -> bool:  # fmt: skip

@@ -28,6 +28,27 @@ continuous batching):
    advanced in lockstep) and every stored logits tensor compared with the tolerance.
 After the last segment: the lengths and the cache's valid slots compared.
 
+With an incumbent (step_guard.py 5.) the pass times it beside the candidate: each side has its
+own arena, child and State, prefilled and poisoned alike at a segment's start, and the
+segment's timed steps go in blocks (blocks()): its halves A B B A in even segments, B A A B in
+odd ones (A the candidate). Why halves of segments: the score is a p50 over a trace's steps and
+the host drifts (the same eager step scored 27204.9 and 22030.2 us in two verifies on an H100,
+host-launch-bound), so the two sides must share the same stretch of time. Whole passes A B B A
+would double each side's timed steps (four passes for two) and still leave each pass's
+seconds of drift between the sides; single steps interleaved would make each side's time
+something no run_objective measures (another process's step between any two of its steps,
+its next request no longer at once) and give both children an idle gap every step. Halves of
+a segment keep each side's steps back to back as in the dev objective, put both sides in the
+same ~tens of ms of every segment, and cost per side one block boundary more per segment (a
+request that finds the child asleep: `more` is false at a block's end, as at a segment's).
+A block's first tokens are written just before its first request, so a side waiting for its
+block holds no tokens it has not stepped on. The reference runs once per step for both; the
+incumbent's stored logits and its cache after the pass are checked as the candidate's are,
+and an incumbent that fails one of them, or whose process fails, leaves the pass and the
+verify (StepVerify.drop_incumbent, Roles.lose_incumbent) while the candidate's pass goes on.
+Not prevented: the candidate's process runs while the incumbent's blocks are timed (it is not
+stopped), so a thread of its own could load the host or the GPU then, and slow the incumbent.
+
 What the time means: a decode step's latency as the trusted parent observes it through the
 sandbox's boundary: the step and its synchronize, a fixed IPC round trip (two pipe frames), and
 this process's read of the logits with its writes for the next step (one copy of batch x vocab
@@ -44,7 +65,8 @@ synchronize included), so it could shave the round trip's few microseconds, or r
 thread of its own while the parent checks a segment (untimed, but with no tokens to work on and
 no step of the segment left to serve). Both processes wait for each other's frames awake on a
 GPU (the parent spins on the reply, the child on its segment's next request: `more`), so no
-wake-up is in a step's time but a segment's first (its request finds the child asleep). Measured on an H100 (benchmarks/step_timed_diag.py), before the State moved to the
+wake-up is in a step's time but a block's first (a segment's, or with an incumbent a half
+segment's: its request finds the child asleep). Measured on an H100 (benchmarks/step_timed_diag.py), before the State moved to the
 device: with the child awake for at most 10 ms after each reply, the Triton solution's timed
 step read 5.07 ms (median) where its work in the child took 0.82 ms, the child starting on a
 request 4.6 ms after it was readable; awake until its segment's next request came, 0.95 ms (the
@@ -60,11 +82,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
     from .. import step_trace
     from . import guard
-    from .guard_kid import Kid
+    from .guard_kid import Kid, KidFailed
 else:  # step_guard.py imported this from the staged folder on sys.path
     import guard
     import step_trace
-    from guard_kid import Kid
+    from guard_kid import Kid, KidFailed
 
 
 def segments(trace: dict[str, Any], variant: int, vocab: int) -> list[tuple[list, list[list[int]]]]:
@@ -78,105 +100,183 @@ def segments(trace: dict[str, Any], variant: int, vocab: int) -> list[tuple[list
     return out
 
 
+def blocks(n_sides: int, steps: int, segment: int) -> list[tuple[int, int, int]]:
+    """The order of one segment's timed blocks: (side, first step, end), each side's steps in
+    order. One side: the segment whole. Two (the candidate 0, the incumbent 1): the segment
+    split in halves, A B B A in even segments and B A A B in odd ones, so a drift of the host
+    within a segment (tens of ms) weighs on both alike, and each side still runs the trace
+    once, its steps back to back within a block."""
+    if n_sides == 1:
+        return [(0, 0, steps)]
+    a, b = (0, 1) if segment % 2 == 0 else (1, 0)
+    half = (steps + 1) // 2  # a one-step segment: A B
+    out = [(a, 0, half), (b, 0, half), (b, half, steps), (a, half, steps)]
+    return [blk for blk in out if blk[1] < blk[2]]
+
+
+class Side:
+    """One process's part of the timed pass: its child, its arena's views, the parent's handle
+    on its State, where its reasons go (`rec`: the trace's record for the candidate, the
+    incumbent's own record for the incumbent), its samples and its segment's stored logits."""
+
+    def __init__(self, role: str, kid: Kid, views: dict[str, Any], state, rec: dict[str, Any]
+                 ) -> None:  # fmt: skip
+        self.role, self.kid, self.views, self.state, self.rec = role, kid, views, state, rec
+        self.samples: list[float] = []
+        self.outputs: list[Any] = []
+
+
 class TimedPass:
     """One timed pass of one trace: `verify` is the StepVerify (its torch, reference, lock,
-    tolerances), `views` the arena's tensors, `truth` the reference's State here and `cand` the
-    parent's handle on the arena's State; reasons go into `rec` (the trace's record)."""
+    tolerances, phases), `views` the candidate's arena's tensors, `truth` the reference's State
+    here and `cand` the parent's handle on the arena's State; reasons go into `rec` (the
+    trace's record). `incumbent`: (its child, its arena's views, the handle on its State), timed
+    beside the candidate block by block (blocks()); its reasons and figures go into
+    rec["incumbent"], and a failure of its own drops it from the pass and the verify
+    (StepVerify.drop_incumbent), never the candidate's verdict."""
 
     def __init__(self, verify, kid: Kid, views: dict[str, Any], truth, cand,
-                 rec: dict[str, Any]) -> None:  # fmt: skip
-        self.v, self.kid, self.views, self.truth, self.cand = verify, kid, views, truth, cand
-        self.rec = rec
+                 rec: dict[str, Any], incumbent: tuple[Kid, dict[str, Any], Any] | None = None,
+                 ) -> None:  # fmt: skip
+        self.v, self.truth, self.rec = verify, truth, rec
+        self.sides = [Side("candidate", kid, views, cand, rec)]
+        if incumbent is not None:
+            inc = rec.setdefault("incumbent", {"name": rec["name"], "codes": [], "passed": False})
+            self.sides.append(Side("incumbent", *incumbent, inc))
         self.spin = verify.env.device == "cuda"  # a sleeping wake-up would land in the time;
         # on the CPU the parent's spin would take a core from the child it times
         self.sync = verify.sync  # this process's device synchronize (None on the CPU)
         self.clock = time.perf_counter
 
-    def fail(self, code: str, detail: str) -> None:
-        self.v.fail(self.rec, code, detail)
+    def fail(self, side: Side, code: str, detail: str) -> bool:
+        """`side` failed (its reason recorded): False for the candidate (the pass ends), True
+        for the incumbent, which leaves the pass and the verify (the candidate goes on)."""
+        self.v.fail(side.rec, code, detail)
+        return self.drop(side)
 
-    def ask(self, where: str, **fields: Any) -> tuple[dict[str, Any], float] | None:
-        """One timed step's request and reply (None: its error, recorded)."""
-        reply, wall_us = self.kid.ask({"op": "timed_step", **fields}, spin=self.spin)
+    def drop(self, side: Side) -> bool:
+        if side.role == "candidate":
+            return False
+        self.sides.remove(side)
+        self.v.drop_incumbent()
+        return True
+
+    def ask(self, side: Side, where: str, **fields: Any) -> tuple[dict[str, Any], float] | None:
+        """One timed step's request and reply (None: its error, recorded; for the incumbent
+        also its process's death, which loses the comparison: Roles.lose_incumbent)."""
+        try:
+            reply, wall_us = side.kid.ask({"op": "timed_step", **fields}, spin=self.spin)
+        except KidFailed as exc:
+            self.v.lose_incumbent(self.v.result, exc)  # the candidate's: raised again
+            self.sides.remove(side)
+            return None
         err = guard.error_text(reply)
         if err:
-            self.fail("candidate_error", f"{where}: the step raised {err}")
+            self.fail(side, "candidate_error", f"{where}: the step raised {err}")
             return None
         return reply, wall_us
 
-    def next_step(self, tokens) -> None:
-        """NaN into the logits slot (an unwritten one shows), the next step's `tokens` (if any)
-        into the arena, and this process's device synchronised: all of it in place before the
-        next request, and everything queued before it (the copy of the last logits) finished."""
-        self.views["logits"].fill_(float("nan"))
+    def next_step(self, side: Side, tokens) -> None:
+        """NaN into the side's logits slot (an unwritten one shows), its next step's `tokens`
+        (if any) into its arena, and this process's device synchronised: all of it in place
+        before the next request, and everything queued before it (the copy of the last
+        logits) finished."""
+        side.views["logits"].fill_(float("nan"))
         if tokens is not None:
-            self.views["tokens"].copy_(tokens)
+            side.views["tokens"].copy_(tokens)
         if self.sync is not None:
             self.sync()
 
-    def lengths_kept(self, where: str) -> bool:
-        if self.views["lengths"].tolist() != list(self.truth.host_lengths):
-            self.fail("lengths_modified", f"{where}: the step changed the lengths")
-            return False
+    def lengths_kept(self, side: Side, where: str) -> bool:
+        """The side's lengths as the trace gives them (False: the candidate's failed)."""
+        if side.views["lengths"].tolist() != list(self.truth.host_lengths):
+            return self.fail(side, "lengths_modified", f"{where}: the step changed the lengths")
         return True
 
     def run(self, trace: dict[str, Any], variant: int) -> list[float]:
-        """The pass: each timed step's microseconds (a failure ends it: see the record)."""
+        """The pass: the candidate's timed steps' microseconds (its failure ends it: see the
+        record); the incumbent's figures, when it passed, in rec["incumbent"]."""
         torch, ref, lock = self.v.torch, self.v.ref, self.v.lock
-        truth, cand = self.truth, self.cand
-        samples: list[float] = []
-        for s in (truth, cand):
+        truth = self.truth
+        cand = self.sides[0]
+        for s in (truth, *(side.state for side in self.sides)):
             step_trace.reset_state(s)
         for n, (prompts, steps) in enumerate(segments(trace, variant, truth.config.vocab)):
             where = f"timed pass segment {n}"
             with lock.work():
-                if n and not self.lengths_kept(where):
-                    return samples
+                if n and not all(self.lengths_kept(side, where) for side in list(self.sides)):
+                    return cand.samples
                 for b, length, seed in prompts:
-                    for s in (truth, cand):
+                    for s in (truth, *(side.state for side in self.sides)):
                         ref.prefill(s, b, length, seed)
-                cand.host_lengths = list(truth.host_lengths)
-                step_trace.poison_stale(torch, cand, truth.host_lengths)
-                tokens = torch.tensor(steps, dtype=torch.int64).to(self.views["tokens"].device)
-                self.next_step(tokens[0])
+                for side in self.sides:
+                    side.state.host_lengths = list(truth.host_lengths)
+                    step_trace.poison_stale(torch, side.state, truth.host_lengths)
+                    side.outputs = []
+                if self.sync is not None:  # on the device before the GPU is held alone
+                    self.sync()
+                tokens = torch.tensor(steps, dtype=torch.int64).to(cand.views["tokens"].device)
             start = list(truth.host_lengths)
-            outputs = []
             with lock.exclusive():
-                for i in range(len(steps)):
-                    got = self.ask(f"{where} step {i}",
-                                   host_lengths=[x + i for x in start],
-                                   more=i + 1 < len(steps))  # fmt: skip
-                    if got is None:
-                        return samples
-                    reply, wall_us = got
-                    if not reply.get("copied"):
-                        self.fail("wrong_shape", f"{where} step {i}: the logits are not a plain "
-                                  "tensor of the reference's shape and dtype")  # fmt: skip
-                        return samples
-                    t0 = self.clock()
-                    outputs.append(self.views["logits"].clone())
-                    self.next_step(tokens[i + 1] if i + 1 < len(steps) else None)
-                    samples.append(wall_us + (self.clock() - t0) * 1e6)
+                for index, lo, end in blocks(len(self.sides), len(steps), n):
+                    if index >= len(self.sides):  # the incumbent left in an earlier block
+                        continue
+                    if not self.block(self.sides[index], tokens, lo, end, start, where):
+                        return cand.samples
             with lock.work():
-                if not self.check_segment(steps, outputs, where):
-                    return samples
+                if not self.check_segment(steps, where):
+                    return cand.samples
         with lock.work():
             where = "after the timed pass"
-            if self.lengths_kept(where):
-                self.v.cache_ok(self.views, truth, self.rec, where)
-        return samples
+            for side in list(self.sides):
+                if self.lengths_kept(side, where) and side in self.sides:
+                    if not self.v.cache_ok(side.views, truth, side.rec, where):
+                        self.drop(side)
+        if len(self.sides) > 1 and not cand.rec["codes"]:
+            inc = self.sides[1]
+            inc.rec.update(passed=True, **timing(inc.samples))
+        return cand.samples
 
-    def check_segment(self, steps: list[list[int]], outputs: list[Any], where: str) -> bool:
-        """reference_step over the segment's tokens (the truth advanced in lockstep), every
-        stored logits tensor compared with it, as the checked passes compare theirs."""
+    def block(self, side: Side, tokens, lo: int, end: int, start: list[int], where: str) -> bool:
+        """Steps lo..end-1 of a segment by one side, back to back: per step the request sent,
+        its reply awaited, then the step's logits copied out of the slot here, NaN written into
+        it and the next step's tokens into the arena, and this process's device synchronised;
+        a step's time runs from the request to the end of that synchronize. The block's first
+        tokens are written just before its first request (a side waiting for its block holds
+        no tokens to work on). False: the candidate failed (the pass ends)."""
+        phase = "timed" if side.role == "candidate" else "incumbent"
+        with self.v.phases(phase):
+            self.next_step(side, tokens[lo])
+            for i in range(lo, end):
+                got = self.ask(side, f"{where} step {i}", host_lengths=[x + i for x in start],
+                               more=i + 1 < end)  # fmt: skip
+                if got is None:
+                    return side.role != "candidate"
+                reply, wall_us = got
+                if not reply.get("copied"):
+                    return self.fail(side, "wrong_shape", f"{where} step {i}: the logits are "
+                                     "not a plain tensor of the reference's shape and dtype")  # fmt: skip
+                t0 = self.clock()
+                side.outputs.append(side.views["logits"].clone())
+                self.next_step(side, tokens[i + 1] if i + 1 < end else None)
+                side.samples.append(wall_us + (self.clock() - t0) * 1e6)
+        return True
+
+    def check_segment(self, steps: list[list[int]], where: str) -> bool:
+        """reference_step over the segment's tokens (the truth advanced in lockstep), run once
+        for every side: each side's stored logits compared with it, as the checked passes
+        compare theirs. False: the candidate's failed."""
         torch, ref, truth = self.v.torch, self.v.ref, self.truth
         device = truth.kv_cache.device
-        for i, (toks, got) in enumerate(zip(steps, outputs, strict=True)):
+        for i, toks in enumerate(steps):
             want = ref.reference_step(truth, torch.tensor(toks, dtype=torch.long, device=device))
-            if not self.v.logits_ok(
-                got.to(device), want, truth.config, self.rec, f"{where} step {i}"
-            ):
-                return False
+            for side in list(self.sides):
+                phase = "timed" if side.role == "candidate" else "incumbent"
+                with self.v.phases(phase):
+                    ok = self.v.logits_ok(side.outputs[i].to(device), want, truth.config,
+                                          side.rec, f"{where} step {i}")  # fmt: skip
+                if not ok and not self.drop(side):
+                    return False
             ref.advance(truth)
         return True
 
@@ -191,4 +291,4 @@ def timing(samples_us: list[float]) -> dict[str, Any]:
             "p95_us": step_trace.percentile(xs, 95)}  # fmt: skip
 
 
-__all__ = ["TimedPass", "segments", "timing"]
+__all__ = ["Side", "TimedPass", "blocks", "segments", "timing"]
