@@ -94,15 +94,22 @@ def settle_best(
     prior: dict[str, Any] | None,
     best: dict[str, Any] | None,
     case_set: str,
+    *,
+    contested: bool = False,
 ) -> None:
     """The best pointer after a recorded verify (`result`, its ledger row's is_new_best set):
     where the same verify timed the incumbent meaningfully beside a passed candidate, "better"
     means better on the same machine state: the ABBA comparison decides (MIN_SPEEDUP), and the
-    ledger's comparison with a score from another verify is overruled."""
+    ledger's comparison with a score from another verify is overruled. `contested`: the
+    candidate's process was alive while the incumbent was timed (a step verify's children), so
+    it could have slowed the incumbent down (a busy thread, GPU work queued before its block
+    ended): the comparison alone promotes nobody there, and the ledger's comparison with the
+    recorded best must agree."""
     if not (comparison and comparison["meaningful"] and prior and result.status == "passed"):
         return
-    result.is_new_best = comparison["faster"]
-    if comparison["faster"]:
+    faster = comparison["faster"] and (result.is_new_best or not contested)
+    result.is_new_best = faster
+    if faster:
         winner = (result.candidate, result.score_us)
     else:  # the incumbent's score on this case set: its own, or what ABBA measured
         winner = (prior["hash"], best["score"] if best else incumbent_score(comparison))

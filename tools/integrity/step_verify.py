@@ -11,7 +11,10 @@ A B B A per half segment, its outputs checked too (an incumbent that fails loses
 comparison, never the candidate's verdict); compare_steps puts the per-trace p50s side by side
 (verdict.incumbent: candidate_us / incumbent_us rows, the operator's), and on a GPU a new best
 must beat the incumbent by 1% there (incumbent.settle_best), not the score of another verify:
-the same eager step scored 27204.9 and 22030.2 us in two verifies on an H100.
+the same eager step scored 27204.9 and 22030.2 us in two verifies on an H100. Both: the
+candidate's process lives while the incumbent is timed and could slow it down, so the ledger's
+comparison with the recorded best must agree (settle_best's `contested`): the comparison can
+keep a candidate from becoming the best on a lucky verify, never make it the best alone.
 
 What it certifies (reasons.CERTIFIES["step_outputs"]): outputs correct on hidden traces, the
 timed pass's included, and the score: the sum over traces of the p50 step latency of the timed
@@ -219,7 +222,7 @@ async def guarded_step_verify(
         result.record_id, result.best_score_us = ledger_row.record_id, ledger_row.best_score_us
         result.delta_vs_best_pct = ledger_row.delta_vs_best_pct
         result.is_new_best = ledger_row.is_new_best
-        settle_best(ckpt, result, compared, prior, best, cs)
+        settle_best(ckpt, result, compared, prior, best, cs, contested=True)
     evidence: dict[str, Any] = {
         "candidate": candidate.digest,
         "seed": seed,

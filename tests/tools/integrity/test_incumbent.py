@@ -99,6 +99,28 @@ def test_a_meaningful_comparison_decides_the_best_pointer(tmp_path: Path) -> Non
     assert ckpt.best("final", case_set="cs")["record"] == ""  # type: ignore[index]
 
 
+def test_a_contested_comparison_needs_the_ledgers_agreement_to_promote(tmp_path: Path) -> None:
+    """A step verify's candidate process lives while the incumbent is timed: a comparison that
+    says faster promotes it only where its score also beats the recorded best's."""
+    _, ckpt, a, b = store(tmp_path)
+    ckpt.set_best("final", a, 30.0, "r0", case_set="cs")
+    best, prior, _ = incumbent_of(ckpt, "cs", b)
+    res = result(b, 31.0).model_copy(update={"is_new_best": False})  # slower than a's record
+    settle_best(ckpt, res, rows(25.0, 26.0), prior, best, "cs", contested=True)  # 4% here
+    assert res.is_new_best is False and ckpt.best("final", case_set="cs")["hash"] == a  # type: ignore[index]
+    res = result(b, 31.0).model_copy(update={"is_new_best": False})
+    settle_best(ckpt, res, rows(25.0, 26.0), prior, best, "cs")  # uncontested: the comparison
+    assert res.is_new_best is True and ckpt.best("final", case_set="cs")["hash"] == b  # type: ignore[index]
+    ckpt.set_best("final", a, 30.0, "r0", case_set="cs")
+    res = result(b, 25.0)  # the ledger agrees
+    settle_best(ckpt, res, rows(25.0, 26.0), prior, best, "cs", contested=True)
+    assert res.is_new_best is True and ckpt.best("final", case_set="cs")["hash"] == b  # type: ignore[index]
+    ckpt.set_best("final", a, 30.0, "r0", case_set="cs")
+    res = result(b, 25.0)  # the ledger agrees, the comparison does not
+    settle_best(ckpt, res, rows(25.0, 25.1), prior, best, "cs", contested=True)
+    assert res.is_new_best is False and ckpt.best("final", case_set="cs")["hash"] == a  # type: ignore[index]
+
+
 def test_on_a_new_case_set_the_incumbent_keeps_the_best_with_the_score_measured_beside(
     tmp_path: Path,
 ) -> None:

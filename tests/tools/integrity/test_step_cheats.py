@@ -11,12 +11,13 @@ from __future__ import annotations
 import ast
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harnesslab.tests.conftest_shared import verify_step
 from harnesslab.tools.execution.launcher import RunnerCall
-from harnesslab.tools.integrity import public_verdict
+from harnesslab.tools.integrity import public_verdict, step_verify
 from harnesslab.tools.integrity.reasons import CERTIFIES, REASONS
 from harnesslab.tools.integrity.step_verify import judge_steps
 from harnesslab.tools.integrity.verdict import Verdict
@@ -85,8 +86,12 @@ def test_an_honest_step_passes_and_certifies_outputs_on_hidden_traces_with_a_sco
 
 
 def test_the_best_checkpoint_is_timed_beside_the_next_candidate_and_shown_only_in_public_part(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    settled: list[dict[str, Any]] = []
+    settle = step_verify.settle_best
+    monkeypatch.setattr(step_verify, "settle_best",
+                        lambda *a, **k: settled.append(k) or settle(*a, **k))  # fmt: skip
     ws, first = verify_step(tmp_path, BASELINE.read_text())
     assert first.verdict == "passed" and first.incumbent is None
     _, second = verify_step(tmp_path, (CORPUS / "honest" / "host_positions.py").read_text(), ws)
@@ -100,6 +105,9 @@ def test_the_best_checkpoint_is_timed_beside_the_next_candidate_and_shown_only_i
     assert second.evidence["runner_phases_s"]["incumbent"] > 0
     assert set(second.evidence["sandbox"]) == {"candidate", "incumbent"}
     assert public_verdict(second)["incumbent"] == {k: inc[k] for k in PUBLIC_INCUMBENT}
+    # the candidate's process lived while the incumbent was timed: the comparison alone
+    # promotes nobody (incumbent.settle_best's `contested`)
+    assert settled and all(k == {"contested": True} for k in settled)
 
 
 @pytest.mark.slow(

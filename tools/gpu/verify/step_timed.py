@@ -47,7 +47,9 @@ incumbent's stored logits and its cache after the pass are checked as the candid
 and an incumbent that fails one of them, or whose process fails, leaves the pass and the
 verify (StepVerify.drop_incumbent, Roles.lose_incumbent) while the candidate's pass goes on.
 Not prevented: the candidate's process runs while the incumbent's blocks are timed (it is not
-stopped), so a thread of its own could load the host or the GPU then, and slow the incumbent.
+stopped), so a thread of its own could load the host or the GPU then, and slow the incumbent;
+the host therefore never promotes a candidate on this comparison alone (incumbent.settle_best's
+`contested`).
 
 What the time means: a decode step's latency as the trusted parent observes it through the
 sandbox's boundary: the step and its synchronize, a fixed IPC round trip (two pipe frames), and
