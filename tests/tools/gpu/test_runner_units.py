@@ -336,6 +336,18 @@ def test_an_unchanged_candidate_is_imported_once_a_process_a_changed_one_or_a_co
     assert log.read_text() == "xxxx"
 
 
+def test_two_entry_files_of_one_folder_are_two_modules(tmp_path: Path) -> None:
+    """The import cache's key is the folder's content and the entry file: a folder holding two
+    solutions (a task's solutions/) gives each entry its own module."""
+    (tmp_path / "cand").mkdir()
+    (tmp_path / "cand" / "other.py").write_text("def run(x):\n    return x * 7\n")
+    ev = evaluator(tmp_path, "def run(x):\n    return x * 2\n")
+    first = ev.load_candidate(str(tmp_path / "cand"))[0]
+    ev.req["entry"] = "other.py:run"
+    other = ev.load_candidate(str(tmp_path / "cand"))[0]
+    assert first(torch.ones(1)).item() == 2.0 and other(torch.ones(1)).item() == 7.0
+
+
 def test_a_keyboard_interrupt_while_loading_is_not_a_failed_import(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
