@@ -70,13 +70,15 @@ def test_calls_per_window_make_about_a_quarter_of_a_millisecond() -> None:
 
 
 def test_graph_calls_are_a_multiple_of_the_rotation() -> None:
-    """Rule: about WINDOW_US (250 us) of calls at copy speed, rounded up to a whole
-    number of rotations."""
+    """Rule: about GRAPH_WINDOW_US (125 us: half the guarded verify's windows) of calls at copy
+    speed, rounded up to a whole number of rotations."""
+    assert timing.GRAPH_WINDOW_US == 125.0
     e = env(1000.0)
-    assert e.graph_calls(3_000_000, 7) == 84  # 84 is already a multiple of 7
-    assert e.graph_calls(3_000_000, 5) == 85  # 84 rounded up to a multiple of 5
+    assert e.graph_calls(3_000_000, 7) == 42  # 42 is already a multiple of 7
+    assert e.graph_calls(3_000_000, 5) == 45  # 42 rounded up to a multiple of 5
     assert e.graph_calls(10**10, 5) == 5  # never fewer than one rotation
-    assert e.graph_calls(1_000, 3) == 252  # the 1 us floor: 250 calls, rounded up
+    assert e.graph_calls(1_000, 3) == 126  # the 1 us floor: 125 calls, rounded up
+    assert e.calls_per_window(3_000_000, floor_us=1.0, lo=1, hi=2000, window_us=125.0) == 42
 
 
 def test_the_copy_bandwidth_is_measured_once() -> None:
@@ -248,25 +250,41 @@ def gpu_case(e: GpuEnv, samples: int = 30, warmup: int = 5) -> tuple[dict[str, A
         sync()
         yield
 
-    def make(salt: int) -> tuple[Any, Any]:
-        return (salt,), {}
+    drawn: list[int] = []
 
-    rec = timing.time_case(e, seen.append, make, 200_000, warmup=warmup, samples=samples,
-                           floor=10, phases=phase)  # fmt: skip
+    def make(salt: int) -> tuple[Any, Any]:
+        drawn.append(salt)
+        return (Input([0]),), {"w": Input([0])}
+
+    rec = timing.time_case(e, lambda x, w: seen.append((x.set, w.set)), make, 200_000,
+                           warmup=warmup, samples=samples, floor=10, phases=phase)  # fmt: skip
     assert phases == ["timing_inputs"]
-    return rec, seen
+    assert drawn == [11]  # one draw; the other sets are its copies (args and kwargs)
+    assert all(x == w for x, w in seen)
+    return rec, [x for x, _ in seen]
+
+
+class Input:
+    """A tensor's stand-in: clone() is a copy in memory of its own (the next set number)."""
+
+    def __init__(self, counter: list[int]) -> None:
+        self.counter, self.set = counter, counter[0]
+
+    def clone(self) -> Input:
+        self.counter[0] += 1
+        return Input(self.counter)
 
 
 def test_a_gpu_case_isolated() -> None:
-    """Rule: input sets drawn from salts 11, 12, ... (charged to timing_inputs); warm-up and
-    single calls rotate over them; the isolated samples get the floor, the cap and the single
-    calls' median as the host latency to hide."""
+    """Rule: one input set drawn (salt 11) and copied into the others (charged to
+    timing_inputs); warm-up and single calls rotate over them; the isolated samples get the
+    floor, the cap and the single calls' median as the host latency to hide."""
     e = GpuEnv("isolated")
     rec, seen = gpu_case(e)
     assert e.log[0] == "sync"  # the input phase ends synchronised
     assert ("isolated", 10, 9.0, 30) in e.log
-    # 3 warm-up calls (min(warmup, sets)), 5 single calls, then the isolated sample's own
-    assert seen[:5] == [11, 12, 13, 11, 12] and len(seen) == 3 + 5 + 1
+    # 3 warm-up calls (min(warmup, sets)), 3 single calls, then the isolated sample's own
+    assert seen[:5] == [0, 1, 2, 0, 1] and len(seen) == 3 + 3 + 1
     assert rec["timing_method"] == "isolated" and rec["calls_per_sample"] == 1
     assert rec["input_sets"] == 3 and rec["samples"] == 3
     assert rec["median_us"] == 5.0 and rec["host_us"] == 9.0
@@ -277,10 +295,10 @@ def test_a_gpu_case_isolated() -> None:
 
 
 def test_a_gpu_case_few_samples_and_warmups() -> None:
-    """At least two warm-up calls, five single calls."""
+    """At least two warm-up calls, three single calls."""
     e = GpuEnv("isolated")
     _, seen = gpu_case(e, samples=1, warmup=0)
-    assert len(seen) == 2 + 5 + 1
+    assert len(seen) == 2 + 3 + 1
 
 
 def test_a_gpu_case_in_graph_replays() -> None:
@@ -298,7 +316,7 @@ def test_a_case_no_graph_can_capture_is_timed_eagerly() -> None:
     rec, seen = gpu_case(e, warmup=4)
     assert e.log[-2:] == ["synchronize", ("eager", 6, 30, 4)]
     assert rec["timing_method"] == "eager_back_to_back" and rec["median_us"] == 3.0
-    assert seen[-2:] == [11, 12]  # the eager calls start the rotation again
+    assert seen[-2:] == [0, 1]  # the eager calls start the rotation again
 
 
 class FakeTorch:
