@@ -81,13 +81,15 @@ deadline = failures.deadline  # the benchmarks time a call under it
 SWEEP_WARMUP, SWEEP_REPEATS = 3, 10  # per case in sweeps (a score takes 10 and 30: time_case)
 SWEEP_MIN_SAMPLES = 5  # a sweep ranks configs: 5 samples suffice where the median is stable
 _OUT = sys.stdout  # replaced in main() by a dup of fd 1 before candidate code can print
-# A warm worker's imported candidates by module name (their folder's content hash) and entry file
-# (one folder may hold several entries, as a task's solutions/ does): an unchanged
+# A warm worker's imported candidates by folder, module name (the folder's content hash) and entry
+# file (one folder may hold several entries, as a task's solutions/ does; the same content in
+# another folder is imported there, so tracebacks and failure reasons name that folder's
+# files): an unchanged
 # candidate is not imported again, so its Triton kernels stay loaded. A fresh import makes new
 # JITFunction objects, each of which looks every specialization up in the disk cache and loads
 # it onto the device again (eight on rmsnorm_gate's nine dev cases). A config's private copy
 # (sweeps) is always imported afresh.
-_IMPORTED: dict[tuple[str, str], types.ModuleType] = {}
+_IMPORTED: dict[tuple[str, str, str], types.ModuleType] = {}
 
 # ----------------------------------------------------------------------------------------------
 # plumbing
@@ -160,11 +162,12 @@ class Evaluator:
         if not path.is_file():
             raise FileNotFoundError(f"{file_name} not found in the candidate")
         name = f"_hl_candidate_{tree_hash(folder)}"
-        mod = _IMPORTED.get((name, file_name)) if config is None else None
+        key = (str(path.resolve()), name, file_name)
+        mod = _IMPORTED.get(key) if config is None else None
         if mod is None:
             mod = load_module(path, name)
             if config is None:
-                _IMPORTED[name, file_name] = mod
+                _IMPORTED[key] = mod
         modelnew = load_module(Path(HERE) / "modelnew.py", "_hl_modelnew")
         module = getattr(self.ref, "MODULE", None)  # a declared module task (KernelBench)
         fn = modelnew.resolve(mod, func_name, module)

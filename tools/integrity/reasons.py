@@ -93,8 +93,8 @@ CERTIFIES: dict[str, str] = {
     "reply, a fixed IPC round trip of the same cost for every candidate included; meaningful on "
     "a GPU only). Who computed the outputs (which kernels, whether a graph replay did the work) "
     "is NOT certified: no launch record or replay for steps yet; nor that a step did all its "
-    "work inside its timed request (the candidate's process holds the device state and could "
-    "move work into the untimed copies between segments)",
+    "work inside its timed request (the candidate's process holds the device state and keeps "
+    "running between segments, while the trusted parent prefills and poisons)",
     "nothing": "the verdict did not pass",
 }
 

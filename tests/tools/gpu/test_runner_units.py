@@ -348,6 +348,20 @@ def test_two_entry_files_of_one_folder_are_two_modules(tmp_path: Path) -> None:
     assert first(torch.ones(1)).item() == 2.0 and other(torch.ones(1)).item() == 7.0
 
 
+def test_the_same_content_in_another_folder_is_imported_there(tmp_path: Path) -> None:
+    """A failure's reason names the file it came from: a candidate copied to another folder
+    (another workspace's stage) gets a module whose code is that folder's."""
+    kernel = "def run(x):\n    raise ValueError('boom')\n"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ev = evaluator(tmp_path / "a", kernel)
+    evaluator(tmp_path / "b", kernel).load_candidate(str(tmp_path / "b" / "cand"))
+    res = ev.evaluate(ev.req["candidate_dir"], timing=False)
+    assert "ValueError at kernel.py:2: boom" in res["cases"][0]["reason"]
+    fn = ev.load_candidate(ev.req["candidate_dir"])[0]
+    assert fn.__code__.co_filename.startswith(str(tmp_path / "a"))
+
+
 def test_a_keyboard_interrupt_while_loading_is_not_a_failed_import(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
