@@ -54,8 +54,9 @@ def test_every_variant_plan_covers_the_row_within_its_launch_bounds(name: str) -
 
 def test_the_shipped_plan_takes_each_shape_classs_measured_hints_and_no_other_knob() -> None:
     """Nothing ships without GPU evidence: the tenth session's run picked the streaming hints for
-    the small class and bf16 from packed words for the large one (cuda_rmsnorm_gate.plan's
-    docstring); the 2-byte path takes none. A new pick changes this test in the same commit."""
+    the small class and bf16 from packed words for the large one, the eleventh the weight loaded
+    early there too (cuda_rmsnorm_gate.plan's docstring); the 2-byte path takes none. A new pick
+    changes this test in the same commit."""
     mod = PLANS.load_solution("defaults_for_test")
     stream = mod.LOAD_NA | mod.LOAD_EF | mod.STORE_CS
     for dim in DIMS:
@@ -63,7 +64,7 @@ def test_the_shipped_plan_takes_each_shape_classs_measured_hints_and_no_other_kn
         for rows in (1, 4096):
             p = mod.plan(dim, vec, rows)
             small = rows * dim <= 1 << 22
-            want = 0 if vec == 1 else stream if small else mod.BF16_WORDS
+            want = 0 if vec == 1 else stream if small else mod.BF16_WORDS | mod.W_EARLY
             assert PLANS.shape_class(rows, dim) == ("small" if small else "large")
             assert (p.hints, p.max_threads, p.min_blocks, p.per_sm) == (want, 1024, 0, 0), (
                 dim, rows, p,
@@ -154,11 +155,11 @@ def test_the_dry_run_compiles_every_variant_and_checks_every_launch(tmp_path: Pa
         t512 = launched["t512"]["4096x8192_bfloat16"] + " @512"  # two 16-byte packs a thread
         assert res[t512]["warps_pct"] == 100, (t512, res[t512])
     # What ships: the hints of each shape class on the 16-byte path (7: LOAD_NA | LOAD_EF |
-    # STORE_CS, 32: BF16_WORDS), no other knob, none on the 2-byte path
+    # STORE_CS, 40: BF16_WORDS | W_EARLY), no other knob, none on the 2-byte path
     # (test_the_shipped_plan_takes_each_shape_classs_measured_hints_and_no_other_knob).
     for label, expr in launched["shipped"].items():
         knobs = expr.split(">")[0].split(", ")[3:]
-        assert knobs in ([], ["7", "1024", "0"], ["32", "1024", "0"]), (label, expr)
+        assert knobs in ([], ["7", "1024", "0"], ["40", "1024", "0"]), (label, expr)
         assert (knobs == []) == bool(re.search(r"<\w+, 1, ", expr)), (label, expr)
 
 

@@ -52,6 +52,15 @@ def _hints(bits: str) -> Rule:
     return rule
 
 
+def _without(bits: str) -> Rule:
+    """The shipped plan with `bits` taken out on the 16-byte path (a plan before a pick)."""
+
+    def rule(m: Any, base: Any, dim: int, vec: int, rows: int) -> Any:
+        return base._replace(hints=base.hints & ~_bits(m, bits)) if vec == 8 else None
+
+    return rule
+
+
 def _threads(cap: int, min_blocks: int, bits: str = "LOADS_FIRST", over: int = 0) -> Rule:
     """Blocks of at most `cap` threads (more packs each) for rows of more than `over` packs,
     with __launch_bounds__(cap, min_blocks): registers capped at 65536 / (cap * min_blocks)."""
@@ -119,19 +128,17 @@ VARIANTS: dict[str, Variant] = {
     "stream": Variant(("small", "large"), _hints(STREAM), "ldef + out: st.global.cs"),
     "words": Variant(("small", "large"), _hints(W),
                      "bf16 from the packed words (fp16: the shipped code, a noise floor)"),
-    "gatelate": Variant(("large",), _hints(f"GATE_LATE|{W}"),
-                        "FLA's order: the gate loaded after the reduction"),
     "t512": Variant(("large",), _threads(512, 4, f"LOADS_FIRST|{W}", over=512),
                     "512 threads x 2 packs, loads first, launch bounds (512, 4): 32 registers"),
-    "t512s": Variant(("large",), _threads(512, 4, f"LOADS_FIRST|{W}|{STREAM}", over=512),
-                     "t512 + stream"),
     "g256": Variant(("large",), _threads(256, 0, f"LOADS_FIRST|GATE_LATE|{W}", over=256),
                     "256 threads x 4 packs of x, gate late: 32 registers (bf16 at 4 packs: 40;"
                     " bounds (256, 8) spill)"),
-    "g128": Variant(("large",), _threads(128, 0, f"LOADS_FIRST|GATE_LATE|{W}", over=128),
-                    "FLA's shape at 4 warps: 128 threads x up to 8 packs of x, gate late"
-                    " (54 registers at 8 packs: 56% of the warps)"),
     "persist": Variant(("large",), _persist(W), "persistent rows, weight in registers, prefetch"),
+    "wlate": Variant(("large",), _without("W_EARLY"),
+                     "the large class's plan of the tenth session: the weight after the"
+                     " reduction (W_EARLY, shipped in the eleventh, beat it on all six shapes)"),
+    "l2pf": Variant(("large",), _hints(f"L2_256|{W}"),
+                    "x, gate: ld.global.nc.L2::256B (256-byte DRAM fetches into L2)"),
     "wearly": Variant(("small",), _hints(f"W_EARLY|{W}"), "weight loaded before the reduction"),
     "t128": Variant(("small",), _threads(128, 0, W, over=128), "128-thread blocks, more packs"),
     "t128w": Variant(("small",), _threads(128, 0, f"LOADS_FIRST|W_EARLY|{W}", over=128),

@@ -36,6 +36,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float
 #define HINT_LOADS_FIRST 16  // every pack of a thread loaded before any math (CHUNKS > 1)
 #define HINT_BF16_WORDS 32   // bf16 read from the packed 32-bit words at each use (below)
 #define HINT_GATE_LATE 64    // gate loaded after the reduction, as FLA orders it (fewer registers)
+#define HINT_L2_256 128      // x, gate: ld.global.nc.L2::256B (L2 fetches 256-byte blocks from DRAM)
 
 template <typename T> __device__ constexpr bool is_bf16() { return false; }
 template <> __device__ constexpr bool is_bf16<__nv_bfloat16>() { return true; }
@@ -61,10 +62,17 @@ __device__ __forceinline__ void store_pack(T* p, long long i, const Pack<T, VEC>
 // x and gate: read once. HINTS picks the cache operators of the 16-byte load.
 template <typename T, int VEC, int HINTS>
 __device__ __forceinline__ Pack<T, VEC> load_once(const T* p, long long i) {
-  if (VEC != 8 || !(HINTS & (HINT_LOAD_NA | HINT_LOAD_EF))) return load_pack<T, VEC>(p, i);
+  if (VEC != 8 || !(HINTS & (HINT_LOAD_NA | HINT_LOAD_EF | HINT_L2_256)))
+    return load_pack<T, VEC>(p, i);
   const uint4* a = reinterpret_cast<const uint4*>(p) + i;
   uint4 r;
-  if (HINTS & HINT_LOAD_EF) {
+  if ((HINTS & HINT_L2_256) && !(HINTS & (HINT_LOAD_NA | HINT_LOAD_EF))) {
+    asm("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(a));
+  } else if (HINTS & HINT_L2_256) {  // with no L1 allocation (the evict-first policy: not taken)
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(a));
+  } else if (HINTS & HINT_LOAD_EF) {
     unsigned long long policy;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"

@@ -20,6 +20,7 @@ CTYPES = {torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
 WARP_ROWS = 4  # rows per block of the warp-per-row variant (4 warps)
 # HINTS bits of cuda_rmsnorm_gate.cu (the 16-byte path only).
 LOAD_NA, LOAD_EF, STORE_CS, W_EARLY, LOADS_FIRST, BF16_WORDS, GATE_LATE = 1, 2, 4, 8, 16, 32, 64
+L2_256 = 128
 SMS = 132  # an H100 SXM's SMs: the persistent grid's size where no GPU can be asked
 _KERNELS: dict[tuple, object] = {}
 
@@ -51,12 +52,17 @@ def plan(dim: int, vec: int, rows: int = 0) -> Plan:
       all eight small shapes (1024x1024 fp16 3.74 -> 3.48 us);
     - above it, bf16 read from the packed words (BF16_WORDS: fp16's register count; in fp16 the
       same machine code): 4096x8192 bf16 65.5 -> 64.4 us; the streaming hints there lost
-      0.5-1.6% on 4096x8192 and 8192x3000 and won 2-4% on 4096x4096: not taken."""
+      0.5-1.6% on 4096x8192 and 8192x3000 and won 2-4% on 4096x4096: not taken;
+    - and the weight loaded with x and gate (W_EARLY: no L2 round trip between the reduction and
+      the stores, 31-32 registers at 1024 threads): 1.009-1.019x the plan without it on all six
+      large shapes, the only plan ahead of FLA and torch.compile on each (eleventh session:
+      4096x8192 fp16 63.7 us against FLA's 64.3, bf16 63.6 against 64.5); the 256-byte L2
+      prefetch (L2_256) lost 1.1-2.1% there."""
     base = _launch(dim, vec)
     if vec != 8:
         return base
     small = 0 < rows * dim <= SMALL_ELEMENTS
-    return base._replace(hints=LOAD_NA | LOAD_EF | STORE_CS if small else BF16_WORDS)
+    return base._replace(hints=LOAD_NA | LOAD_EF | STORE_CS if small else BF16_WORDS | W_EARLY)
 
 
 def _launch(dim: int, vec: int) -> Plan:
