@@ -35,7 +35,6 @@
 #   profile      profile_kernel on rmsnorm_gate's Triton and CUDA templates (profile_gpu.py: PROF_ARGS)
 #   ncuprobe     ncu on one strategy over chosen cases (ncu_strategy_gpu.py: NCU_ARGS)
 #   hgproto      HarnessGym's verifier per case over HG_CONFIGS (hg_verifier_configs.sh)
-#   stepprobe    the step verify's timed_step work in process, phase by phase (step_timed_probe_gpu.py)
 #   stepdiag     the timed pass as the candidate's process sees it (step_timed_diag.py; patches the
 #                session's own install, so run it last)
 set -uo pipefail
@@ -150,13 +149,6 @@ if has hgproto; then
   el "== HarnessGym's protocol per case"
   timeout "${HGP_S:-120}" bash benchmarks/hg_verifier_configs.sh '{"num_warps": 4, "rows_per_program": 1}' \
     '{"num_warps": 8, "rows_per_program": 1}' 2>&1 | tail -20
-fi
-if has stepprobe; then
-  el "== timed_step in process"
-  for args in "--entry solutions/triton.py:step" "--entry solutions/triton.py:step --sandboxed" \
-              "--entry workspace/kernel.py:step" "--entry workspace/kernel.py:step --sandboxed"; do
-    timeout "${SP_S:-120}" python3 benchmarks/step_timed_probe_gpu.py $args --steps 64 2>&1 | tail -8
-  done
 fi
 if has stepdiag; then
   el "== timed pass, the child's side"
