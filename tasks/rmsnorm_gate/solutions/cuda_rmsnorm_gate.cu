@@ -147,8 +147,19 @@ __device__ __forceinline__ void write_pack(T* out, long long row_pack, int i,
   store_out<T, VEC, HINTS>(out, row_pack + i, o);
 }
 
-// The CHUNKS packs of one row a thread holds, strided by `stride`: x and gate (and the weight
-// with HINT_W_EARLY) loads issued, nothing waits for them.
+// Pack i of a row: x, and gate unless HINT_GATE_LATE, and the weight with HINT_W_EARLY, loads
+// issued; nothing waits for them.
+template <typename T, int VEC, int HINTS>
+__device__ __forceinline__ void issue_pack(const T* __restrict__ x, const T* __restrict__ gate,
+                                           const T* __restrict__ weight, long long row_pack,
+                                           int i, Pack<T, VEC>& xv, Pack<T, VEC>& gv,
+                                           Pack<T, VEC>& wv) {
+  xv = load_once<T, VEC, HINTS>(x, row_pack + i);
+  if (!(HINTS & HINT_GATE_LATE)) gv = load_once<T, VEC, HINTS>(gate, row_pack + i);
+  if (HINTS & HINT_W_EARLY) wv = load_pack<T, VEC>(weight, i);
+}
+
+// The CHUNKS packs of one row a thread holds, strided by `stride`, issued (issue_pack).
 template <typename T, int VEC, int CHUNKS, int HINTS>
 __device__ __forceinline__ void issue_row(const T* __restrict__ x, const T* __restrict__ gate,
                                           const T* __restrict__ weight, long long row_pack,
@@ -157,11 +168,9 @@ __device__ __forceinline__ void issue_row(const T* __restrict__ x, const T* __re
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
     const int i = first + c * stride;
-    if (i < npack) {
-      xv[c] = load_once<T, VEC, HINTS>(x, row_pack + i);
-      if (!(HINTS & HINT_GATE_LATE)) gv[c] = load_once<T, VEC, HINTS>(gate, row_pack + i);
-      if (HINTS & HINT_W_EARLY) wv[c] = load_pack<T, VEC>(weight, i);
-    }
+    if (i < npack)
+      issue_pack<T, VEC, HINTS>(x, gate, weight, row_pack, i, xv[c], gv[c],
+                                wv[(HINTS & HINT_W_EARLY) ? c : 0]);
   }
 }
 
@@ -191,9 +200,8 @@ __device__ __forceinline__ float load_row(const T* __restrict__ x, const T* __re
   for (int c = 0; c < CHUNKS; ++c) {
     const int i = first + c * stride;
     if (i < npack) {
-      xv[c] = load_once<T, VEC, HINTS>(x, row_pack + i);
-      if (!(HINTS & HINT_GATE_LATE)) gv[c] = load_once<T, VEC, HINTS>(gate, row_pack + i);
-      if (HINTS & HINT_W_EARLY) wv[c] = load_pack<T, VEC>(weight, i);
+      issue_pack<T, VEC, HINTS>(x, gate, weight, row_pack, i, xv[c], gv[c],
+                                wv[(HINTS & HINT_W_EARLY) ? c : 0]);
       add_sq<T, VEC, HINTS>(ss, xv[c]);
     }
   }
