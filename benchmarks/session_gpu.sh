@@ -19,6 +19,8 @@
 #                SWEEP_LANGS="triton cuda": each template in turn, CUDA C++'s whole space is 20)
 #   objective    warm run_objective over SSH, phases, back-to-back agreement (bench_ssh_e2e.py)
 #   timingab     TAB_VARIANTS of timing.py (timing_variants.py): the per-case phases and warm run_objective
+#   agreement    back-to-back agreement of the isolated cases under several sampling caps (agreement_gpu.py:
+#                AGR_ARGS, e.g. "--rounds 40 --variants 30:1,30:4,60:4")
 #   objab        OBJ_VARIANTS of the installed package (package_variants.py): warm run_objective each
 #   variants     rmsnorm_gate's solution, its variants and the peers (rmsnorm_variants_gpu.py)
 #   cudavariants the CUDA rmsnorm_gate solution's plan variants (cache hints, launch bounds, threads
@@ -91,6 +93,10 @@ if has timingab; then  # TAB_VARIANTS (benchmarks/timing_variants.py), each in t
       --json "$OUT/objective_$vf.json" 2>"$OUT/objective_$vf.err" | grep -E "run_objective round trip|worst|runner_timing|runner_other|  sync |runner_correctness"; echo "objective ($v) rc=${PIPESTATUS[0]}"
   done
   cp /tmp/timing_pristine.py "$W/hl/harnesslab/tools/gpu/timing.py"
+fi
+if has agreement; then
+  el "== agreement of the isolated cases"
+  timeout "${AGR_S:-240}" python3 benchmarks/agreement_gpu.py ${AGR_ARGS:-} 2>&1 | tail -40
 fi
 if has objab; then  # OBJ_VARIANTS (benchmarks/package_variants.py), each in turn on the same machine
   for v in ${OBJ_VARIANTS:-base}; do vf=${v//+/_}
