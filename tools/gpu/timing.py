@@ -49,14 +49,6 @@ RUNNER_VERSION = "3"  # reported in every env block (Env.info)
 # samples keep their fixed count (guard_gpu.time_samples): a candidate must not be able to
 # steer how often it is measured.
 MIN_SAMPLES, RELATIVE_CI = 10, 0.005
-# Isolated (bandwidth-bound) cases of a score's sampling take at least ISOLATED_MIN_SAMPLES and
-# up to twice that (isolated_sampling): two back-to-back evals of the same kernel differed by
-# more than 1% on one of six such cases in 10-15 of 39 pairs of rounds at 10-30 samples, in 3 of
-# 39 at 30-60 (issue 30; benchmarks/agreement_gpu.py on an H100, BENCHMARKS.md, eleventh
-# session): the rounds' medians spread more than a round's own samples predict, and the early
-# stop at ten samples, "stable" by their interval, kept that spread. A sweep's lower floor
-# (ranking configs fast) is left as asked.
-ISOLATED_MIN_SAMPLES = 30
 # Samples past the floor are taken BATCH_STEP at a time (one synchronize a batch); a sample of
 # back-to-back calls (a graph replay here, a replayer's window in the guarded verify) is about
 # WINDOW_US of device time: event resolution (~0.5 us) is 0.2% of it. 500 us windows cost twice
@@ -405,17 +397,6 @@ def _copy_set(inputs: tuple[Any, Any]) -> tuple[Any, Any]:
     return tuple(copy(a) for a in args), {k: copy(v) for k, v in kwargs.items()}
 
 
-def isolated_sampling(floor: int, cap: int) -> tuple[int, int]:
-    """(floor, cap) of an isolated case's adaptive sampling: at least ISOLATED_MIN_SAMPLES (or
-    the cap, where it is lower) and up to twice that, for a score's sampling (floor >=
-    MIN_SAMPLES); a lower floor, a sweep's, is kept as asked."""
-    if floor < MIN_SAMPLES:
-        return floor, cap
-    return max(floor, min(ISOLATED_MIN_SAMPLES, cap)), max(
-        cap, min(2 * cap, 2 * ISOLATED_MIN_SAMPLES)
-    )
-
-
 def time_case(
     env: Env,
     fn: Callable[..., Any],
@@ -460,9 +441,8 @@ def time_case(
         method, calls = env.method_for(nbytes), 1
         tails = [0.0]
         if method == "isolated":
-            iso_floor, iso_cap = isolated_sampling(floor, samples)
             times, tails = env.isolated_times(
-                call, iso_floor, host_us=statistics.median(single), cap=iso_cap
+                call, floor, host_us=statistics.median(single), cap=samples
             )
         else:
             calls = env.graph_calls(nbytes, n_sets)

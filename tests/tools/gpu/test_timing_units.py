@@ -277,13 +277,12 @@ class Input:
 
 def test_a_gpu_case_isolated() -> None:
     """Rule: one input set drawn (salt 11) and copied into the others (charged to
-    timing_inputs); warm-up and single calls rotate over them; the isolated samples get
-    isolated_sampling's floor and cap (30 and 60 for a score's 10 and 30) and the single calls'
-    median as the host latency to hide."""
+    timing_inputs); warm-up and single calls rotate over them; the isolated samples get the
+    floor, the cap and the single calls' median as the host latency to hide."""
     e = GpuEnv("isolated")
     rec, seen = gpu_case(e)
     assert e.log[0] == "sync"  # the input phase ends synchronised
-    assert ("isolated", 30, 9.0, 60) in e.log
+    assert ("isolated", 10, 9.0, 30) in e.log
     # 3 warm-up calls (min(warmup, sets)), 3 single calls, then the isolated sample's own
     assert seen[:5] == [0, 1, 2, 0, 1] and len(seen) == 3 + 3 + 1
     assert rec["timing_method"] == "isolated" and rec["calls_per_sample"] == 1
@@ -293,20 +292,6 @@ def test_a_gpu_case_isolated() -> None:
     assert rec["sync_tail_us"] == 0.5
     assert rec["gbps"] == pytest.approx(200_000 / 5e3)
     assert rec["pct_of_copy_bw"] == pytest.approx(100.0 * 40.0 / 100.0)
-
-
-def test_isolated_sampling_raises_a_scores_floor_and_cap_and_keeps_a_sweeps() -> None:
-    """Rule: a score's sampling (floor >= MIN_SAMPLES) of an isolated case takes at least
-    ISOLATED_MIN_SAMPLES (the cap where lower) and up to twice that; a sweep's lower floor and
-    its cap are kept; a cap above twice the minimum stays the cap."""
-    n = timing.ISOLATED_MIN_SAMPLES
-    assert n > timing.MIN_SAMPLES
-    assert timing.isolated_sampling(timing.MIN_SAMPLES, 30) == (max(30, min(n, 30)), 2 * min(30, n))
-    assert timing.isolated_sampling(timing.MIN_SAMPLES, 5 * n) == (n, 5 * n)
-    assert timing.isolated_sampling(5, 10) == (5, 10)  # runner.SWEEP_MIN_SAMPLES, SWEEP_REPEATS
-    assert timing.isolated_sampling(3, 3) == (3, 3)  # fewer repeats asked than the minimum
-    assert timing.isolated_sampling(timing.MIN_SAMPLES, timing.MIN_SAMPLES) == (
-        timing.MIN_SAMPLES, 2 * timing.MIN_SAMPLES)  # fmt: skip
 
 
 def test_a_gpu_case_few_samples_and_warmups() -> None:
