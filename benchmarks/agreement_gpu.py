@@ -9,11 +9,10 @@ variant alike.
                                        [--entry kernel.py:rmsnorm_gate] [--rounds 24]
                                        [--variants 30:1,60:1,120:1]
 
-A variant is CAP:SETS[:FLOOR[:ISO]]: the cap of adaptive sampling; the fewest input sets a case
+A variant is CAP:SETS[:FLOOR]: the cap of adaptive sampling; the fewest input sets a case
 rotates over (timing.py's Env.sets_needed raised to SETS; 1 leaves it as shipped, which gives
-the large cases two); the floor of adaptive sampling (0 or left out: timing.MIN_SAMPLES); and
-timing.ISOLATED_MIN_SAMPLES (left out: as shipped; 10 is the timing before it, where an
-isolated case took 10 to `repeats` samples like any other). The label printed is all four.
+the large cases two); and the floor of adaptive sampling (0 or left out: timing.MIN_SAMPLES).
+The label printed is all three. Results: BENCHMARKS.md, eleventh session.
 Each set is an allocation of its own, and the runner empties the allocator's cache after every
 case, so each round's sets sit in other memory.
 
@@ -76,13 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA GPU here: this benchmark needs one", file=sys.stderr)
         return 2
     toml = tomllib.loads((ROOT / "tasks" / args.task / "task.toml").read_text())
-    defaults = ["1", "0", str(runner.timing.ISOLATED_MIN_SAMPLES)]  # SETS, FLOOR, ISO
+    defaults = ["1", "0"]  # SETS, FLOOR
     variants = []
     for v in args.variants.split(","):
         parts = v.split(":")
         variants.append(tuple(int(x) for x in parts + defaults[len(parts) - 1 :]))
     evs = {}
-    for cap, _, floor, _ in variants:
+    for cap, _, floor in variants:
         req = {"reference": str(ROOT / "tasks" / args.task / "reference.py"),
                "tolerances": toml["tolerances"], "seed": 1234, "warmup": 10, "repeats": cap,
                "case_timeout_s": 600, "entry": args.entry,
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(args.rounds):
         k = rnd % len(variants)
         for v in variants[k:] + variants[:k]:  # rotated: a drift hits every variant alike
-            cap, min_sets[0], floor, runner.timing.ISOLATED_MIN_SAMPLES = v
+            cap, min_sets[0], floor = v
             for i, case in iso:
                 seen.clear()
                 res = evs[(cap, floor)].run_case(fn, case, i, cand_dir, timing=True)
