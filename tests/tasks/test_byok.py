@@ -127,9 +127,24 @@ async def _all_tools(task: TaskSpec, tmp: Path) -> None:
         await launcher.aclose()
 
 
+# kb_2 and kb_3 repeat kb_1's run (a KernelBench Model task with a constructor scalar through
+# eval, sweep, probe and a passing guarded verify, 12 s of a worker each); what is theirs stays
+# fast: their declared shapes (test_kernelbench_files_become_tasks_with_their_constants_as_dims),
+# kb_3's guarded verify (test_a_wrong_candidate_of_a_kernelbench_task_is_rejected), a reduction's
+# and a matmul's staged reference passing (tests/tasks/test_kernelbench.py, 47_Sum_reduction and
+# 2_Standard_matrix_multiplication).
+KB_REPEATS = "repeats [kb_1_scaled_add]'s tools on a KernelBench task"
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize(
-    "name", ["gelu_res", "kb_1_scaled_add", "kb_2_sum_reduction", "kb_3_small_matmul"]
+    "name",
+    [
+        "gelu_res",
+        "kb_1_scaled_add",
+        pytest.param("kb_2_sum_reduction", marks=pytest.mark.slow(KB_REPEATS)),
+        pytest.param("kb_3_small_matmul", marks=pytest.mark.slow(KB_REPEATS)),
+    ],
 )
 async def test_eval_sweep_probe_and_guarded_verify_pass_on_the_interpreter(
     tasks, name: str, tmp_path: Path
