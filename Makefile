@@ -36,7 +36,7 @@ demo: $(STAMP)
 # durations report (.ci/run); "-x tests/tools/gpu" for a folder.
 PYTEST_ARGS ?=
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest $(PYTEST_ARGS)
 
 # The edit loop's tier: no slow, Slurm or GPU tests, on parallel workers: one more than the
 # cores (a worker often waits on its sandboxed children), at most 8 (each holds torch). On two
@@ -45,8 +45,8 @@ test: $(STAMP)
 # --dist loadfile keeps a test file on one worker: xdist's default deals a file's tests to every
 # worker, and each worker that gets one builds the file's module fixtures again (KernelBench's
 # import and baselines, the task contract's interpreter runs, a verified baseline: ~55 s of CPU).
-# PYTHONDONTWRITEBYTECODE= keeps Python's bytecode caches on where the environment turns them
-# off (=1): without them every worker compiles the toolkit and rewrites every test file's asserts
+# PYTHONDONTWRITEBYTECODE= (here and in `test`) keeps Python's bytecode caches on where the
+# environment turns them off (=1, as on this machine): without them every worker compiles the toolkit and rewrites every test file's asserts
 # again (collection 15 s -> 6 s of CPU a worker), and so does each harnesslab process a test
 # starts; on two cores the tier took 391 s with the caches off, 339 s with them on (run after
 # run; another pair, 376 s and 365 s).
