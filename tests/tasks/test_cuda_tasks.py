@@ -42,7 +42,9 @@ def test_the_cuda_tasks_are_the_three_bandwidth_tasks() -> None:
 def test_the_cuda_template_holds_exactly_its_editable_files_and_config(name: str) -> None:
     spec = load_task(name).for_language("cuda")
     assert spec.language == "cuda" and "kernel.cu" in spec.editable
-    assert {p.name for p in spec.workspace_template.iterdir()} == set(spec.editable)
+    # (a run that imported the template's kernel.py leaves a bytecode cache there: init drops it)
+    files = {p.name for p in spec.workspace_template.iterdir()} - {"__pycache__"}
+    assert files == set(spec.editable)
     assert (
         spec.brief_path().name == "task_cuda.md"
         and "harnesslab_cuda" in spec.brief_path().read_text()
