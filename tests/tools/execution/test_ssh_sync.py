@@ -70,6 +70,19 @@ def stage(tmp_path: Path) -> Path:
     return local
 
 
+@asynccontextmanager
+async def synced(
+    host: SSHHost, tmp_path: Path
+) -> AsyncIterator[tuple[SSHExecutor, list[list[str]], Path, Path]]:
+    """counted's executor once stage(tmp_path) is synced to its "stage" folder: (executor,
+    its commands, the local folder, the host's)."""
+    local = stage(tmp_path)
+    async with counted(host) as (ex, spawned):
+        remote = Path(ex.path("stage"))
+        await ex.sync_tree(local, str(remote))
+        yield ex, spawned, local, remote
+
+
 @pytest.mark.anyio
 async def test_syncs_after_the_first_open_no_channel_and_still_see_every_change_on_the_host(
     ssh_host: SSHHost, tmp_path: Path
@@ -107,10 +120,7 @@ async def test_syncs_after_the_first_open_no_channel_and_still_see_every_change_
 async def test_a_helper_killed_on_the_host_is_replaced_and_the_sync_stays_right(
     ssh_host: SSHHost, tmp_path: Path
 ) -> None:
-    local = stage(tmp_path)
-    async with counted(ssh_host) as (ex, _spawned):
-        remote = Path(ex.path("stage"))
-        await ex.sync_tree(local, str(remote))
+    async with synced(ssh_host, tmp_path) as (ex, _spawned, local, remote):
         pgid = helper_group(ex)
         os.killpg(pgid, signal.SIGKILL)
         await wait_until(lambda: not live_group(pgid), 10)
@@ -129,10 +139,7 @@ async def test_a_helper_killed_on_the_host_is_replaced_and_the_sync_stays_right(
 async def test_a_sync_cancelled_mid_reply_kills_its_helper_and_the_next_one_works(
     ssh_host: SSHHost, tmp_path: Path
 ) -> None:
-    local = stage(tmp_path)
-    async with counted(ssh_host) as (ex, _spawned):
-        remote = Path(ex.path("stage"))
-        await ex.sync_tree(local, str(remote))
+    async with synced(ssh_host, tmp_path) as (ex, _spawned, local, remote):
         pgid = helper_group(ex)
         proc = ex._sync._proc
         assert proc is not None
@@ -157,9 +164,7 @@ async def test_a_sync_cancelled_mid_reply_kills_its_helper_and_the_next_one_work
 
 @pytest.mark.anyio
 async def test_aclose_leaves_no_sync_helper_running(ssh_host: SSHHost, tmp_path: Path) -> None:
-    local = stage(tmp_path)
-    async with counted(ssh_host) as (ex, _spawned):
-        await ex.sync_tree(local, ex.path("stage"))
+    async with synced(ssh_host, tmp_path) as (ex, _spawned, _local, _remote):
         pgid = helper_group(ex)
         assert live_group(pgid)
     await wait_until(lambda: not live_group(pgid), 10)
@@ -187,10 +192,7 @@ async def test_a_failed_step_is_reported_and_the_helper_serves_the_next_sync(
 async def test_odd_names_on_the_host_and_a_folder_name_with_a_newline_sync_right(
     ssh_host: SSHHost, tmp_path: Path
 ) -> None:
-    local = stage(tmp_path)
-    async with counted(ssh_host) as (ex, spawned):
-        remote = Path(ex.path("stage"))
-        await ex.sync_tree(local, str(remote))
+    async with synced(ssh_host, tmp_path) as (ex, spawned, local, remote):
         # host-made names that look like the listing's and the reply's framing, or no text
         (remote / "tasks" / "x\n@@HL-STAT@@\ny").write_text("host\n")
         (remote / "tasks" / "\n0123 0\n").write_text("host\n")
@@ -229,13 +231,10 @@ async def test_an_apply_that_stops_early_still_takes_all_its_bytes(
     ssh_host: SSHHost, tmp_path: Path
 ) -> None:
     # more than a pipe holds: bytes the apply left unread would be read as the next request
-    local = stage(tmp_path)
-    async with counted(ssh_host) as (ex, spawned):
-        remote = ex.path("stage")
-        await ex.sync_tree(local, remote)
+    async with synced(ssh_host, tmp_path) as (ex, spawned, _local, remote):
         gone = ex.path("no-such-folder")
         failed = await ex._sync.run("apply", [gone], stdin=b"\n1\n2\n" * (1 << 18), timeout_s=5)
-        listed = await ex._sync.run("state", [remote], timeout_s=5)
+        listed = await ex._sync.run("state", [str(remote)], timeout_s=5)
     assert failed.exit_code == 1 and not failed.timed_out
     assert listed.exit_code == 0 and "harness/runner.py" in listed.stdout
     assert len(spawned) == 1
