@@ -62,14 +62,15 @@ __device__ __forceinline__ void store_pack(T* p, long long i, const Pack<T, VEC>
 // x and gate: read once. HINTS picks the cache operators of the 16-byte load.
 template <typename T, int VEC, int HINTS>
 __device__ __forceinline__ Pack<T, VEC> load_once(const T* p, long long i) {
-  static_assert(!(HINTS & HINT_L2_256) || !(HINTS & (HINT_LOAD_NA | HINT_LOAD_EF)),
-                "HINT_L2_256 is a load of its own: not combined with LOAD_NA or LOAD_EF");
   if (VEC != 8 || !(HINTS & (HINT_LOAD_NA | HINT_LOAD_EF | HINT_L2_256)))
     return load_pack<T, VEC>(p, i);
   const uint4* a = reinterpret_cast<const uint4*>(p) + i;
   uint4 r;
-  if (HINTS & HINT_L2_256) {
+  if ((HINTS & HINT_L2_256) && !(HINTS & (HINT_LOAD_NA | HINT_LOAD_EF))) {
     asm("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(a));
+  } else if (HINTS & HINT_L2_256) {  // with no L1 allocation (the evict-first policy: not taken)
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(a));
   } else if (HINTS & HINT_LOAD_EF) {
     unsigned long long policy;
