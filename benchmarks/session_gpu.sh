@@ -21,6 +21,8 @@
 #   timingab     TAB_VARIANTS of timing.py (timing_variants.py): the per-case phases and warm run_objective
 #   agreement    back-to-back agreement of the isolated cases under several sampling caps (agreement_gpu.py:
 #                AGR_ARGS, e.g. "--rounds 40 --variants 30:1,30:4,60:4")
+#   stepreplay   the step verify's record and replay in one process (step_replay_gpu.py: the eager
+#                baseline and the Triton solution recorded, checked, captured, replayed, timed)
 #   objab        OBJ_VARIANTS of the installed package (package_variants.py): warm run_objective each
 #   variants     rmsnorm_gate's solution, its variants and the peers (rmsnorm_variants_gpu.py)
 #   cudavariants the CUDA rmsnorm_gate solution's plan variants (cache hints, launch bounds, threads
@@ -97,6 +99,10 @@ fi
 if has agreement; then
   el "== agreement of the isolated cases"
   timeout "${AGR_S:-240}" python3 benchmarks/agreement_gpu.py ${AGR_ARGS:-} 2>&1 | tail -40
+fi
+if has stepreplay; then
+  el "== the step verify's record and replay"
+  timeout "${SR_S:-180}" python3 benchmarks/step_replay_gpu.py ${SR_ARGS:-} 2>&1 | tail -30
 fi
 if has objab; then  # OBJ_VARIANTS (benchmarks/package_variants.py), each in turn on the same machine
   for v in ${OBJ_VARIANTS:-base}; do vf=${v//+/_}

@@ -224,6 +224,8 @@ class VerifyOut(BaseModel):
         "outputs only; who computed them is not verified), step_outputs (a step task: every "
         "step's logits and the KV cache correct on hidden traces, the score the step's p50 "
         "latency as the trusted parent times it; which kernels computed them is not verified), "
+        "step_replayed (a step task on a GPU: the same checks, and the timed steps are the "
+        "candidate's recorded kernels and torch operators replayed by the harness), "
         "task_verifier (a command task's own final "
         "objective), nothing",
     )

@@ -89,7 +89,7 @@ def test_the_guarded_step_verify_passes_the_baseline_and_rejects_a_step_cheat_on
     corpus's logits cache is rejected."""
     passed = _step_verify(tmp_path / "a", None)
     assert passed.verdict == "passed", passed.reasons
-    assert passed.certifies == "step_outputs" and passed.sandbox in ("full", "partial")
+    assert passed.certifies == "step_replayed" and passed.sandbox in ("full", "partial")
     print(
         "baseline:", [c.max_abs_err for c in passed.result.cases], passed.evidence["runner_wall_s"]
     )
@@ -162,10 +162,15 @@ def _expect(path: Path) -> str:
     return re.search(r"^expect: (\S+)", doc, re.M).group(1)  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("path", sorted(STEP_CORPUS.glob("*.py")), ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    sorted([*STEP_CORPUS.glob("*.py"), *(STEP_CORPUS / "replay").glob("*.py")]),
+    ids=lambda p: p.stem,
+)
 def test_every_step_cheat_is_rejected_with_its_code_at_the_gpu_sizes(tmp_path, path: Path):
     """The step corpus at task.toml's GPU sizes (the CPU tests run the interpreter's tiny
-    config): each cheat is rejected with the reason its docstring names. poison_undone_in_copy
+    config): each cheat is rejected with the reason its docstring names; replay/'s, whose own
+    steps are right, by the replay a GPU verify times (step.replay "gpu"). poison_undone_in_copy
     can only show on a GPU: it patches the child's copy of the cache (push_state) that carried
     the poison to the device before the State moved there; with the State in the parent's
     device memory it is rejected as on the CPU (before, on a GPU, it passed)."""
@@ -207,7 +212,7 @@ def test_the_triton_solutions_verify_scores_a_lower_p50_than_the_eager_baseline(
     for name, v in (("eager", eager), ("solution", sol)):
         assert v.verdict == "passed", v.reasons
         assert v.meaningful and v.score_us is not None and v.score_us > 0
-        assert v.unverified == ["step_work"]
+        assert v.certifies == "step_replayed" and v.unverified == ["step_idle"]
         print(name, v.score_us, [(c.name, c.median_us, c.buckets[0].p95_us, c.buckets[0].steps)
                                  for c in v.result.cases if c.buckets])  # fmt: skip
         phases = v.evidence.get("runner_phases_s") or {}

@@ -66,6 +66,9 @@ STAGED = (
     "verify/step_child.py",  # ... and the candidate's sandboxed process
     "verify/step_timed.py",  # ... and the parent's timed pass
     "verify/step_arena.py",  # ... and the candidate's State, shared by the two processes
+    "verify/step_record.py",  # ... and the candidate's step recorded (in its process) ...
+    "verify/step_schema.py",  # ... checked by the parent ...
+    "verify/step_replay.py",  # ... and replayed in a sandboxed process of its own
     # CUDA C++ candidates: the launcher kernel.py imports, NVRTC, the source reader.
     "cuda_cpp/harnesslab_cuda.py",
     "cuda_cpp/nvrtc.py",

@@ -92,9 +92,21 @@ CERTIFIES: dict[str, str] = {
     "latency as the parent's own clock sees a step through the sandbox's boundary (request to "
     "reply, a fixed IPC round trip of the same cost for every candidate included; meaningful on "
     "a GPU only). Who computed the outputs (which kernels, whether a graph replay did the work) "
-    "is NOT certified: no launch record or replay for steps yet; nor that a step did all its "
+    "is NOT certified: the timed steps are the candidate's own, not a replay of recorded ones "
+    "(step.replay off, or the interpreter); nor that a step did all its "
     "work inside its timed request (the candidate's process holds the device state and keeps "
     "running between segments, while the trusted parent prefills and poisons)",
+    "step_replayed": "step task: every step of the last checked pass was recorded in the "
+    "candidate's sandboxed process (every ATen operator call and every Triton or harnesslab_cuda "
+    "launch, gpu/verify/step_record.py), checked (step_schema.py) and handed to a replay process "
+    "with no agent Python (step_replay.py); the timed pass is that replay on new tokens and "
+    "prompts (on a GPU each recorded step captured as a CUDA graph of the replay's own), and "
+    "every replayed step's logits and the KV cache after the pass, like every step of the two "
+    "checked passes, were compared by the trusted parent with the reference it computed "
+    "itself; the score is the sum over traces of the timed pass's p50 step latency as the "
+    "parent's clock sees a replayed step (request to reply: a fixed IPC round trip included; "
+    "meaningful on a GPU only). So the timed work is the recorded kernels and library calls, "
+    "nothing the candidate's Python does at the time",
     "nothing": "the verdict did not pass",
 }
 
@@ -110,13 +122,22 @@ UNVERIFIED: dict[str, str] = {
     "speed": "the timing (the interpreter's wall clock of Python says nothing of a GPU)",
     "step_work": "which kernels computed a step's outputs (the candidate's own, a library's, "
     "torch's) and that its graph replays do the work: a step's launches are not recorded or "
-    "replayed yet; its timing is the step's latency as the trusted parent observes it, not a "
-    "replay's device time",
+    "replayed (step.replay off, or the interpreter); its timing is the step's latency as the "
+    "trusted parent observes it, not a replay's",
+    "step_idle": "that the candidate's own process is idle while the replay is timed: it is "
+    "alive (not stopped) and could load the host or the GPU then, slowing the replay it is "
+    "compared with as much as its own",
 }
 CPU_UNVERIFIED = ["triton_did_the_work", "process_policy", "speed"]
 GPU_UNVERIFIED = ["process_policy"]
-STEP_UNVERIFIED = ["step_work"]  # on a GPU; on the interpreter its wall clock too:
-STEP_CPU_UNVERIFIED = ["step_work", "speed"]
+
+
+def step_unverified(replayed: bool, meaningful: bool) -> list[str]:
+    """What a passed step verdict leaves unverified: its timed steps the candidate's own
+    ("step_work") or replayed ("step_idle"), and on the interpreter its timing."""
+    first = "step_idle" if replayed else "step_work"
+    return [first] if meaningful else [first, "speed"]
+
 
 __all__ = [
     "CERTIFIES",
@@ -124,7 +145,6 @@ __all__ = [
     "GPU_UNVERIFIED",
     "REASONS",
     "SANDBOX_REFUSED",
-    "STEP_CPU_UNVERIFIED",
-    "STEP_UNVERIFIED",
     "UNVERIFIED",
+    "step_unverified",
 ]

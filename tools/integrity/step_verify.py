@@ -45,7 +45,7 @@ from ..settings import Settings
 from ..state import Checkpoints, Workspace, case_set_id, ensure_outside_workspace, workspace_secret
 from ..task import kind_of
 from .incumbent import comparison, incumbent_of, settle_best, stage_incumbent
-from .reasons import REASONS, SANDBOX_REFUSED, STEP_CPU_UNVERIFIED, STEP_UNVERIFIED
+from .reasons import REASONS, SANDBOX_REFUSED, step_unverified
 from .verdict import Verdict
 from .verdict_view import public_reasons, public_rows
 from .verify import _call_quietly
@@ -54,7 +54,7 @@ from .verify import _call_quietly
 STEP_CODES = frozenset(
     {"candidate_error", "wrong_shape", "wrong_output", "lengths_modified", "wrong_kv_cache",
      "import_failed", "candidate_crashed", "timeout", "resource_limit", "harness_tampered",
-     "sandbox_failed", "sandbox_unavailable"}
+     "sandbox_failed", "sandbox_unavailable", "unreplayable", "forged_recording"}
 )  # fmt: skip
 
 
@@ -173,8 +173,8 @@ async def guarded_step_verify(
     cs = case_set_id(secret["seed"])
     candidate = ws.snapshot()
     seed, nonce = secrets.randbelow(2**31), secrets.token_hex(12)
-    step = {"model": spec.model.model_dump(),
-            "interpreter": spec.interpreter.model_dump(), "traces": traces}  # fmt: skip
+    step = {"model": spec.model.model_dump(), "interpreter": spec.interpreter.model_dump(),
+            "traces": traces, "replay": spec.replay}  # fmt: skip
     request = kernel_request(ws, launcher, candidate, "step_verify", seed=seed, nonce=nonce,
                              step=step)  # fmt: skip
     ckpt = Checkpoints(ws)
@@ -202,7 +202,8 @@ async def guarded_step_verify(
         seed=seed,
         wall_s=call.wall_s,
     )
-    certifies = "step_outputs" if passed else "nothing"
+    replayed = raw.get("certifies") == "step_replayed"  # the parent says which path it took
+    certifies = ("step_replayed" if replayed else "step_outputs") if passed else "nothing"
     compared = None
     if "cases" in raw and incumbent:
         compared = compare_steps(raw, rows, env.meaningful, incumbent)
@@ -235,6 +236,7 @@ async def guarded_step_verify(
         "versions": {"torch": env.torch, "triton": env.triton, "cuda": env.cuda},
         "runner_wall_s": raw.get("wall_s"),
         "runner_phases_s": raw.get("phases_s"),  # where the parent's seconds went
+        "replay": raw.get("replay"),  # per role and trace: steps recorded, distinct programs
         "sandbox": raw.get("sandbox"),
     }
     return Verdict(
@@ -249,7 +251,7 @@ async def guarded_step_verify(
         result=result,
         evidence=evidence,
         certifies=certifies,  # type: ignore[arg-type]
-        unverified=list(STEP_UNVERIFIED if meaningful else STEP_CPU_UNVERIFIED) if passed else [],
+        unverified=step_unverified(replayed, meaningful) if passed else [],
         ran_on_hidden_cases=ran,
         sandbox=str(sandbox),
     )

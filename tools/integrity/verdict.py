@@ -35,7 +35,9 @@ class Verdict(BaseModel):
     incumbent: dict[str, Any] | None = Field(
         default=None, description="ABBA comparison with the best final checkpoint"
     )
-    certifies: Literal["outputs", "correctness_and_speed", "step_outputs", "nothing"] = Field(
+    certifies: Literal[
+        "outputs", "correctness_and_speed", "step_outputs", "step_replayed", "nothing"
+    ] = Field(
         default="nothing",
         description="what a passed verdict certifies: "
         + "; ".join(f"{k}: {v}" for k, v in CERTIFIES.items()),

@@ -117,6 +117,12 @@ class StepSpec(BaseModel):
     model: StepModel
     interpreter: StepModel = Field(description="the sizes the Triton interpreter (CPU) runs")
     traces: list[StepTrace] = Field(min_length=1)
+    replay: Literal["gpu", "always", "never"] = Field(
+        "gpu",
+        description="the guarded verify's timed pass replays each recorded step in a process "
+        "of the harness's (gpu/verify/step_replay.py): on a GPU only (the interpreter's Triton "
+        "kernels cannot be recorded), always (steps made of torch operators alone), or never",
+    )
 
     @model_validator(mode="after")
     def _traces(self) -> StepSpec:

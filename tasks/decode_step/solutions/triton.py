@@ -217,7 +217,9 @@ def _addresses(state) -> tuple[int, ...]:
 @torch.no_grad()
 def step(state, tokens: torch.Tensor) -> torch.Tensor:
     bucket = _bucket(state)
-    if tokens.device.type != "cuda":
+    if tokens.device.type != "cuda" or state.scratch.get("recording"):
+        # The guarded verify records a step with a fresh scratch marked "recording" (graph
+        # capture is off then): the eager work is what it replays, captured in its own graph.
         return _eager(state, tokens, bucket)
     graphs = state.scratch.setdefault("graphs", {})
     key = (bucket, _addresses(state))

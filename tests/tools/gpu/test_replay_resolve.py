@@ -38,6 +38,7 @@ def test_scalars_are_packed_as_tritons_launcher_packs_them() -> None:
 def replayer(param_sizes: list[int] | None = None, lang: str = "triton") -> replay.Replayer:
     """A Replayer without a driver: one arena of 1024 bytes at 0x10000, one kernel."""
     r = object.__new__(replay.Replayer)
+    r.drv = None  # nothing here reaches the driver
     r.arenas = {"a": (0x10000, 1024)}
     r.kernels = {"k": {"function": 1, "lang": lang, "optin": 48 << 10, "shared": 64,
                        "block": 128, "param_sizes": param_sizes}}  # fmt: skip

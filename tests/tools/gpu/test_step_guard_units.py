@@ -194,7 +194,7 @@ def test_an_honest_step_is_checked_on_every_step_of_both_passes_and_timed(verify
     assert "push" not in ops and "pull" not in ops  # no untimed turn after a poison
     assert run.kid.cfg == {"device": "cpu", "candidate_dir": run.verify.req["candidate_dir"],
                            "entry": "kernel.py:step", "reference": str(TASK.root / "reference.py"),
-                           "memfd": run.kid.cfg["memfd"]}  # fmt: skip
+                           "memfd": run.kid.cfg["memfd"], "record": False}  # fmt: skip
     assert run.kid.closed
     # each checked step carried the lengths its trace gives it (prompts written, then one a step)
     spec = TASK.step.request()  # type: ignore[union-attr]

@@ -15,6 +15,10 @@ failure the pass must report.
 - A failure (the child's error, logits not copied, wrong or unwritten logits, lengths changed,
   the cache left unwritten) is the trace's reason, the pass ends there (no request after it),
   and the steps timed until then are all its samples.
+- With replay processes as the kids (`programs`: step_replay.py): each segment's recorded
+  programs prepared before its prompts and poison, each timed step naming its program (its
+  index in the trace), the segment's programs dropped after its check; a replay process that
+  cannot prepare them fails the candidate (its reason) or drops the incumbent.
 - With an incumbent: each segment timed in halves A B B A, then B A A B (step_timed.blocks), each
   side's steps in order on its own State; a block's first tokens written only just before it;
   one reference run for both; an incumbent that fails (a check, an error, its process) leaves
@@ -158,7 +162,7 @@ def arena_state(truth, dirty: bool) -> tuple[Any, dict[str, Any], Any]:
 
 def abba_pass(kid_type: type | None = None, inc_type: type | None = None,
               trace: dict[str, Any] | None = None, device: str = "cpu", dirty: bool = False,
-              ) -> tuple[Any, ...]:  # fmt: skip
+              programs: bool = False) -> tuple[Any, ...]:  # fmt: skip
     """timed_pass's, with an incumbent beside the candidate when `inc_type` names its kid:
     (samples, record, log, kid, trace, the incumbent's kid, the verify)."""
     trace = trace or dynamic()
@@ -182,6 +186,7 @@ def abba_pass(kid_type: type | None = None, inc_type: type | None = None,
     ref.reference_step = logged_reference
     verify = step_guard.StepVerify.__new__(step_guard.StepVerify)
     verify.torch, verify.ref, verify.rt, verify.lock = torch, ref, runner, lock
+    verify.replay, verify.replayers = False, {}  # the candidates' own steps are timed
     verify.phases, verify.result = runner.Phases(), {}
     verify.env = type("Env", (), {"device": device})()
     now = [0.0]  # the pass's clock: it moves only when this process's device synchronises
@@ -204,7 +209,7 @@ def abba_pass(kid_type: type | None = None, inc_type: type | None = None,
         inc_kid.role, inc_kid.other = "incumbent", kid
         verify.kids.append(inc_kid)
         incumbent = (inc_kid, inc_views, inc_state)
-    timed = step_timed.TimedPass(verify, kid, views, truth, cand, rec, incumbent)
+    timed = step_timed.TimedPass(verify, kid, views, truth, cand, rec, incumbent, programs)
     timed.clock = lambda: now[0]
     samples = timed.run(trace, 2)
     return samples, rec, log, kid, trace, inc_kid, verify
@@ -578,3 +583,51 @@ def test_an_incumbent_beside_a_candidate_that_failed_after_the_pass_is_not_passe
     _, rec, *_ = abba_pass(ForgetfulKid, Kid)
     assert [c[0] for c in rec["codes"]] == ["wrong_kv_cache"]
     assert rec["incumbent"]["codes"] == [] and rec["incumbent"]["passed"] is False
+
+
+class Replayer(Kid):
+    """step_replay.py's ops on top of Kid's: "prepare" writes each sequence's next slot (as its
+    first untimed run writes this token's keys and values), "drop" is answered (a PrepareFails
+    replay process raises in its first prepare)."""
+
+    def answer(self, op: str, reply: dict[str, Any]) -> dict[str, Any]:
+        if op == "prepare" and getattr(self, "fails", False):
+            return {"error": "RuntimeError"}
+        if op == "prepare":
+            for b, n in enumerate(self.state.lengths.tolist()):
+                self.state.kv_cache[:, :, b, :, min(n, CONFIG.max_seq - 1)] = 1.0
+        return reply
+
+
+class PrepareFails(Replayer):
+    fails = True
+
+
+def test_replayed_segments_are_prepared_before_their_poison_and_name_their_programs() -> None:
+    _, rec, log, kid, trace, *_ = abba_pass(Replayer, programs=True)
+    assert rec["codes"] == [], rec["codes"]
+    sizes = [len(seg["tokens"]) for seg in trace["segments"]]
+    firsts = [sum(sizes[:i]) for i in range(len(sizes))]
+    keys = [list(range(f, f + n)) for f, n in zip(firsts, sizes, strict=True)]
+    asked = [r for r in kid.requests if r["op"] in ("prepare", "drop")]
+    assert asked == [r for k in keys for r in ({"op": "prepare", "keys": k, "spin": False},
+                                               {"op": "drop", "keys": k, "spin": False})]  # fmt: skip
+    # every timed step names its program: its index in the trace, in order
+    assert [r["program"] for r in timed_requests(kid)] == list(range(sum(sizes)))
+    # a segment's programs are prepared before it (the lock shared), its first timed step still
+    # finds every stale slot poisoned, and they are dropped after its reference check
+    ops = [op for op, _ in log if op in ("prepare", "timed_step", "reference", "drop")]
+    for n in sizes:
+        assert ops[: 2 * n + 2] == ["prepare", *["timed_step"] * n, *["reference"] * n, "drop"]
+        ops = ops[2 * n + 2 :]
+    assert all(mode == "work" for op, mode in log if op in ("prepare", "drop"))
+    assert all(poisoned for _, poisoned in kid.pushed)
+
+
+def test_a_replay_that_cannot_prepare_fails_the_candidate_or_drops_the_incumbent() -> None:
+    samples, rec, _, kid, *_ = abba_pass(PrepareFails, programs=True)
+    assert codes(rec) == ["candidate_error"] and "could not prepare" in rec["codes"][0][1]
+    assert samples == [] and not timed_requests(kid)
+    samples, rec, _, kid, _, inc, verify = abba_pass(Replayer, PrepareFails, programs=True)
+    assert rec["codes"] == [] and len(samples) == 9 and verify.kids == [kid]
+    assert rec["incumbent"]["passed"] is False and inc.closed and not timed_requests(inc)

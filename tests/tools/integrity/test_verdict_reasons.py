@@ -119,11 +119,14 @@ def test_what_each_path_leaves_unverified() -> None:
     """Rule: the interpreter verifies none of a kernel verify's claims (its launches, process
     reports and wall clock all come from the candidate's process); a GPU's replay verifies who
     computed and the timing, not the candidate process's reports about itself; a step verify
-    checks outputs and times the step from the parent, never which kernels computed it (nor,
-    on the interpreter, anything its wall clock says)."""
+    checks outputs and times the step from the parent: the candidate's own steps (not which
+    kernels computed them) or the replay of its recorded steps (not that the candidate's
+    process stayed idle meanwhile), and on the interpreter nothing its wall clock says."""
     kernel = {"triton_did_the_work", "process_policy", "speed"}
     assert set(reasons.CPU_UNVERIFIED) == kernel and len(reasons.CPU_UNVERIFIED) == len(kernel)
     assert reasons.GPU_UNVERIFIED == ["process_policy"]
-    assert reasons.STEP_UNVERIFIED == ["step_work"]
-    assert reasons.STEP_CPU_UNVERIFIED == ["step_work", "speed"]
-    assert set(reasons.UNVERIFIED) == kernel | {"step_work"}
+    assert reasons.step_unverified(replayed=False, meaningful=True) == ["step_work"]
+    assert reasons.step_unverified(replayed=False, meaningful=False) == ["step_work", "speed"]
+    assert reasons.step_unverified(replayed=True, meaningful=True) == ["step_idle"]
+    assert reasons.step_unverified(replayed=True, meaningful=False) == ["step_idle", "speed"]
+    assert set(reasons.UNVERIFIED) == kernel | {"step_work", "step_idle"}

@@ -37,7 +37,8 @@ IMPORT_CODES = {"threading": "background_thread", "_thread": "background_thread"
                 **{m: "harness_access" for m in (
                     "guard", "guard_child", "guard_observer", "guard_gpu", "guard_cpu",
                     "guard_spawn", "guard_kid", "guard_schema", "guard_record", "phase_lock",
-                    "step_guard", "step_child", "step_timed", "step_arena", "devmem", "runner",
+                    "step_guard", "step_child", "step_timed", "step_arena", "step_record",
+                    "step_schema", "step_replay", "devmem", "runner",
                     "replay", "wire", "sandbox", "cudadrv", "harnesslab")}}  # fmt: skip
 THREAD_STARTS = ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
                  (threading, "_start_new_thread"), (threading, "_start_joinable_thread"))  # fmt: skip

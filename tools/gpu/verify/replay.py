@@ -91,23 +91,8 @@ class Replayer:
 
     def load_kernels(self, kernels: list[dict[str, Any]]) -> dict[str, Any]:
         for k in kernels:
-            if k["id"] in self.kernels:
-                continue
-            image = base64.b64decode(k["cubin"])
-            cuda = k.get("lang") == "cuda"  # harnesslab_cuda: block and shared memory per launch
-            mod, fn = self.drv.load_function(image, str(k["name"]), 0 if cuda else int(k["shared"]))
-            self.kernels[k["id"]] = {
-                "module": mod,
-                "function": fn,
-                "lang": "cuda" if cuda else "triton",
-                "optin": 48 << 10,  # dynamic shared memory a launch may use without opting in
-                "shared": int(k["shared"]),
-                "block": 32 * int(k["num_warps"]),
-                "num_ctas": int(k.get("num_ctas", 1)),
-                "coop": bool(k.get("coop")),
-                "pdl": bool(k.get("pdl")),
-                "param_sizes": self.drv.param_sizes(fn),
-            }
+            if k["id"] not in self.kernels:
+                self.kernels[k["id"]] = load_kernel(self.drv, k)
         return {}
 
     def arena(self, aid: str, nbytes: int) -> dict[str, Any]:
@@ -150,64 +135,15 @@ class Replayer:
             width, count = int(step["width"]), int(step["count"])
             addr = self._addr(binding, step["buf"], int(step["offset"]) + width * count)
             return ["memset", addr - width * count, width, int(step["value"]), count]
-        k = self.kernels[step["kernel"]]
-        keep: list[Any] = []
-        sizes: list[int] = []
-        for p in step["params"]:
-            kind = p["k"]
-            if kind == "ptr":
-                v = ctypes.c_uint64(
-                    0 if p.get("null") else self._addr(binding, p["buf"], int(p["offset"]))
-                )
-            elif kind == "scratch":
-                name = p.get("buf")
-                v = ctypes.c_uint64(self._addr(binding, name, 0) if name else 0)
-            elif kind == "scalar":
-                v = pack_scalar(str(p["type"]), p["value"])
-            elif kind == "tma":
-                buf, addr = aligned_buffer(128)
-                self.drv.encode_tma(
-                    addr, int(p["elem_type"]), self._addr(binding, p["buf"], int(p["offset"])),
-                    [int(x) for x in p["shape"]], [int(x) for x in p["strides"]],
-                    [int(x) for x in p["block"]], int(p["elem_size"]), int(p["swizzle"]),
-                    bool(p.get("nan")),
-                )  # fmt: skip
-                keep.append(buf)
-                keep.append(ctypes.c_void_p(addr))
-                sizes.append(128)
-                continue
-            else:
-                raise ValueError(f"unknown parameter kind {kind!r}")
-            keep.append(v)
-            sizes.append(ctypes.sizeof(v))
-        expected = k["param_sizes"]
-        if expected is not None and expected != sizes:
-            raise ValueError(f"parameter layout {sizes} does not match the kernel's {expected}")
-        pointers = [
-            (v.value if isinstance(v, ctypes.c_void_p) else ctypes.addressof(v))
-            for v in keep
-            if not isinstance(v, ctypes.Array)
-        ]
-        params = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
-        keep.append(params)
-        grid = tuple(int(g) for g in step["grid"])
-        block, shared = k["block"], k["shared"]
-        if k["lang"] == "cuda":  # as harnesslab_cuda._launch: opt in past 48 KiB when asked
-            block, shared = tuple(int(b) for b in step["block"]), int(step["shared"])
-            if shared > k["optin"]:
-                self.drv.allow_shared(k["function"], shared)
-                k["optin"] = shared
-        return ["launch", k, grid, params, keep, block, shared]
+        return launch_args(self.drv, self.kernels[step["kernel"]], step,
+                           lambda buf, offset: self._addr(binding, buf, offset))  # fmt: skip
 
     def _enqueue(self, steps: list[list[Any]]) -> None:
         for s in steps:
             if s[0] == "memset":
                 self.drv.memset(s[1], s[2], s[3], s[4], self.stream)
             else:
-                k, grid, params, block, shared = s[1], s[2], s[3], s[5], s[6]
-                self.drv.launch(k["function"], grid, block, shared, self.stream, params,
-                                num_ctas=k["num_ctas"], cooperative=k["coop"],
-                                pdl=k["pdl"])  # fmt: skip
+                enqueue_launch(self.drv, s, self.stream)
 
     def run(self, pid: str, calls: list[int]) -> dict[str, Any]:
         prog = self.programs[pid]
@@ -256,6 +192,86 @@ class Replayer:
         self.drv.synchronize()
         self.drv.free_shareable(base, size, self.handles.pop(aid))
         return {}
+
+
+def load_kernel(drv: Driver, k: dict[str, Any]) -> dict[str, Any]:
+    """A validated kernel entry (guard_schema.clean_kernels) loaded into this context: its
+    function and what a launch of it needs."""
+    image = base64.b64decode(k["cubin"])
+    cuda = k.get("lang") == "cuda"  # harnesslab_cuda: block and shared memory per launch
+    mod, fn = drv.load_function(image, str(k["name"]), 0 if cuda else int(k["shared"]))
+    return {
+        "module": mod,
+        "function": fn,
+        "lang": "cuda" if cuda else "triton",
+        "optin": 48 << 10,  # dynamic shared memory a launch may use without opting in
+        "shared": int(k["shared"]),
+        "block": 32 * int(k["num_warps"]),
+        "num_ctas": int(k.get("num_ctas", 1)),
+        "coop": bool(k.get("coop")),
+        "pdl": bool(k.get("pdl")),
+        "param_sizes": drv.param_sizes(fn),
+    }
+
+
+def launch_args(drv: Driver, k: dict[str, Any], step: dict[str, Any],
+                addr: Callable[[str, int], int]) -> list[Any]:  # fmt: skip
+    """A validated launch step (guard_schema.clean_launch) of loaded kernel `k` as
+    ["launch", k, grid, params, keep, block, shared]: every parameter packed the way the kernel
+    takes it, a pointer to buffer `buf` + `offset` being addr(buf, offset) (a scratch buffer's
+    addr(name, 0)). `keep` holds what the packed parameters point into."""
+    keep: list[Any] = []
+    sizes: list[int] = []
+    for p in step["params"]:
+        kind = p["k"]
+        if kind == "ptr":
+            v = ctypes.c_uint64(0 if p.get("null") else addr(p["buf"], int(p["offset"])))
+        elif kind == "scratch":
+            name = p.get("buf")
+            v = ctypes.c_uint64(addr(name, 0) if name else 0)
+        elif kind == "scalar":
+            v = pack_scalar(str(p["type"]), p["value"])
+        elif kind == "tma":
+            buf, at = aligned_buffer(128)
+            drv.encode_tma(
+                at, int(p["elem_type"]), addr(p["buf"], int(p["offset"])),
+                [int(x) for x in p["shape"]], [int(x) for x in p["strides"]],
+                [int(x) for x in p["block"]], int(p["elem_size"]), int(p["swizzle"]),
+                bool(p.get("nan")),
+            )  # fmt: skip
+            keep.append(buf)
+            keep.append(ctypes.c_void_p(at))
+            sizes.append(128)
+            continue
+        else:
+            raise ValueError(f"unknown parameter kind {kind!r}")
+        keep.append(v)
+        sizes.append(ctypes.sizeof(v))
+    expected = k["param_sizes"]
+    if expected is not None and expected != sizes:
+        raise ValueError(f"parameter layout {sizes} does not match the kernel's {expected}")
+    pointers = [
+        (v.value if isinstance(v, ctypes.c_void_p) else ctypes.addressof(v))
+        for v in keep
+        if not isinstance(v, ctypes.Array)
+    ]
+    params = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
+    keep.append(params)
+    grid = tuple(int(g) for g in step["grid"])
+    block, shared = k["block"], k["shared"]
+    if k["lang"] == "cuda":  # as harnesslab_cuda._launch: opt in past 48 KiB when asked
+        block, shared = tuple(int(b) for b in step["block"]), int(step["shared"])
+        if shared > k["optin"]:
+            drv.allow_shared(k["function"], shared)
+            k["optin"] = shared
+    return ["launch", k, grid, params, keep, block, shared]
+
+
+def enqueue_launch(drv: Driver, s: list[Any], stream: int) -> None:
+    """A launch_args list, launched on `stream`."""
+    k, grid, params, block, shared = s[1], s[2], s[3], s[5], s[6]
+    drv.launch(k["function"], grid, block, shared, stream, params, num_ctas=k["num_ctas"],
+               cooperative=k["coop"], pdl=k["pdl"])  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------

@@ -38,10 +38,12 @@ if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstri
     from .. import wire
     from .guard_child import child_main, exception_kind, serve_ops
     from .step_arena import ARENAS
+    from .step_record import StepRecorder
 else:
     import wire
     from guard_child import child_main, exception_kind, serve_ops
     from step_arena import ARENAS
+    from step_record import StepRecorder
 
 
 def _load(path: str, name: str) -> Any:
@@ -68,6 +70,11 @@ class StepChild:
         self.state: Any = None
         self.views: dict[str, Any] = {}
         self.fd_in = 0
+        self.recording: dict[str, Any] | None = None
+        # The step verify's replay (step_replay.py) needs recordings: the recorder is built
+        # before the candidate's module is imported (on a GPU it sees Triton load each kernel).
+        self.recorder = StepRecorder(torch, "cuda" if self.cuda else "cpu") if cfg.get(
+            "record") else None  # fmt: skip
 
     def reply(self, **fields: Any) -> None:
         wire.send(self.out, fields)
@@ -106,12 +113,18 @@ class StepChild:
     def run_step(self, msg: dict[str, Any]) -> tuple[str, bool]:
         """`step(state, tokens)` on this step's tokens (the arena's), its logits copied into the
         parent's slot when they are a plain tensor of the slot's shape and dtype: (the
-        exception's type name or "", whether they were copied)."""
+        exception's type name or "", whether they were copied). With msg["record"] the step
+        runs under the recorder (self.recording: what it recorded)."""
         torch, state, views = self.torch, self.state, self.views
         state.host_lengths = [int(n) for n in msg["host_lengths"]]
         tokens = views["tokens"].clone()
         try:
-            out = self.fn(state, tokens)
+            if msg.get("record") and self.recorder is not None:
+                self.recording = None
+                out, self.recording = self.recorder.record(self.fn, state, tokens,
+                                                           views["logits"])  # fmt: skip
+            else:
+                out = self.fn(state, tokens)
             slot = views["logits"]
             if type(out) is torch.Tensor and out.shape == slot.shape and out.dtype == slot.dtype:
                 slot.copy_(out)
@@ -121,10 +134,14 @@ class StepChild:
             return exception_kind(exc), False
 
     def step(self, msg: dict[str, Any]) -> None:
+        self.recording = None
         error, copied = self.run_step(msg)
         if self.cuda and not error:
             error = self.synchronize()
-        self.reply(error=error, copied=copied)
+        if msg.get("record"):  # the recording travels with the reply (step_schema checks it)
+            self.reply(error=error, copied=copied, recording=self.recording)
+        else:
+            self.reply(error=error, copied=copied)
 
     def timed_step(self, msg: dict[str, Any]) -> None:
         error, copied = self.run_step(msg)

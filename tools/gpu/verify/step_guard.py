@@ -51,6 +51,7 @@ threads) while the incumbent's blocks are timed; see step_timed.py.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import sys
@@ -63,8 +64,9 @@ if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstri
     from .. import step_trace
     from ..isolation import sandbox_limits
     from ..isolation import sandbox_policy as sp
-    from . import guard, guard_spawn, phase_lock, step_arena, step_timed
+    from . import guard, guard_spawn, phase_lock, step_arena, step_schema, step_timed
     from .guard_kid import Kid, KidFailed, Roles, close_all, stage_root
+    from .guard_schema import Bad
 else:  # the runner that imports this put the staged folder on sys.path
     import guard
     import guard_spawn
@@ -72,9 +74,11 @@ else:  # the runner that imports this put the staged folder on sys.path
     import sandbox_limits
     import sandbox_policy as sp
     import step_arena
+    import step_schema
     import step_timed
     import step_trace
     from guard_kid import Kid, KidFailed, Roles, close_all, stage_root
+    from guard_schema import Bad
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PASSES = 2  # per hidden trace: each with its own tokens and prompts, the scratch kept between
@@ -89,6 +93,14 @@ class StepVerify(Roles):
         # its own: incumbent (its State, its timed blocks, the compare of its logits).
         self.phases = rt.Phases()
         self.kids: list[Any] = []  # the candidate's process, and the incumbent's (Roles)
+        # The replay (step_replay.py): a replay process per role over the role's arena, the
+        # kernels each role's recordings brought, and those its replay process has loaded.
+        mode = (req.get("step") or {}).get("replay", "gpu")
+        self.replay = mode == "always" or (mode == "gpu" and env.device == "cuda")
+        self.replayers: dict[str, Kid] = {}
+        self.kernels: dict[str, dict[str, Any]] = {}
+        self.loaded: dict[str, set[str]] = {}
+        self.recorded: dict[str, dict[str, int]] = {}  # per role, this trace: digest -> key
         self.result: dict[str, Any] = {}
         self.sync = env.torch.cuda.synchronize if env.device == "cuda" else None
         digest = hashlib.sha256(f"{req.get('seed', 0)}:{os.urandom(16).hex()}".encode())
@@ -103,27 +115,35 @@ class StepVerify(Roles):
             lambda message: rt.emit({"event": "waiting", "message": message}),
         )  # fmt: skip
 
-    def candidate_kid(self, role: str, folder: str, memfd: int) -> Kid:
+    def candidate_kid(self, role: str, folder: str | None, memfd: int) -> Kid:
         """A role's sandboxed step process (the candidate's, or the incumbent's from its staged
-        checkpoint): it reads its own folder and inherits its own arena's descriptor only."""
+        checkpoint): it reads its own folder and inherits its own arena's descriptor only. With
+        no folder: the role's replay process (step_replay.py), which reads the harness only."""
         env = {"TRITON_INTERPRET": "1"} if self.env.interpret else {}
         cache, write = "", []
-        if not self.env.interpret:  # per-candidate Triton cache: only this candidate writes it
+        if folder and not self.env.interpret:  # per-candidate Triton cache: only it writes it
             cache = os.path.join(stage_root(), "tcache", os.path.basename(folder.rstrip("/")))
             os.makedirs(cache, mode=0o700, exist_ok=True)
             write = [cache]
+        read = [HERE, folder, os.path.dirname(self.req["reference"])] if folder else [HERE]
         policy = sp.Policy(
-            read=[HERE, folder, os.path.dirname(self.req["reference"])], write=write,
+            read=read, write=write,
             scratch_root=self.scratch_root, require=bool(self.req.get("sandbox_required", True)),
             env=env, env_allow=["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"], triton_cache=cache,
             namespaces=True, limits=sp.Limits.from_dict(self.req.get("sandbox_limits") or {}),
             **sp.python_policy(sp.import_roots()),
         )  # fmt: skip
-        return Kid(role, "step_child.py", policy, self.timeout_s, (memfd,))
+        script = "step_child.py" if folder else "step_replay.py"
+        return Kid(role, script, policy, self.timeout_s, (memfd,))
 
     def incumbent(self) -> Kid | None:
         """The incumbent's process while it is in the verify (Roles drops it on a failure)."""
-        return next((k for k in self.kids if k.role == "incumbent"), None)
+        replayers = list(self.replayers.values())
+        return next((k for k in self.kids if k.role == "incumbent" and k not in replayers), None)
+
+    def drop_incumbent(self) -> None:
+        super().drop_incumbent()
+        self.replayers.pop("incumbent", None)
 
     def run(self) -> dict[str, Any]:
         torch, ref, req = self.torch, self.ref, self.req
@@ -143,7 +163,8 @@ class StepVerify(Roles):
         arenas = {role: arena_of.create(torch, size, self.scratch_root) for role, _ in roles}
         result: dict[str, Any] = {"status": "measured", "input_seed": req["seed"],
                                   "nonce": req.get("nonce"), "cases": [], "load": {},
-                                  "sandbox": {}, "certifies": "step_outputs"}  # fmt: skip
+                                  "sandbox": {}, "certifies": "step_replayed" if self.replay
+                                  else "step_outputs"}  # fmt: skip
         self.result = result
         try:
             self.start(roles, arenas, result)
@@ -185,19 +206,32 @@ class StepVerify(Roles):
                     result["sandbox"][role] = kid.started()
                     kid.send({"device": self.env.device, "candidate_dir": folder,
                               "entry": req["entry"], "reference": req["reference"],
-                              "memfd": arenas[role].fd})  # fmt: skip
+                              "memfd": arenas[role].fd, "record": self.replay})  # fmt: skip
+                    if self.replay:
+                        rep = self.replayers[role] = self.candidate_kid(role, None, arenas[role].fd)
+                        self.kids.append(rep)
+                        result["sandbox"][f"{role}_replay"] = rep.started()
+                        rep.send({"device": self.env.device, "memfd": arenas[role].fd})
+                        self.loaded[role] = set()
             asked = {}
-            for kid in list(self.kids):
+            children = [k for k in self.kids if k not in self.replayers.values()]
+            for kid in children:
                 with self.incumbent_may_fail(result):
                     kid.send({"op": "load"})
                     asked[kid.role] = time.perf_counter()
-            for kid in list(self.kids):
+            for kid in children:
+                if kid not in self.kids:  # the incumbent left (its replay process failed)
+                    continue
                 with self.incumbent_may_fail(result):
                     reply, _ = kid.reply(asked[kid.role])
                     err = guard.error_text(reply)
                     result["load"][kid.role] = {"ok": bool(reply.get("ok")) and not err}
                     if result["load"][kid.role]["ok"]:
                         kid.ask({"op": "arena", "size": arenas[kid.role].size})
+                        if kid.role in self.replayers:
+                            self.replayers[kid.role].ask(
+                                {"op": "arena", "size": arenas[kid.role].size}
+                            )
                     elif kid.role == "candidate":
                         result["error"] = f"import failed: {err or 'no reply'}"
                         result["error_code"] = "import_failed"
@@ -230,9 +264,13 @@ class StepVerify(Roles):
                         incumbent = (inc_kid, inc_views, inc_state)
                     else:
                         self.drop_incumbent()
+        if self.replay:  # the timed pass times the replay processes, not the candidates'
+            kid = self.replayers["candidate"]
+            if incumbent is not None and "incumbent" in self.replayers:
+                incumbent = (self.replayers["incumbent"], *incumbent[1:])
         with self.phases("timed"):
-            samples = step_timed.TimedPass(self, kid, views, truth, cand, rec,
-                                           incumbent).run(trace, PASSES)  # fmt: skip
+            samples = step_timed.TimedPass(self, kid, views, truth, cand, rec, incumbent,
+                                           programs=self.replay).run(trace, PASSES)  # fmt: skip
         if not rec["codes"]:
             rec.update(step_timed.timing(samples))
         return None
@@ -253,6 +291,9 @@ class StepVerify(Roles):
             rope_sin=views["rope_sin"],
         )  # fmt: skip
         kid.ask({"op": "trace", "layout": layout, "config": _config_dict(config)})
+        if kid.role in self.replayers:  # its replay process: the same views, no program left
+            self.replayers[kid.role].ask({"op": "trace", "layout": layout})
+            self.recorded[kid.role] = {}
         return handle
 
     def warm_up(self, kid: Kid, views: dict[str, Any], state, trace: dict[str, Any],
@@ -272,14 +313,49 @@ class StepVerify(Roles):
             views["tokens"].copy_(torch.tensor(toks, dtype=torch.int64))
             if self.sync is not None:
                 self.sync()
-            reply, _ = kid.ask({"op": "step", "host_lengths": list(state.host_lengths)})
+            reply, _ = kid.ask({"op": "step", "host_lengths": list(state.host_lengths),
+                                "record": self.replay})  # fmt: skip
             err = guard.error_text(reply)
             if err or not reply.get("copied"):
                 why = f"the step raised {err}" if err else "the logits are not a plain tensor"
                 self.fail(rec, "candidate_error" if err else "wrong_shape",
                           f"warm-up step {index}: {why}")  # fmt: skip
                 return False
+            if self.replay and not self.program(kid.role, index, reply, rec,
+                                                f"warm-up step {index}"):  # fmt: skip
+                return False
             ref.advance(state)
+        return True
+
+    def program(self, role: str, key: int, reply: dict[str, Any], rec: dict[str, Any],
+                where: str) -> bool:  # fmt: skip
+        """The recording in a step's reply checked (step_schema) and handed to the role's
+        replay process as program `key` (the step's index in the trace), with the kernels that
+        process has not loaded yet. False: refused (the reason in `rec`)."""
+        kernels = self.kernels.setdefault(role, {})
+        try:
+            prog = step_schema.validate(reply.get("recording"), self.env.device, kernels)
+        except Bad as exc:
+            self.fail(rec, exc.code, f"{where}: the recorded step: {exc}")
+            return False
+        loaded = self.loaded[role]
+        new = [kernels[k] for k in prog.pop("uses") if k not in loaded]
+        # A step whose recording repeats an earlier one of the trace (the same calls on the same
+        # storages: a bucket's steps, for most steps) names that one: one program, one graph.
+        digest = hashlib.sha256(json.dumps(prog, sort_keys=True).encode()).hexdigest()
+        same = self.recorded[role].setdefault(digest, key)
+        counts = self.result.setdefault("replay", {}).setdefault(
+            f"{role}:{rec['name']}", {"steps": 0, "programs": 0})  # fmt: skip
+        counts["steps"] += 1
+        counts["programs"] += same == key
+        msg = {"key": key, "same_as": same} if same != key else {"key": key, "program": prog}
+        answer, _ = self.replayers[role].ask({"op": "program", **msg, "kernels": new})
+        err = guard.error_text(answer)
+        if err:
+            self.fail(rec, "candidate_error", f"{where}: the replay could not load the recorded "
+                      f"step ({err})")  # fmt: skip
+            return False
+        loaded.update(k["id"] for k in new)
         return True
 
     def checked_pass(self, kid: Kid, views: dict[str, Any], truth, cand, trace: dict[str, Any],
@@ -308,9 +384,10 @@ class StepVerify(Roles):
             # The child steps while this process runs the reference on its own State (the
             # truth, memory the child never sees): the two overlap; the logits slot is read only
             # after the reply. Not in the timed pass, where the child runs alone.
+            record = self.replay and variant == PASSES - 1  # the timed pass replays these
             with phase("candidate"):
                 sent = time.perf_counter()
-                kid.send({"op": "step", "host_lengths": expected})
+                kid.send({"op": "step", "host_lengths": expected, "record": record})
             with phase("reference", self.sync):
                 want = ref.reference_step(truth, torch.tensor(toks, dtype=torch.long,
                                                               device=device))  # fmt: skip
@@ -330,6 +407,8 @@ class StepVerify(Roles):
                     return False
             if views["lengths"].tolist() != expected:
                 self.fail(rec, "lengths_modified", f"{where}: the step changed the lengths")
+                return False
+            if record and not self.program(kid.role, index, reply, rec, where):
                 return False
             rec["steps_checked"] += 1
             for s in (truth, cand):

@@ -139,8 +139,12 @@ class TimedPass:
 
     def __init__(self, verify, kid: Kid, views: dict[str, Any], truth, cand,
                  rec: dict[str, Any], incumbent: tuple[Kid, dict[str, Any], Any] | None = None,
-                 ) -> None:  # fmt: skip
+                 programs: bool = False) -> None:  # fmt: skip
         self.v, self.truth, self.rec = verify, truth, rec
+        # programs: the kids are replay processes (step_replay.py): each timed step names its
+        # recorded program (its index in the trace), and a segment's programs are prepared
+        # (captured) before the segment and dropped after its check
+        self.programs = programs
         self.sides = [Side("candidate", kid, views, cand, rec)]
         if incumbent is not None:
             inc = rec.setdefault("incumbent", {"name": rec["name"], "codes": [], "passed": False})
@@ -203,10 +207,14 @@ class TimedPass:
         cand = self.sides[0]
         for s in (truth, *(side.state for side in self.sides)):
             step_trace.reset_state(s)
+        first = 0  # the segment's first step's index in the trace
         for n, (prompts, steps) in enumerate(segments(trace, variant, truth.config.vocab)):
             where = f"timed pass segment {n}"
+            keys = list(range(first, first + len(steps)))
             with lock.work():
                 if n and not all(self.lengths_kept(side, where) for side in list(self.sides)):
+                    return cand.samples
+                if not self.prepare(keys, where):  # before the prompts and the poison
                     return cand.samples
                 for b, length, seed in prompts:
                     for s in (truth, *(side.state for side in self.sides)):
@@ -223,11 +231,15 @@ class TimedPass:
                 for index, lo, end in blocks(len(self.sides), len(steps), n):
                     if index >= len(self.sides):  # the incumbent left in an earlier block
                         continue
-                    if not self.block(self.sides[index], tokens, lo, end, start, where):
+                    if not self.block(self.sides[index], tokens, lo, end, start, where, first):
                         return cand.samples
             with lock.work():
                 if not self.check_segment(steps, where):
                     return cand.samples
+                if self.programs:
+                    for side in list(self.sides):
+                        side.kid.ask({"op": "drop", "keys": keys})
+            first += len(steps)
         with lock.work():
             where = "after the timed pass"
             for side in list(self.sides):
@@ -239,7 +251,24 @@ class TimedPass:
             inc.rec.update(passed=True, **timing(inc.samples))
         return cand.samples
 
-    def block(self, side: Side, tokens, lo: int, end: int, start: list[int], where: str) -> bool:
+    def prepare(self, keys: list[int], where: str) -> bool:
+        """Each side's replay process told to prepare the segment's programs (step_replay.py:
+        a CUDA graph each on a GPU). False: the candidate's failed."""
+        for side in list(self.sides) if self.programs else []:
+            try:
+                reply, _ = side.kid.ask({"op": "prepare", "keys": keys})
+            except KidFailed as exc:
+                self.v.lose_incumbent(self.v.result, exc)  # the candidate's: raised again
+                self.sides.remove(side)
+                continue
+            err = guard.error_text(reply)
+            if err and not self.fail(side, "candidate_error", f"{where}: the replay could not "
+                                     f"prepare the recorded steps ({err})"):  # fmt: skip
+                return False
+        return True
+
+    def block(self, side: Side, tokens, lo: int, end: int, start: list[int], where: str,
+              first: int = 0) -> bool:  # fmt: skip
         """Steps lo..end-1 of a segment by one side, back to back: per step the request sent,
         its reply awaited, then the step's logits copied out of the slot here, NaN written into
         it and the next step's tokens into the arena, and this process's device synchronised;
@@ -250,8 +279,9 @@ class TimedPass:
         with self.v.phases(phase):
             self.next_step(side, tokens[lo])
             for i in range(lo, end):
+                extra = {"program": first + i} if self.programs else {}
                 got = self.ask(side, f"{where} step {i}", host_lengths=[x + i for x in start],
-                               more=i + 1 < end)  # fmt: skip
+                               more=i + 1 < end, **extra)  # fmt: skip
                 if got is None:
                     return side.role != "candidate"
                 reply, wall_us = got

@@ -1,0 +1,289 @@
+"""The step verify's record and replay in process on the CPU (tools/gpu/verify/step_record.py,
+step_schema.py, step_replay.py): a recorded step names only the State's arena, its tokens and
+the storages its own calls made, and its replay on other tokens gives the reference's logits;
+what cannot be replayed is named (a tensor from before the step, a host read, a kernel the
+interpreter ran, a CUDA graph captured while recording); a recording that breaks the schema is
+`forged_recording`; the replay refuses a tensor past its storage. The sandboxed processes and
+the verdict: tests/tools/integrity/test_step_replay.py; on a GPU (Triton launches, CUDA graphs):
+benchmarks/step_replay_gpu.py and tests/gpu/test_decode_step_gpu.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from harnesslab.tools.gpu.runner import load_module
+from harnesslab.tools.gpu.verify import step_arena, step_record, step_replay, step_schema
+from harnesslab.tools.gpu.verify.guard_schema import Bad
+from harnesslab.tools.task import load_task
+
+TASK = load_task("decode_step")
+REF = load_module(TASK.root / "reference.py", "decode_step_reference_record")
+EAGER = load_module(TASK.workspace_template / "kernel.py", "decode_step_eager_record")
+CONFIG = REF.Config(**TASK.step.interpreter.model_dump(), dtype="float16")  # type: ignore[union-attr]
+TOL = TASK.tolerances["float16"]
+RECORDER = step_record.StepRecorder(torch, "cpu")  # one per process, as in step_child.py
+
+
+class Arena:
+    """The parent's truth and the arena's State with the same weights and prompts."""
+
+    def __init__(self) -> None:
+        self.truth = REF.new_state(CONFIG, seed=3)
+        layout, size = step_arena.layout(CONFIG)
+        self.u8 = torch.zeros(size, dtype=torch.uint8)
+        self.views = step_arena.views(torch, self.u8, layout)
+        for name, w in self.truth.weights.items():
+            self.views[f"w.{name}"].copy_(w)
+        self.views["rope_cos"].copy_(self.truth.rope_cos)
+        self.views["rope_sin"].copy_(self.truth.rope_sin)
+        v = self.views
+        self.state = REF.State(
+            config=CONFIG, weights={k[2:]: t for k, t in v.items() if k[:2] == "w."},
+            kv_cache=v["kv_cache"], lengths=v["lengths"], host_lengths=[0] * CONFIG.batch,
+            rope_cos=v["rope_cos"], rope_sin=v["rope_sin"],
+        )  # fmt: skip
+        for b in range(CONFIG.batch):
+            for s in (self.state, self.truth):
+                REF.prefill(s, b, 5 + 3 * b, 11 + b)
+
+    def record(self, step, tokens: list[int]) -> dict[str, Any]:
+        self.views["tokens"].copy_(torch.tensor(tokens))
+        _, rec = RECORDER.record(
+            step, self.state, self.views["tokens"].clone(), self.views["logits"]
+        )
+        return json.loads(json.dumps(rec))  # as it travels
+
+    def replayer(self) -> step_replay.StepReplay:
+        rep = object.__new__(step_replay.StepReplay)
+        rep.torch, rep.cuda, rep.dev, rep.drv = torch, False, "cpu", None
+        rep.kernels, rep.programs, rep.graphs, rep.views = {}, {}, {}, self.views
+        rep.alias = {}
+        rep.reply = lambda **fields: None  # type: ignore[method-assign]
+        return rep
+
+    def replay(self, prog: dict[str, Any], tokens: list[int]) -> torch.Tensor:
+        """The program replayed on `tokens`: the logits slot (NaN first)."""
+        rep = self.replayer()
+        rep.program({"key": 0, "program": prog, "kernels": []})
+        self.views["tokens"].copy_(torch.tensor(tokens))
+        self.views["logits"].fill_(float("nan"))
+        assert rep.run_step({"program": 0}) == ("", True)
+        return self.views["logits"].clone()
+
+    def close_to_reference(self, got: torch.Tensor, tokens: list[int]) -> bool:
+        want = REF.reference_step(self.truth, torch.tensor(tokens))
+        return bool((got.float() - want).abs().le(TOL.atol + TOL.rtol * want.abs()).all())
+
+
+def test_a_recorded_eager_step_replays_on_other_tokens_to_the_references_logits() -> None:
+    a = Arena()
+    rec = a.record(EAGER.step, [1, 2, 3, 4])
+    assert rec["unsupported"] == [] and rec["kernels"] == []
+    prog = step_schema.validate(rec, "cpu", {})
+    names = {o["fn"].split(".")[0] for o in prog["ops"]}
+    assert {"mm", "index_put_", "rsqrt"} <= names  # matmuls, the cache append, the norms
+    used = {arg["t"] for o in prog["ops"] for arg in _tensors(o["args"]) if "t" in arg}
+    assert {"arena", "tokens"} <= used and used <= {"arena", "tokens"} | {
+        key for o in prog["ops"] for _, key in o["new"]
+    }
+    assert prog["output"]["t"].startswith("v")  # made by the step, not a slot of the arena
+    other = [9, 8, 7, 6]
+    got = a.replay(prog, other)
+    assert a.close_to_reference(got, other)
+    assert not a.close_to_reference(got, [1, 2, 3, 4])  # the replay read the new tokens
+
+
+def _tensors(args: Any) -> list[dict[str, Any]]:
+    if isinstance(args, list):
+        return [t for a in args for t in _tensors(a)]
+    if isinstance(args, dict) and ("t" in args or "const" in args):
+        return [args]
+    return []
+
+
+KEPT = torch.ones(CONFIG.vocab)  # a module's tensor, made before any step
+
+
+def kept_bias(state, tokens):
+    return EAGER.step(state, tokens) + KEPT.to(torch.float16)
+
+
+def host_bias(state, tokens):
+    bias = torch.tensor(state.host_lengths, dtype=torch.float16)  # from host data, per step
+    return EAGER.step(state, tokens) + bias[:, None] * 0
+
+
+def host_read(state, tokens):
+    if float(state.lengths.float().sum().item()) < 0:
+        raise AssertionError
+    return EAGER.step(state, tokens)
+
+
+def captures(state, tokens):
+    torch.cuda.CUDAGraph.capture_begin(None)  # what torch.cuda.graph's capture starts with
+    return EAGER.step(state, tokens)
+
+
+@pytest.mark.parametrize(
+    ("step", "code"),
+    [(kept_bias, "foreign_tensor"), (host_read, "host_read")],
+)
+def test_what_the_replay_cannot_reproduce_is_named_and_refused(step, code: str) -> None:
+    rec = Arena().record(step, [1, 2, 3, 4])
+    assert code in rec["unsupported"]
+    with pytest.raises(Bad) as exc:
+        step_schema.validate(rec, "cpu", {})
+    assert exc.value.code == "unreplayable"
+    assert step_schema.STEP_UNREPLAYABLE[code] in str(exc.value)
+
+
+def test_a_small_tensor_from_host_data_is_recorded_by_value_and_replayed() -> None:
+    a = Arena()
+    rec = a.record(host_bias, [1, 2, 3, 4])
+    prog = step_schema.validate(rec, "cpu", {})
+    consts = [t for o in prog["ops"] for t in _tensors(o["args"]) if "const" in t]
+    assert len(consts) == 1 and consts[0]["s"] == [CONFIG.batch]
+    assert a.close_to_reference(a.replay(prog, [5, 6, 7, 8]), [5, 6, 7, 8])
+
+
+def test_graph_capture_raises_while_recording_and_reaches_torch_otherwise() -> None:
+    with pytest.raises(RuntimeError, match="capture is off while the verify records"):
+        Arena().record(captures, [1, 2, 3, 4])
+    assert not RECORDER.active
+    with pytest.raises(Exception) as exc:  # torch's own (this build has no CUDA)
+        captures(Arena().state, torch.tensor([1, 2, 3, 4]))
+    assert "records" not in str(exc.value)
+
+
+def test_the_step_gets_a_fresh_scratch_while_recorded_and_its_own_back() -> None:
+    a = Arena()
+    a.state.scratch["graphs"] = {"kept": 1}
+    seen: list[dict[str, Any]] = []
+
+    def step(state, tokens):
+        seen.append(dict(state.scratch))
+        return EAGER.step(state, tokens)
+
+    a.record(step, [1, 2, 3, 4])
+    assert seen == [{"recording": True}] and a.state.scratch == {"graphs": {"kept": 1}}
+
+
+def test_a_kernel_the_interpreter_ran_is_named(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    src = tmp_path / "k.py"
+    src.write_text(
+        textwrap.dedent("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def double(x_ptr, n, BLOCK: tl.constexpr):
+            i = tl.arange(0, BLOCK)
+            tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
+    """)
+    )
+    kernel = load_module(src, "step_record_interpreted").double
+
+    def step(state, tokens):
+        out = EAGER.step(state, tokens)
+        kernel[(1,)](out, out.numel(), BLOCK=2048)
+        return out
+
+    rec = Arena().record(step, [1, 2, 3, 4])
+    assert "interpreted_launch" in rec["unsupported"]
+
+
+def _good() -> dict[str, Any]:
+    return Arena().record(EAGER.step, [1, 2, 3, 4])
+
+
+GOOD = _good()
+
+
+def forge(edit) -> dict[str, Any]:
+    rec = copy.deepcopy(GOOD)
+    edit(rec)
+    return rec
+
+
+def first_tensor(rec: dict[str, Any]) -> dict[str, Any]:
+    return next(t for o in rec["ops"] for t in _tensors(o["args"]) if "t" in t)
+
+
+@pytest.mark.parametrize(
+    ("edit", "code"),
+    [
+        (lambda r: r["ops"].insert(0, {"op": "aten", "fn": "_local_scalar_dense.default",
+                                       "args": [], "kwargs": {}, "new": []}), "unreplayable"),
+        (lambda r: r["ops"].insert(0, {"op": "python", "fn": "mm.default", "args": [],
+                                       "kwargs": {}, "new": []}), "forged_recording"),
+        (lambda r: first_tensor(r).update(t="v999"), "forged_recording"),
+        (lambda r: first_tensor(r).update(d="complex64"), "forged_recording"),
+        (lambda r: first_tensor(r).update(st=[1, 1]), "forged_recording"),
+        (lambda r: first_tensor(r).update(o=-1), "forged_recording"),
+        (lambda r: next(o for o in r["ops"] if o["new"])["new"].append([0, "arena"]),
+         "forged_recording"),
+        (lambda r: r["ops"][0]["args"].append({"device": "cuda"}), "unreplayable"),
+        (lambda r: r["ops"].append({"op": "launch", "kernel": "k0", "grid": [1, 1, 1],
+                                    "params": []}), "forged_recording"),
+        (lambda r: r["ops"][0]["args"].append({"const": "AAAA", "s": [5], "d": "int64"}),
+         "forged_recording"),
+        (lambda r: r.update(output=None), "forged_recording"),
+        (lambda r: r.update(unsupported=["graph_replay"]), "unreplayable"),
+    ],
+)  # fmt: skip
+def test_a_recording_that_breaks_the_schema_is_refused_with_its_code(edit, code: str) -> None:
+    step_schema.validate(copy.deepcopy(GOOD), "cpu", {})  # the unforged one passes
+    with pytest.raises(Bad) as exc:
+        step_schema.validate(forge(edit), "cpu", {})
+    assert exc.value.code == code
+
+
+def test_the_replay_runs_aten_operators_only() -> None:
+    """An operator name is resolved in torch.ops.aten and nowhere else (the schema, standard
+    library only, checks its form): a name that is no ATen operator fails the program."""
+    rec = copy.deepcopy(GOOD)
+    rec["ops"].insert(0, {"op": "aten", "fn": "system.default", "args": ["true"], "kwargs": {},
+                          "new": []})  # fmt: skip
+    prog = step_schema.validate(rec, "cpu", {})
+    replies: list[dict[str, Any]] = []
+    rep = Arena().replayer()
+    rep.reply = lambda **fields: replies.append(fields)  # type: ignore[method-assign]
+    rep.program({"key": 0, "program": prog, "kernels": []})
+    assert replies == [{"error": "AttributeError"}] and rep.programs == {}
+
+
+def test_a_step_that_repeats_a_recording_shares_its_program_until_neither_is_named() -> None:
+    a = Arena()
+    rep = a.replayer()
+    rep.program({"key": 0, "program": step_schema.validate(copy.deepcopy(GOOD), "cpu", {}),
+                 "kernels": []})  # fmt: skip
+    rep.program({"key": 1, "same_as": 0, "kernels": []})
+    assert rep.alias == {0: 0, 1: 0} and list(rep.programs) == [0]
+    a.views["tokens"].copy_(torch.tensor([5, 6, 7, 8]))
+    assert rep.run_step({"program": 1}) == ("", True)
+    assert a.close_to_reference(a.views["logits"].clone(), [5, 6, 7, 8])
+    rep.drop({"keys": [0]})
+    assert list(rep.programs) == [0] and rep.alias == {1: 0}  # step 1 still names it
+    rep.drop({"keys": [1]})
+    assert rep.programs == {} and rep.alias == {}
+    assert rep.run_step({"program": 1}) == ("KeyError", False)
+
+
+def test_the_replay_refuses_a_tensor_past_its_storage() -> None:
+    a = Arena()
+    rep = a.replayer()
+    arena = {"arena": a.u8.untyped_storage()}
+    n = a.u8.numel() // 2  # float16 elements in the arena
+    fits = {"t": "arena", "o": n - 4, "s": [2, 2], "st": [2, 1], "d": "float16"}
+    assert rep.tensor(fits, arena).shape == (2, 2)
+    for past in ({**fits, "o": n - 3}, {**fits, "st": [3, 1]}):
+        with pytest.raises(ValueError, match="past its storage"):
+            rep.tensor(past, arena)
