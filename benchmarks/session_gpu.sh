@@ -23,6 +23,8 @@
 #                AGR_ARGS, e.g. "--rounds 40 --variants 30:1,30:4,60:4")
 #   stepreplay   the step verify's record and replay in one process (step_replay_gpu.py: the eager
 #                baseline and the Triton solution recorded, checked, captured, replayed, timed)
+#   stepverify   the decode_step guarded verify with and without its replay (step_verify_gpu.py:
+#                SV_ARGS, e.g. "--modes gpu,never --candidates eager,triton")
 #   objab        OBJ_VARIANTS of the installed package (package_variants.py): warm run_objective each
 #   variants     rmsnorm_gate's solution, its variants and the peers (rmsnorm_variants_gpu.py)
 #   cudavariants the CUDA rmsnorm_gate solution's plan variants (cache hints, launch bounds, threads
@@ -103,6 +105,10 @@ fi
 if has stepreplay; then
   el "== the step verify's record and replay"
   timeout "${SR_S:-180}" python3 benchmarks/step_replay_gpu.py ${SR_ARGS:-} 2>&1 | tail -30
+fi
+if has stepverify; then
+  el "== the step verify with and without its replay"
+  timeout "${SV_S:-480}" python3 benchmarks/step_verify_gpu.py ${SV_ARGS:-} 2>&1 | tail -30
 fi
 if has objab; then  # OBJ_VARIANTS (benchmarks/package_variants.py), each in turn on the same machine
   for v in ${OBJ_VARIANTS:-base}; do vf=${v//+/_}
