@@ -21,10 +21,13 @@ timed pass's included, and the score: the sum over traces of the p50 step latenc
 pass (scores.score_of, the one score definition), as the trusted parent observes a step
 through the sandbox's boundary (a fixed IPC round trip included; `meaningful` only on a GPU).
 A passed verdict's score is recorded in the ledger like a kernel verify's, so the loop and the
-best checkpoint work on step tasks. Not which kernels computed the outputs (a step's launches
-are not recorded or replayed yet: reasons.UNVERIFIED["step_work"]), nor that the incumbent's
-time is free of the candidate's process (alive, not stopped, while the incumbent's blocks are
-timed: gpu/verify/step_timed.py). No static scan either: a step may capture CUDA
+best checkpoint work on step tasks. With task.toml's step.replay (on a GPU by default) the
+timed pass is the replay of the steps the candidate's process recorded in its last checked pass
+(gpu/verify/step_record.py, step_schema.py, step_replay.py), so the timed work is its kernels
+and ATen calls run without its Python (reasons.CERTIFIES["step_replayed"]); without it, which
+kernels computed the outputs is not certified (reasons.UNVERIFIED["step_work"]). Either way not
+that the incumbent's time is free of the candidate's process (alive, not stopped, while the
+incumbent's blocks are timed: gpu/verify/step_timed.py; reasons.UNVERIFIED["step_idle"]). No static scan either: a step may capture CUDA
 graphs and create the buffers it likes, which the kernel scan rejects, and the scan is never
 evidence. What an agent may read of the verdict is verdict_view.py's, as for a kernel task.
 

@@ -369,8 +369,10 @@ STEP_SCORE_MEANS = (
     "candidate's own sandboxed process; guarded_final_verify (the loop's score) checks every "
     "step's logits and the KV cache on hidden traces from the trusted side, then times one more "
     "pass there: its score is the sum over the hidden traces of the p50 step latency as the "
-    "trusted parent's clock sees a step through the sandbox (which kernels computed it is not "
-    "certified: a step's launches are not recorded or replayed yet)"
+    "trusted parent's clock sees a step through the sandbox; on a GPU that pass replays the "
+    "steps recorded in the last checked pass (your kernels and torch operators, each step "
+    "captured as one CUDA graph by the harness), so graphs you capture yourself help "
+    "run_objective, not this score"
 )
 
 

@@ -40,12 +40,22 @@ stdin, mixed here with os.urandom for the weights) it
    process) leaves the verify (guard_kid.Roles): its record says so, the candidate's verdict is
    untouched. The incumbent's figures go into the trace's record["incumbent"] and the host
    compares them (integrity/incumbent.py: a new best must beat it by 1%).
+6. with the replay (req["step"]["replay"]: "gpu", the default, replays on a GPU only; "always";
+   "never"): the last checked pass records every step in the candidate's process
+   (step_record.py, the step's reply carries it), each recording is checked here
+   (step_schema.py) and handed to the role's replay process (step_replay.py: sandboxed, over
+   the same arena, no agent Python; one program per distinct recording of the trace), and the
+   timed pass times that process instead of the candidate's (step_timed.TimedPass with
+   programs: each timed step replays the same step of the recorded pass on the timed pass's
+   tokens and prompts). The incumbent is recorded in its warm-up pass and replayed likewise.
 What this certifies: the outputs (every step's logits, the cache after each pass, the timed one
 included) on hidden traces, and the step's latency as this process observes it through the
 sandbox's boundary (a fixed IPC round trip included: the same for every candidate; meaningless
-on the CPU). Not who computed them (no launch record or replay for steps yet). The incumbent's
-timing is as fair as the candidate's process lets it be: that process is alive (and may run
-threads) while the incumbent's blocks are timed; see step_timed.py.
+on the CPU). With the replay ("step_replayed"), that the timed steps were the candidate's
+recorded kernels and ATen calls, run without its Python; without it ("step_outputs"), not who
+computed them. The incumbent's timing is as fair as the candidate's process lets it be: that
+process is alive (and may run threads) while the incumbent's blocks are timed; see
+step_timed.py.
 """
 
 from __future__ import annotations

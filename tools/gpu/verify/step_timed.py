@@ -60,8 +60,12 @@ before its device work finished gains nothing, since this process's copy of the 
 runs after that work (the GPU takes the two processes' contexts in turn), inside the time, or
 finds the slot unwritten (NaN: rejected). With the slot in host memory, as before, the child's
 own blocking copy to it was that barrier. On the CPU (the Triton interpreter) it is recorded
-and scored but means nothing (`meaningful: false` on the host). Not certified: which kernels
-computed the step (no launch record or replay for steps), and that the step did all of its work
+and scored but means nothing (`meaningful: false` on the host). With the replay (`programs`),
+the kids are the roles' replay processes (step_replay.py), not the candidates': a segment's
+recorded programs are prepared (captured) before its prompts and poison, each timed step names
+its program, and they are dropped after the segment's check; what follows about the child's
+own work then holds for the replay process, which runs no agent Python. Without it, not
+certified: which kernels computed the step, and that the step did all of its work
 between request and reply: the candidate's process runs everything in it (the harness's IPC and
 synchronize included), so it could shave the round trip's few microseconds, or run work in a
 thread of its own while the parent checks a segment (untimed, but with no tokens to work on and
