@@ -246,18 +246,32 @@ def test_a_recording_that_breaks_the_schema_is_refused_with_its_code(edit, code:
     assert exc.value.code == code
 
 
-def test_the_replay_runs_aten_operators_only() -> None:
-    """An operator name is resolved in torch.ops.aten and nowhere else (the schema, standard
-    library only, checks its form): a name that is no ATen operator fails the program."""
+@pytest.mark.parametrize(("fn", "error"), [("system.default", "AttributeError"),
+                                           ("__class__.__base__", "ValueError")])  # fmt: skip
+def test_the_replay_runs_aten_operators_only(fn: str, error: str) -> None:
+    """An operator name is resolved in torch.ops.aten and must be an operator there (the
+    schema, standard library only, checks its form): anything else fails the program."""
     rec = copy.deepcopy(GOOD)
-    rec["ops"].insert(0, {"op": "aten", "fn": "system.default", "args": ["true"], "kwargs": {},
-                          "new": []})  # fmt: skip
+    rec["ops"].insert(0, {"op": "aten", "fn": fn, "args": ["true"], "kwargs": {}, "new": []})
     prog = step_schema.validate(rec, "cpu", {})
     replies: list[dict[str, Any]] = []
     rep = Arena().replayer()
     rep.reply = lambda **fields: replies.append(fields)  # type: ignore[method-assign]
     rep.program({"key": 0, "program": prog, "kernels": []})
-    assert replies == [{"error": "AttributeError"}] and rep.programs == {}
+    assert replies == [{"error": error}] and rep.programs == {}
+
+
+def test_the_replay_refuses_a_tensor_on_another_device() -> None:
+    """A call that makes a tensor off the replay's device (on a GPU, a host tensor: its work
+    would run once, when the step's graph is captured, and never in the timed replays) fails
+    the step, whatever passed the schema (a string device here, which it lets through)."""
+    a = Arena()
+    rep = a.replayer()
+    prog = step_schema.validate(copy.deepcopy(GOOD), "cpu", {})
+    prog["ops"].insert(0, {"op": "aten", "fn": "empty.memory_format", "args": [[2]],
+                           "kwargs": {"device": "meta"}, "new": []})  # fmt: skip
+    rep.program({"key": 0, "program": prog, "kernels": []})
+    assert rep.run_step({"program": 0}) == ("ValueError", False)
 
 
 def test_a_step_that_repeats_a_recording_shares_its_program_until_neither_is_named() -> None:

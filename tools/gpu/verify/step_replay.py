@@ -80,6 +80,8 @@ class StepReplay(StepChild):
                 if op["op"] == "aten":
                     name, overload = op["fn"].split(".", 1)
                     op["call"] = getattr(getattr(self.torch.ops.aten, name), overload)
+                    if not isinstance(op["call"], self.torch._ops.OpOverload):
+                        raise ValueError("not an ATen operator")
                     for arg in op["args"]:
                         if isinstance(arg, dict) and "const" in arg:
                             arg["tensor"] = self.const(arg)
@@ -152,6 +154,9 @@ class StepReplay(StepChild):
             kwargs = {k: self.value(v, storages) for k, v in op["kwargs"].items()}
             out = op["call"](*args, **kwargs)
             flat = list(out) if isinstance(out, list | tuple) else [out]
+            for t in flat:  # on the CPU a call's work would run once, at capture, not replayed
+                if isinstance(t, self.torch.Tensor) and t.device.type != self.dev:
+                    raise ValueError("a tensor on another device")
             for i, key in op["new"]:
                 storages[key] = flat[i].untyped_storage()
         out = self.tensor(prog["output"], storages)
