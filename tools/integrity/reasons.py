@@ -106,7 +106,7 @@ CERTIFIES: dict[str, str] = {
     "itself; the score is the sum over traces of the timed pass's p50 step latency as the "
     "parent's clock sees a replayed step (request to reply: a fixed IPC round trip included; "
     "meaningful on a GPU only). So the timed work is the recorded kernels and library calls, "
-    "nothing the candidate's Python does at the time",
+    "nothing the candidate's Python does at the time (its process is stopped meanwhile)",
     "nothing": "the verdict did not pass",
 }
 
@@ -124,9 +124,10 @@ UNVERIFIED: dict[str, str] = {
     "torch's) and that its graph replays do the work: a step's launches are not recorded or "
     "replayed (step.replay off, or the interpreter); its timing is the step's latency as the "
     "trusted parent observes it, not a replay's",
-    "step_idle": "that the candidate's own process is idle while the replay is timed: it is "
-    "alive (not stopped) and could load the host or the GPU then, slowing the replay it is "
-    "compared with as much as its own",
+    "step_idle": "that the GPU is free of the candidate's own work while the replay is timed: "
+    "its processes (the candidate's, and the incumbent's) are stopped (SIGSTOP) for the timed "
+    "pass, but device work one of them queued before (a long kernel on a stream of its own) "
+    "keeps running, and would slow the replay it is compared with as much as its own",
 }
 CPU_UNVERIFIED = ["triton_did_the_work", "process_policy", "speed"]
 GPU_UNVERIFIED = ["process_policy"]

@@ -26,8 +26,9 @@ timed pass is the replay of the steps the candidate's process recorded in its la
 (gpu/verify/step_record.py, step_schema.py, step_replay.py), so the timed work is its kernels
 and ATen calls run without its Python (reasons.CERTIFIES["step_replayed"]); without it, which
 kernels computed the outputs is not certified (reasons.UNVERIFIED["step_work"]). Either way not
-that the incumbent's time is free of the candidate's process (alive, not stopped, while the
-incumbent's blocks are timed: gpu/verify/step_timed.py; reasons.UNVERIFIED["step_idle"]). No static scan either: a step may capture CUDA
+that the incumbent's time is free of the candidate's work: without the replay its process is
+alive while the incumbent's blocks are timed (gpu/verify/step_timed.py); with it that process is
+stopped, but device work it queued before could still run (reasons.UNVERIFIED["step_idle"]). No static scan either: a step may capture CUDA
 graphs and create the buffers it likes, which the kernel scan rejects, and the scan is never
 evidence. What an agent may read of the verdict is verdict_view.py's, as for a kernel task.
 

@@ -475,3 +475,44 @@ def test_a_stand_in_that_exits_at_once_is_a_sandbox_failure(tmp_path, monkeypatc
     err = failure(kid.started)
     kid.close()
     assert (err.code, str(err)) == ("sandbox_failed", "the sandbox did not start: it exited with 1")
+
+
+TREE = """
+import os, subprocess, sys, time
+if len(sys.argv) < 2:
+    subprocess.Popen([sys.executable, __file__, "1"])
+elif sys.argv[1] == "1":
+    subprocess.Popen([sys.executable, __file__, "2"])
+time.sleep(60)
+"""
+
+
+def test_frozen_stops_every_process_below_each_sandbox_and_continues_them_after(
+    tmp_path: Path,
+) -> None:
+    """The outer process (the sandbox's, which the parent talks to) stays running; its child
+    and grandchild (the reaper and the target) are stopped for the block, then continued."""
+    import sys
+    import time
+
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    outer = subprocess.Popen([sys.executable, str(script)])
+    kid = type("K", (), {"proc": outer})()
+    try:
+        deadline = time.monotonic() + 20
+        while len(gk.descendants(outer.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        below = gk.descendants(outer.pid)
+        assert len(below) == 2
+        with gk.frozen([kid]) as stopped:
+            assert sorted(stopped) == sorted(below)
+            assert all(gk._state(p) == "T" for p in below) and gk._state(outer.pid) != "T"
+        assert all(gk._state(p) not in ("T", "t") for p in below)
+        with gk.frozen([]) as none:
+            assert none == []
+    finally:
+        for pid in gk.descendants(outer.pid):
+            os.kill(pid, 9)
+        outer.kill()
+        outer.wait()

@@ -26,6 +26,7 @@ from harnesslab.tools.gpu import runner, step_trace, wire
 from harnesslab.tools.gpu.verify import step_guard
 from harnesslab.tools.gpu.verify.guard_kid import KidFailed
 from harnesslab.tools.gpu.verify.step_child import StepChild
+from harnesslab.tools.gpu.verify.step_replay import StepReplay
 from harnesslab.tools.task import load_task
 
 TASK = load_task("decode_step")
@@ -76,15 +77,17 @@ class InProcessKid:
             self.tokens.append(self.child.views["tokens"].tolist())
         if msg["op"] == self.fail_at and self.ops.count(self.fail_at) > self.fail_after:
             raise KidFailed("candidate_crashed", "the process died", self.role)
-        handlers = {"load": self.child.load, "arena": self.child.map_arena,
-                    "trace": self.child.trace, "step": self.child.step,
-                    "timed_step": self.child.timed_step}  # fmt: skip
         t0 = time.perf_counter()
-        handlers[msg["op"]](msg)
+        self.handlers()[msg["op"]](msg)
         reply = wire.recv(self.r, timeout_s=5), (time.perf_counter() - t0) * 1e6
         if msg["op"] == "trace":
             self.embeds.append(self.child.views["w.embed"].clone())
         return self.lie(msg["op"], reply[0]), reply[1]
+
+    def handlers(self) -> dict[str, Any]:
+        return {"load": self.child.load, "arena": self.child.map_arena,
+                "trace": self.child.trace, "step": self.child.step,
+                "timed_step": self.child.timed_step}  # fmt: skip
 
     def lie(self, op: str, reply: dict[str, Any]) -> dict[str, Any]:
         return reply
@@ -101,21 +104,44 @@ class InProcessKid:
         self.close()
 
 
+class InProcessReplayKid(InProcessKid):
+    """A role's replay process (step_replay.StepReplay) the same way; `frozen` (the test's
+    stand-in for guard_kid.frozen) says whether the candidates' processes are stopped now."""
+
+    frozen: ClassVar[list[bool]] = []
+
+    def send(self, msg: dict[str, Any]) -> None:
+        threads = torch.get_num_threads()
+        self.cfg, self.child = msg, StepReplay(msg, self.w)
+        torch.set_num_threads(threads)
+
+    def handlers(self) -> dict[str, Any]:
+        rep = self.child
+        if self.ops[-1] == "timed_step":
+            self.frozen_then.append(bool(self.frozen and self.frozen[-1]))
+        return {"arena": rep.map_arena, "trace": rep.trace, "program": rep.program,
+                "prepare": rep.prepare, "drop": lambda msg: rep.drop(msg, reply=True),
+                "step": rep.step, "timed_step": rep.timed_step}  # fmt: skip
+
+
 def request(cand: Path, traces: list[dict[str, Any]] | None = None,
-            baseline: Path | None = None) -> dict[str, Any]:  # fmt: skip
+            baseline: Path | None = None, replay: str = "gpu") -> dict[str, Any]:  # fmt: skip
     spec = TASK.step.request()  # type: ignore[union-attr]
     return {"seed": 5, "nonce": "n-1", "reference": str(TASK.root / "reference.py"),
             "candidate_dir": str(cand), "entry": "kernel.py:step", "case_timeout_s": 60,
-            "step": {**spec, "traces": traces if traces is not None else TRACES[:2]},
+            "step": {**spec, "traces": traces if traces is not None else TRACES[:2],
+                     "replay": replay},
             "tolerances": {k: v.model_dump() for k, v in TASK.tolerances.items()},
             **({"baseline_dir": str(baseline)} if baseline else {})}  # fmt: skip
 
 
 class Run:
     def __init__(self, result: dict[str, Any], kid: InProcessKid, events: list[dict[str, Any]],
-                 verify: step_guard.StepVerify, inc: InProcessKid | None = None) -> None:  # fmt: skip
+                 verify: step_guard.StepVerify, inc: InProcessKid | None = None,
+                 replayers: dict[str, InProcessReplayKid] | None = None) -> None:  # fmt: skip
         self.result, self.kid, self.events, self.verify = result, kid, events, verify
         self.inc = inc  # the incumbent's kid, when the request named one
+        self.replayers = replayers or {}  # the roles' replay kids, with step.replay on
 
 
 @pytest.fixture
@@ -131,28 +157,33 @@ def verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         return cand
 
     def run(source: str, kid_type: type = InProcessKid, traces=None, sync=None,
-            incumbent: str | None = None, inc_type: type = InProcessKid) -> Run:  # fmt: skip
-        """`incumbent`: a staged incumbent's kernel.py (its kid an `inc_type`)."""
+            incumbent: str | None = None, inc_type: type = InProcessKid,
+            replay: str = "gpu") -> Run:  # fmt: skip
+        """`incumbent`: a staged incumbent's kernel.py (its kid an `inc_type`); `replay`: the
+        request's step.replay ("always": the roles' replay kids time the timed pass)."""
         cand = folder(source)
         baseline = folder(incumbent) if incumbent is not None else None
         events: list[dict[str, Any]] = []
         rt = types.SimpleNamespace(load_module=runner.load_module, Phases=runner.Phases,
                                    compare=runner.compare, emit=events.append)  # fmt: skip
         env = types.SimpleNamespace(device="cpu", interpret=True, torch=torch)
-        v = step_guard.StepVerify(env, request(cand, traces, baseline), rt)
+        v = step_guard.StepVerify(env, request(cand, traces, baseline, replay), rt)
         kids = {"candidate": kid_type(), "incumbent": inc_type()}
-        for role, kid in kids.items():
-            kid.role = role
+        replayers = {"candidate": InProcessReplayKid(), "incumbent": InProcessReplayKid()}
+        for role in kids:
+            kids[role].role = replayers[role].role = role
+            replayers[role].frozen_then = []
 
-        def kid_of(role: str, folder: str, memfd: int) -> InProcessKid:
-            kids[role].memfd = memfd  # the one descriptor its process would inherit
-            return kids[role]
+        def kid_of(role: str, folder: str | None, memfd: int) -> InProcessKid:
+            kid = kids[role] if folder else replayers[role]
+            kid.memfd = memfd  # the one descriptor its process would inherit
+            return kid
 
         v.candidate_kid = kid_of  # type: ignore[method-assign]
         if sync is not None:  # a GPU's synchronize (sync(kid)), on the CPU's arena
             v.sync = lambda: sync(kids["candidate"])
         inc = kids["incumbent"] if incumbent is not None else None
-        return Run(v.run(), kids["candidate"], events, v, inc)
+        return Run(v.run(), kids["candidate"], events, v, inc, replayers)
 
     yield run
     torch.set_num_threads(threads)
@@ -658,3 +689,86 @@ def test_an_incumbent_that_fails_its_warm_up_leaves_before_the_timed_pass(
     assert "incumbent" not in second  # it left the verify: not set to work again
     assert run.inc is not None and run.inc.closed and "timed_step" not in run.inc.ops
     assert run.inc.ops.count("trace") == 1
+
+
+@pytest.fixture
+def freezes(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """step_guard.frozen replaced: each use records the roles it stopped, and while it holds,
+    InProcessReplayKid.frozen says so."""
+    import contextlib
+
+    seen: list[list[str]] = []
+
+    @contextlib.contextmanager
+    def frozen(kids):
+        seen.append([k.role for k in kids])
+        InProcessReplayKid.frozen.append(True)
+        try:
+            yield []
+        finally:
+            InProcessReplayKid.frozen.append(False)
+
+    monkeypatch.setattr(step_guard, "frozen", frozen)
+    monkeypatch.setattr(InProcessReplayKid, "frozen", [])
+    return seen
+
+
+def test_with_the_replay_the_timed_pass_times_the_recorded_steps_with_the_candidate_stopped(
+    verify, freezes
+) -> None:
+    run = verify(EAGER.read_text(), replay="always")
+    result, child, rep = run.result, run.kid, run.replayers["candidate"]
+    assert result["certifies"] == "step_replayed" and not result.get("error")
+    assert all(not r["codes"] and r["steps_timed"] == STEPS[r["name"]] for r in result["cases"])
+    # the candidate's process stepped both checked passes (the second recorded) and no more
+    assert child.ops.count("step") == 2 * sum(STEPS.values()) and "timed_step" not in child.ops
+    assert child.cfg["record"] is True
+    # its replay process got each trace's programs, then every timed step, each while the
+    # candidate's process was stopped, and nothing else of the candidate's
+    assert rep.ops.count("timed_step") == sum(STEPS.values()) and "step" not in rep.ops
+    assert rep.ops.count("program") == sum(STEPS.values()) and rep.ops.count("trace") == 2
+    assert rep.frozen_then and all(rep.frozen_then)
+    assert freezes == [["candidate"], ["candidate"]]  # one stop per trace, the replay not in it
+    assert result["replay"] == {f"candidate:{n}": {"steps": s, "programs": 1}
+                                for n, s in STEPS.items()}  # fmt: skip
+    assert set(result["sandbox"]) == {"candidate", "candidate_replay"}
+
+
+def test_without_the_replay_the_candidates_own_steps_are_timed_and_nothing_is_stopped(
+    verify, freezes
+) -> None:
+    run = verify(EAGER.read_text(), replay="never")
+    assert run.result["certifies"] == "step_outputs" and run.kid.cfg["record"] is False
+    assert run.kid.ops.count("timed_step") == sum(STEPS.values())
+    assert run.replayers["candidate"].ops == [] and freezes == []
+
+
+def test_with_the_replay_the_incumbent_is_recorded_in_its_warm_up_and_replayed_beside(
+    verify, freezes
+) -> None:
+    run = verify(EAGER.read_text(), incumbent=EAGER.read_text(), replay="always")
+    result, inc_rep = run.result, run.replayers["incumbent"]
+    assert all(r["incumbent"]["passed"] for r in result["cases"]), result["cases"]
+    assert inc_rep.ops.count("timed_step") == sum(STEPS.values()) and all(inc_rep.frozen_then)
+    assert "timed_step" not in run.inc.ops and run.inc.ops.count("step") == sum(STEPS.values())
+    assert freezes == [["candidate", "incumbent"]] * 2
+    assert set(result["replay"]) == {f"{role}:{n}" for role in ("candidate", "incumbent")
+                                     for n in STEPS}  # fmt: skip
+
+
+def test_a_recording_the_schema_refuses_fails_its_step_in_the_recorded_pass(verify) -> None:
+    run = verify(
+        kernel("""
+import torch as _t
+_KEPT = _t.zeros(1)
+
+
+def step(state, tokens):
+    return _honest(state, tokens) + _KEPT.to(_t.float16)
+"""),
+        replay="always",
+    )
+    (rec,) = run.result["cases"]
+    assert [c[0] for c in rec["codes"]] == ["unreplayable"]
+    assert rec["codes"][0][1].startswith(f"{rec['name']}: pass 1 step 0: the recorded step: ")
+    assert run.replayers["candidate"].ops.count("program") == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -260,6 +261,67 @@ def sealed_memfd(size: int, scratch_root: str) -> int:
             os.ftruncate(tmp.fileno(), size)
             fd = os.dup(tmp.fileno())
     return fd
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (its children, theirs, ...), read from /proc ([] without it)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+@contextlib.contextmanager
+def frozen(kids: Iterable[Kid], wait_s: float = 2.0) -> Iterator[list[int]]:
+    """Every process of these kids' sandboxes below the outer one (the reaper, the target and
+    whatever it started) stopped with SIGSTOP for the block, continued after it: a stopped
+    process runs no thread, so it cannot load the host or start GPU work meanwhile (work it
+    queued before keeps running on the device). A process forked while the others were being
+    stopped is stopped in the next round; the block starts once each shows as stopped (or is
+    gone), or after `wait_s`. Yields the stopped pids ([] where /proc is missing)."""
+    stopped: list[int] = []
+    try:
+        for _ in range(8):
+            new = [p for k in kids if k.proc.poll() is None
+                   for p in descendants(k.proc.pid) if p not in stopped]  # fmt: skip
+            if not new:
+                break
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(
+            _state(p) not in ("T", "t", "gone", "Z", "X") for p in stopped
+        ):
+            time.sleep(0.001)
+        yield stopped
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def close_all(kids: Iterable[Kid]) -> None:

@@ -47,19 +47,23 @@ stdin, mixed here with os.urandom for the weights) it
    the same arena, no agent Python; one program per distinct recording of the trace), and the
    timed pass times that process instead of the candidate's (step_timed.TimedPass with
    programs: each timed step replays the same step of the recorded pass on the timed pass's
-   tokens and prompts). The incumbent is recorded in its warm-up pass and replayed likewise.
+   tokens and prompts), with the candidate's and the incumbent's own processes stopped
+   (guard_kid.frozen). The incumbent is recorded in its warm-up pass and replayed likewise.
 What this certifies: the outputs (every step's logits, the cache after each pass, the timed one
 included) on hidden traces, and the step's latency as this process observes it through the
 sandbox's boundary (a fixed IPC round trip included: the same for every candidate; meaningless
 on the CPU). With the replay ("step_replayed"), that the timed steps were the candidate's
 recorded kernels and ATen calls, run without its Python; without it ("step_outputs"), not who
-computed them. The incumbent's timing is as fair as the candidate's process lets it be: that
-process is alive (and may run threads) while the incumbent's blocks are timed; see
-step_timed.py.
+computed them. Without the replay the incumbent's timing is as fair as the candidate's process
+lets it be: that process is alive (and may run threads) while the incumbent's blocks are timed
+(step_timed.py); with it, every process of both roles' own sandboxes (not their replay
+processes) is stopped for the timed pass (guard_kid.frozen), and only device work queued before
+could still run then.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -75,7 +79,7 @@ if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstri
     from ..isolation import sandbox_limits
     from ..isolation import sandbox_policy as sp
     from . import guard, guard_spawn, phase_lock, step_arena, step_schema, step_timed
-    from .guard_kid import Kid, KidFailed, Roles, close_all, stage_root
+    from .guard_kid import Kid, KidFailed, Roles, close_all, frozen, stage_root
     from .guard_schema import Bad
 else:  # the runner that imports this put the staged folder on sys.path
     import guard
@@ -87,7 +91,7 @@ else:  # the runner that imports this put the staged folder on sys.path
     import step_schema
     import step_timed
     import step_trace
-    from guard_kid import Kid, KidFailed, Roles, close_all, stage_root
+    from guard_kid import Kid, KidFailed, Roles, close_all, frozen, stage_root
     from guard_schema import Bad
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -274,11 +278,14 @@ class StepVerify(Roles):
                         incumbent = (inc_kid, inc_views, inc_state)
                     else:
                         self.drop_incumbent()
-        if self.replay:  # the timed pass times the replay processes, not the candidates'
+        children: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if self.replay:  # the timed pass times the replay processes, while the candidates'
+            # own processes (the candidate's, the incumbent's) are stopped
+            children = frozen([k for k in self.kids if k not in self.replayers.values()])
             kid = self.replayers["candidate"]
             if incumbent is not None and "incumbent" in self.replayers:
                 incumbent = (self.replayers["incumbent"], *incumbent[1:])
-        with self.phases("timed"):
+        with self.phases("timed"), children:
             samples = step_timed.TimedPass(self, kid, views, truth, cand, rec, incumbent,
                                            programs=self.replay).run(trace, PASSES)  # fmt: skip
         if not rec["codes"]:
