@@ -301,3 +301,169 @@ def test_the_replay_refuses_a_tensor_past_its_storage() -> None:
     for past in ({**fits, "o": n - 3}, {**fits, "st": [3, 1]}):
         with pytest.raises(ValueError, match="past its storage"):
             rep.tensor(past, arena)
+
+
+def _op(**fields: Any) -> dict[str, Any]:
+    return {"op": "aten", "fn": "add.Tensor", "args": [], "kwargs": {}, "new": [], **fields}
+
+
+ARG = [
+    ({"f": "not-hex"}, "forged_recording"),  # a float that does not parse
+    ({"f": "0x1p+0", "x": 1}, "forged_recording"),  # a float with more: no kind
+    ({"dtype": "complex64"}, "unreplayable"),
+    ({"dtype": "float16", "x": 1}, "forged_recording"),
+    ({"device": "cpu", "x": 1}, "forged_recording"),
+    ({"layout": "sparse_coo"}, "unreplayable"),
+    ({"layout": "strided", "x": 1}, "forged_recording"),
+    ({"memory_format": "weird"}, "unreplayable"),
+    ({"memory_format": "contiguous_format", "x": 1}, "forged_recording"),
+    ({}, "forged_recording"),
+    (3.5, "forged_recording"),  # a bare float: floats travel as {"f": hex}
+    ("x" * 65, "forged_recording"),
+    ([0] * 4097, "forged_recording"),
+    ([[[[1]]]], "forged_recording"),  # the argument list and four more: the scalar too deep
+    ({"empty": 3, "d": "float16"}, "forged_recording"),
+    ({"empty": [2, 2], "d": "float16"}, "forged_recording"),  # "empty" with no zero size
+    ({"t": "arena", "o": 0, "s": [1] * 9, "st": [1] * 9, "d": "float16"}, "forged_recording"),
+    ({"t": "arena", "o": 0, "s": [1 << 31 | 1], "st": [1], "d": "float16"}, "forged_recording"),
+    ({"t": "arena", "o": 0, "s": [2], "st": [-1], "d": "float16"}, "forged_recording"),
+    ({"t": "arena", "o": 1 << 41, "s": [2], "st": [1], "d": "float16"}, "forged_recording"),
+    ({"t": "arena", "o": 0, "s": 2, "st": [1], "d": "float16"}, "forged_recording"),
+    ({"t": "arena", "o": 0, "s": [2], "st": 1, "d": "float16"}, "forged_recording"),
+    ({"const": 5, "s": [1], "d": "int64"}, "forged_recording"),
+    ({"const": "A" * (2 * step_schema.CONST_BYTES + 4), "s": [1], "d": "int64"},
+     "forged_recording"),
+    ({"const": "AAAAAAAAAAA=", "s": 8, "d": "int64"}, "forged_recording"),
+    ({"const": "not base64!", "s": [1], "d": "int64"}, "forged_recording"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("arg", "code"), ARG)
+def test_an_argument_the_replay_cannot_take_is_refused(arg: Any, code: str) -> None:
+    rec = copy.deepcopy(GOOD)
+    rec["ops"].insert(0, _op(args=[arg]))
+    with pytest.raises(Bad) as exc:
+        step_schema.validate(rec, "cpu", {})
+    assert exc.value.code == code
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [None, True, 3, "floor", {"f": "0x1p+0"}, {"dtype": "bfloat16"}, {"device": "cpu"},
+     {"layout": "strided"}, {"memory_format": "preserve_format"}, [[[1]]],
+     {"empty": [0, 4], "d": "float32"}, "x" * 64, [0] * 4096],
+)  # fmt: skip
+def test_every_argument_kind_a_recording_may_carry_passes_as_it_came(arg: Any) -> None:
+    rec = copy.deepcopy(GOOD)
+    rec["ops"].insert(0, _op(args=[arg], kwargs={"alpha": arg}))
+    prog = step_schema.validate(rec, "cpu", {})
+    assert prog["ops"][0]["args"] == [arg] and prog["ops"][0]["kwargs"] == {"alpha": arg}
+    assert prog["uses"] == []
+
+
+@pytest.mark.parametrize(("dtype", "size"), sorted(step_schema.ITEMSIZE.items()))
+def test_a_tensor_kept_by_value_must_hold_its_shapes_bytes(dtype: str, size: int) -> None:
+    import base64
+
+    def const(nbytes: int) -> dict[str, Any]:
+        raw = base64.b64encode(bytes(nbytes)).decode()
+        return {"const": raw, "s": [3], "d": dtype}
+
+    rec = copy.deepcopy(GOOD)
+    rec["ops"].insert(0, _op(args=[const(3 * size)]))
+    step_schema.validate(rec, "cpu", {})
+    for nbytes in (3 * size - 1, 3 * size + 1):
+        rec["ops"][0] = _op(args=[const(nbytes)])
+        with pytest.raises(Bad):
+            step_schema.validate(rec, "cpu", {})
+
+
+def test_a_tensor_kept_by_value_is_at_most_const_bytes() -> None:
+    import base64
+
+    n = step_schema.CONST_BYTES
+    for count, ok in ((n, True), (n + 1, False)):
+        raw = base64.b64encode(bytes(count)).decode()
+        rec = copy.deepcopy(GOOD)
+        rec["ops"].insert(0, _op(args=[{"const": raw, "s": [count], "d": "uint8"}]))
+        if ok:
+            step_schema.validate(rec, "cpu", {})
+        else:
+            with pytest.raises(Bad):
+                step_schema.validate(rec, "cpu", {})
+
+
+@pytest.mark.parametrize("name", sorted(step_schema.DENIED))
+def test_every_denied_operator_is_unreplayable(name: str) -> None:
+    rec = copy.deepcopy(GOOD)
+    rec["ops"].insert(0, _op(fn=f"{name}.default"))
+    with pytest.raises(Bad) as exc:
+        step_schema.validate(rec, "cpu", {})
+    assert exc.value.code == "unreplayable" and name in str(exc.value)
+
+
+@pytest.mark.parametrize("code", sorted(step_schema.STEP_UNREPLAYABLE))
+def test_every_code_the_recorder_may_report_is_refused_in_the_harnesss_words(code: str) -> None:
+    with pytest.raises(Bad) as exc:
+        step_schema.validate({**copy.deepcopy(GOOD), "unsupported": [7, "unknown", code]}, "cpu",
+                             {})  # fmt: skip
+    assert (
+        exc.value.code == "unreplayable" and str(exc.value) == step_schema.STEP_UNREPLAYABLE[code]
+    )
+
+
+OPS = [
+    ("not an object", lambda r: r.update({"ops": [5]})),
+    ("ops not a list", lambda r: r.update({"ops": {"0": 1}})),
+    ("too many ops", lambda r: r.update({"ops": [_op()] * (step_schema.MAX_OPS + 1)})),
+    ("fn not a string", lambda r: r["ops"].insert(0, _op(fn=7))),
+    ("fn of no form", lambda r: r["ops"].insert(0, _op(fn="add"))),
+    ("args not a list", lambda r: r["ops"].insert(0, _op(args={"0": 1}))),
+    ("kwargs not a dict", lambda r: r["ops"].insert(0, _op(kwargs=[1]))),
+    ("33 kwargs", lambda r: r["ops"].insert(0, _op(kwargs={f"k{i}": 1 for i in range(33)}))),
+    ("new not a pair", lambda r: r["ops"].insert(0, _op(new=[["v900"]]))),
+    ("new not a list", lambda r: r["ops"].insert(0, _op(new=[("0", "v900")]))),
+    ("new index not an int", lambda r: r["ops"].insert(0, _op(new=[["0", "v900"]]))),
+    ("new index past 64", lambda r: r["ops"].insert(0, _op(new=[[65, "v900"]]))),
+    ("new name of no form", lambda r: r["ops"].insert(0, _op(new=[[0, "arena2"]]))),
+    ("new name not a string", lambda r: r["ops"].insert(0, _op(new=[[0, 900]]))),
+    ("unsupported not a list", lambda r: r.update({"unsupported": "x"})),
+    ("output not a dict", lambda r: r.update({"output": [1]})),
+    ("kernels on the CPU", lambda r: r.update({"kernels": [KERNEL]})),
+]  # fmt: skip
+KERNEL = {"id": "k0_fn", "name": "fn", "cubin": "AAAA", "shared": 0, "num_warps": 4}
+
+
+@pytest.mark.parametrize("edit", [e for _, e in OPS], ids=[n for n, _ in OPS])
+def test_a_malformed_recording_is_forged(edit) -> None:
+    rec = copy.deepcopy(GOOD)
+    edit(rec)
+    with pytest.raises(Bad) as exc:
+        step_schema.validate(rec, "cpu", {})
+    assert exc.value.code == "forged_recording"
+    with pytest.raises(Bad):
+        step_schema.validate([rec], "cpu", {})
+
+
+def test_a_gpu_recordings_launch_names_its_storages_kernel_and_scratch() -> None:
+    """On a GPU a recording carries launches: their kernels join the role's, their pointers name
+    the step's storages, their scratch travels with its size, and `uses` lists the kernels."""
+    launch = {"op": "launch", "kernel": "k0_fn", "grid": [2, 1, 1],
+              "params": [{"k": "ptr", "buf": "arena", "offset": 256},
+                         {"k": "scalar", "type": "i32", "value": 5},
+                         {"k": "scratch", "which": "global", "nbytes": 128}]}  # fmt: skip
+    out = {"t": "arena", "o": 0, "s": [4, 256], "st": [256, 1], "d": "float16"}
+    rec = {"ops": [launch], "kernels": [KERNEL], "unsupported": [], "output": out}
+    kernels: dict[str, Any] = {}
+    prog = step_schema.validate(rec, "cuda", kernels)
+    assert list(kernels) == ["k0_fn"] and prog["uses"] == ["k0_fn"]
+    first = prog["ops"][0]
+    assert first["params"][0] == {"k": "ptr", "buf": "arena", "offset": 256}
+    assert first["scratch"] == {"s0_global": 128} and first["params"][2]["buf"] == "s0_global"
+    rec["ops"][0] = {**launch, "params": [{"k": "ptr", "buf": "v999", "offset": 0}]}
+    with pytest.raises(Bad):  # a pointer into no storage the step had then
+        step_schema.validate(rec, "cuda", {})
+    rec["kernels"] = []  # a kernel sent with an earlier recording of the role is known
+    step_schema.validate({**rec, "ops": [launch]}, "cuda", dict(kernels))
+    with pytest.raises(Bad):  # and one never sent is not
+        step_schema.validate({**rec, "ops": [launch]}, "cuda", {})
