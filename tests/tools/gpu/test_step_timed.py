@@ -631,3 +631,21 @@ def test_a_replay_that_cannot_prepare_fails_the_candidate_or_drops_the_incumbent
     samples, rec, _, kid, _, inc, verify = abba_pass(Replayer, PrepareFails, programs=True)
     assert rec["codes"] == [] and len(samples) == 9 and verify.kids == [kid]
     assert rec["incumbent"]["passed"] is False and inc.closed and not timed_requests(inc)
+
+
+class DiesAtDrop(Replayer):
+    def ask(self, msg: dict[str, Any], *, spin: bool = False) -> tuple[dict[str, Any], float]:
+        if msg["op"] == "drop":
+            from harnesslab.tools.gpu.verify.guard_kid import KidFailed
+
+            raise KidFailed("candidate_crashed", "the process died", self.role)
+        return super().ask(msg, spin=spin)
+
+
+def test_an_incumbents_replay_that_dies_dropping_programs_loses_only_the_comparison() -> None:
+    """A replay process lost between segments (its "drop") is the incumbent's failure, as one
+    lost at a timed step is; the candidate's pass goes on over every segment."""
+    samples, rec, _, kid, _, inc, verify = abba_pass(Replayer, DiesAtDrop, programs=True)
+    assert rec["codes"] == [] and len(samples) == 9 and verify.kids == [kid]
+    assert rec["incumbent"]["passed"] is False and inc.closed
+    assert "candidate_crashed" in verify.result["incumbent_error"]

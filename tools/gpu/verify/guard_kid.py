@@ -263,6 +263,16 @@ def sealed_memfd(size: int, scratch_root: str) -> int:
     return fd
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command's closing parenthesis (state, ppid,
+    ...), or [] when the process is gone or /proc is missing."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def descendants(pid: int) -> list[int]:
     """The processes below `pid` (its children, theirs, ...), read from /proc ([] without it)."""
     children: dict[int, list[int]] = {}
@@ -271,12 +281,9 @@ def descendants(pid: int) -> list[int]:
     except OSError:
         return []
     for entry in entries:
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-        children.setdefault(ppid, []).append(int(entry))
+        fields = _stat(entry)
+        if len(fields) > 1 and fields[1].isdigit():  # else gone meanwhile
+            children.setdefault(int(fields[1]), []).append(int(entry))
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -286,11 +293,7 @@ def descendants(pid: int) -> list[int]:
 
 
 def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "gone"
+    return (_stat(pid) or ["gone"])[0]
 
 
 @contextlib.contextmanager

@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstring
     from . import guard_record
+    from .step_schema import CONST_BYTES, MAX_OPS
 else:
     import guard_record
-
-MAX_OPS = 20000  # per recorded step (step_schema.py refuses more)
-CONST_BYTES = 1 << 16  # the largest tensor made from host data the recording keeps by value
+    from step_schema import CONST_BYTES, MAX_OPS
 
 
 class _Quiet:
@@ -261,4 +260,4 @@ class StepRecorder:
                 "unsupported": sorted(unsupported)}  # fmt: skip
 
 
-__all__ = ["MAX_OPS", "StepRecorder"]
+__all__ = ["StepRecorder"]

@@ -27,8 +27,8 @@ if TYPE_CHECKING or __package__:  # the sibling import rule: runner.py's docstri
 else:
     from guard_schema import DTYPES, UNREPLAYABLE, Bad, clean_kernels, clean_launch
 
-MAX_OPS = 20000
-CONST_BYTES = 1 << 16  # step_record.CONST_BYTES
+MAX_OPS = 20000  # operator calls in one recorded step (step_record.py stops recording past it)
+CONST_BYTES = 1 << 16  # the largest tensor from host data a recording keeps by value
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2,
             "int32": 4, "int64": 8, "uint8": 1, "bool": 1}  # fmt: skip
 OP_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,80}\.[A-Za-z_][A-Za-z0-9_]{0,40}$")
@@ -89,7 +89,7 @@ class _Check:
                 "d": ref["d"]}  # fmt: skip
 
     def const(self, ref: dict[str, Any]) -> dict[str, Any]:
-        """A small tensor recorded by value (step_record.CONST_BYTES): its bytes match its
+        """A small tensor recorded by value (at most CONST_BYTES): its bytes match its
         shape and dtype."""
         raw, shape = ref["const"], ref.get("s")
         if not isinstance(raw, str) or len(raw) > 2 * CONST_BYTES or not isinstance(shape, list):
@@ -203,4 +203,4 @@ def validate(rec: Any, device: str, kernels: dict[str, dict[str, Any]]) -> dict[
     return {"ops": clean, "output": check.tensor(out), "uses": uses}
 
 
-__all__ = ["DENIED", "MAX_OPS", "STEP_UNREPLAYABLE", "validate"]
+__all__ = ["CONST_BYTES", "DENIED", "ITEMSIZE", "MAX_OPS", "STEP_UNREPLAYABLE", "validate"]

@@ -218,7 +218,7 @@ class TimedPass:
             with lock.work():
                 if n and not all(self.lengths_kept(side, where) for side in list(self.sides)):
                     return cand.samples
-                if not self.prepare(keys, where):  # before the prompts and the poison
+                if not self.tell("prepare", keys, where):  # before the prompts and poison
                     return cand.samples
                 for b, length, seed in prompts:
                     for s in (truth, *(side.state for side in self.sides)):
@@ -240,9 +240,8 @@ class TimedPass:
             with lock.work():
                 if not self.check_segment(steps, where):
                     return cand.samples
-                if self.programs:
-                    for side in list(self.sides):
-                        side.kid.ask({"op": "drop", "keys": keys})
+                if not self.tell("drop", keys, where):  # the segment's graphs freed
+                    return cand.samples
             first += len(steps)
         with lock.work():
             where = "after the timed pass"
@@ -255,19 +254,21 @@ class TimedPass:
             inc.rec.update(passed=True, **timing(inc.samples))
         return cand.samples
 
-    def prepare(self, keys: list[int], where: str) -> bool:
-        """Each side's replay process told to prepare the segment's programs (step_replay.py:
-        a CUDA graph each on a GPU). False: the candidate's failed."""
+    def tell(self, op: str, keys: list[int], where: str) -> bool:
+        """With programs, each side's replay process asked to "prepare" the segment's programs
+        (step_replay.py: a CUDA graph each on a GPU) or "drop" them. A side that fails it leaves
+        the pass as a failed timed step does (the candidate's reason ends it: False; the
+        incumbent leaves the verify)."""
         for side in list(self.sides) if self.programs else []:
             try:
-                reply, _ = side.kid.ask({"op": "prepare", "keys": keys})
+                reply, _ = side.kid.ask({"op": op, "keys": keys})
             except KidFailed as exc:
                 self.v.lose_incumbent(self.v.result, exc)  # the candidate's: raised again
                 self.sides.remove(side)
                 continue
             err = guard.error_text(reply)
             if err and not self.fail(side, "candidate_error", f"{where}: the replay could not "
-                                     f"prepare the recorded steps ({err})"):  # fmt: skip
+                                     f"{op} the recorded steps ({err})"):  # fmt: skip
                 return False
         return True
 
