@@ -9,10 +9,14 @@ variant alike.
                                        [--entry kernel.py:rmsnorm_gate] [--rounds 24]
                                        [--variants 30:1,60:1,120:1]
 
-A variant is CAP:SETS[:FLOOR]: the cap of adaptive sampling; the fewest input sets a case
+A variant is CAP:SETS[:FLOOR][/b]: the cap of adaptive sampling; the fewest input sets a case
 rotates over (timing.py's Env.sets_needed raised to SETS; 1 leaves it as shipped, which gives
-the large cases two); and the floor of adaptive sampling (0 or left out: timing.MIN_SAMPLES).
-The label printed is all three. Results: BENCHMARKS.md, eleventh session.
+the large cases two); the floor of adaptive sampling (0 or left out: timing.MIN_SAMPLES); "/b":
+the isolated samples of the timing.py named by --before (an earlier version, e.g. `git show
+HEAD~1:tools/gpu/timing.py > .whl/timing_before.py`, carried to the GPU host), so one process
+compares two implementations round by round. The label printed is all of it. Each row also
+says what the isolated timing of one case took on the host's clock ("ms"). Results:
+BENCHMARKS.md, eleventh and thirteenth sessions.
 Each set is an allocation of its own, and the runner empties the allocator's cache after every
 case, so each round's sets sit in other memory.
 
@@ -33,12 +37,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import itertools
 import json
 import math
 import os
 import statistics
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -68,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="tasks/rmsnorm_gate/workspace")
     ap.add_argument("--entry", default="kernel.py:rmsnorm_gate")
     ap.add_argument("--rounds", type=int, default=24)
-    ap.add_argument("--variants", default="30:1,60:1,120:1", help="CAP:SETS[:FLOOR], compared")
+    ap.add_argument("--variants", default="30:1,60:1,120:1", help="CAP:SETS[:FLOOR][/b], compared")
+    ap.add_argument("--before", help="an earlier timing.py: the isolated samples of /b variants")
     args = ap.parse_args(argv)
     env = runner.Env(interpret=False)
     if env.interpret:
@@ -78,10 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     defaults = ["1", "0"]  # SETS, FLOOR
     variants = []
     for v in args.variants.split(","):
-        parts = v.split(":")
-        variants.append(tuple(int(x) for x in parts + defaults[len(parts) - 1 :]))
+        spec, _, impl = v.partition("/")
+        parts = spec.split(":")
+        variants.append((*(int(x) for x in parts + defaults[len(parts) - 1 :]), impl))
     evs = {}
-    for cap, _, floor in variants:
+    for cap, _, floor, _ in variants:
         req = {"reference": str(ROOT / "tasks" / args.task / "reference.py"),
                "tolerances": toml["tolerances"], "seed": 1234, "warmup": 10, "repeats": cap,
                "case_timeout_s": 600, "entry": args.entry,
@@ -95,10 +103,24 @@ def main(argv: list[str] | None = None) -> int:
     cases = [{"name": c["name"], "dtype": c["dtype"], "shape": c["shape"]}
              for c in toml["dev_cases"]]  # fmt: skip
     seen: list[list[float]] = []
-    inner, shipped_sets, min_sets = env.isolated_times, env.sets_needed, [1]
+    shipped_sets, min_sets = env.sets_needed, [1]
+    impls = {"": env.isolated_times}
+    if args.before:  # an Env of the earlier timing.py with this one's state (torch, L2, copy)
+        spec = importlib.util.spec_from_file_location("timing_before", args.before)
+        assert spec and spec.loader, args.before
+        before = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(before)
+        old = before.Env.__new__(before.Env)
+        old.__dict__.update(env.__dict__)
+        impls["b"] = old.isolated_times
+    impl = [""]
+
+    took: list[float] = []
 
     def isolated(*a: Any, **k: Any) -> Any:
-        times, tails = inner(*a, **k)
+        t0 = time.perf_counter()
+        times, tails = impls[impl[0]](*a, **k)
+        took.append((time.perf_counter() - t0) * 1e3)
         seen.append(list(times))
         return times, tails
 
@@ -110,26 +132,27 @@ def main(argv: list[str] | None = None) -> int:
         res = first.run_case(fn, case, i, cand_dir, timing=True)
         if res.get("timing_method") == "isolated":
             iso.append((i, case))
-    label = {v: ":".join(map(str, v)) for v in variants}
+    label = {v: ":".join(map(str, v[:3])) + (f"/{v[3]}" if v[3] else "") for v in variants}
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {
         label[v]: collections.defaultdict(list) for v in variants
     }
     for rnd in range(args.rounds):
         k = rnd % len(variants)
         for v in variants[k:] + variants[:k]:  # rotated: a drift hits every variant alike
-            cap, min_sets[0], floor = v
+            cap, min_sets[0], floor, impl[0] = v
             for i, case in iso:
                 seen.clear()
+                took.clear()
                 res = evs[(cap, floor)].run_case(fn, case, i, cand_dir, timing=True)
                 rows[label[v]][case["name"]].append({
                     "median_us": res.get("median_us"), "samples": res.get("samples"),
                     "sets": res.get("input_sets"), "within": within(seen[-1] if seen else []),
-                    "times_us": seen[-1] if seen else [],
+                    "times_us": seen[-1] if seen else [], "ms": took[-1] if took else None,
                 })  # fmt: skip
     print(f"{env.info()['device']}, torch {env.torch.__version__}; {args.dir}/{args.entry}, "
           f"{args.rounds} rounds per variant (CAP:SETS), rounds interleaved")  # fmt: skip
     print(f"{'case':18} {'variant':>7} {'samples':>9} {'sets':>4} {'median us':>9} "
-          f"{'pairs>1%':>9} {'worst':>7} {'between':>8} {'within':>7}")  # fmt: skip
+          f"{'pairs>1%':>9} {'worst':>7} {'between':>8} {'within':>7} {'ms':>5}")  # fmt: skip
     summary: dict[str, Any] = {}
     for name, by_case in rows.items():
         runs_over = [False] * args.rounds
@@ -146,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{rs[-1]['sets']!s:>4} {statistics.median(meds):9.2f} "
                   f"{sum(g > 0.01 for g in gaps):4d}/{len(gaps):<4d} {100 * max(gaps):6.2f}% "
                   f"{100 * between:7.2f}% "
-                  f"{100 * statistics.median(ws) if ws else float('nan'):6.2f}%")  # fmt: skip
+                  f"{100 * statistics.median(ws) if ws else float('nan'):6.2f}% "
+                  f"{statistics.median(r['ms'] for r in rs):5.1f}")  # fmt: skip
         over = sum(runs_over[1:])
         summary[name] = {"runs_with_a_case_over_1pct": over, "runs": args.rounds - 1}
         print(f"{name}: {over} of {args.rounds - 1} back-to-back runs had a case over 1%")

@@ -10,6 +10,8 @@ Variants (combine with "+"):
   base        unchanged
   nohelper    the SSH stage sync runs every step as an SSH exec of its own (before 43f57aa)
   noreuse     the warm runner imports the candidate afresh on every request (before 0eaddc7)
+  before      tools/gpu/timing.py replaced whole by .whl/timing_before.py (an earlier version:
+              `git show REV:tools/gpu/timing.py > .whl/timing_before.py`, carried with the wheels)
 benchmarks/session_gpu.sh's `objab` part runs bench_ssh_e2e.py's objective once per variant.
 """
 
@@ -19,8 +21,9 @@ import shutil
 import sys
 from pathlib import Path
 
-EDITS: dict[str, list[tuple[str, str, str]]] = {
+EDITS: dict[str, list[tuple[str, str | None, str]]] = {  # (file, anchor or None: whole, new)
     "base": [],
+    "before": [("tools/gpu/timing.py", None, ".whl/timing_before.py")],
     "nohelper": [
         (
             "tools/execution/ssh_sync.py",
@@ -50,6 +53,9 @@ def apply(variant: str, pkg: Path, pristine: Path) -> None:
         shutil.copyfile(saved, pkg / rel)
     for name in variant.split("+"):
         for rel, old, new in EDITS[name]:
+            if old is None:
+                shutil.copyfile(Path(__file__).resolve().parents[1] / new, pkg / rel)
+                continue
             text = (pkg / rel).read_text()
             if text.count(old) != 1:
                 raise SystemExit(f"variant {name}: its anchor is not in {rel} once: {old!r}")

@@ -12,9 +12,8 @@ without timing (correctness only) for comparison.
 The correctness-only run is split by the runner's own phases: inputs (draw, reference,
 snapshot, poison), check (the candidate's call and the comparison) and the rest (the case's
 allocator release). --keep-cache turns the per-case torch.cuda.empty_cache() into a no-op, to
-show what the allocator release costs. Per case also (the largest over the rounds): "behind",
-the times the isolated path started over because the host fell behind the device (each a
-repeat of its samples with a sleep before every one); "set gap", how far apart the input sets'
+show what the allocator release costs. Per case also (the largest over the rounds): "set gap",
+how far apart the input sets'
 own medians are in the isolated samples (benchmarks/timing_variants.py's oneset); "spread",
 (p90 - p10) / median.
 
@@ -68,20 +67,15 @@ def wrap(env: Any, spent: dict[str, float]) -> None:
 
 
 def watch_isolated(env: Any, seen: dict[str, Any]) -> None:
-    """Record the isolated path's last samples ("times") and how often it started over with a
-    sleep before every sample because the host fell behind the device ("behind")."""
-    isolated, inner = env.isolated_times, env._isolated
+    """Record the isolated path's last samples ("times")."""
+    isolated = env.isolated_times
 
     def times(*a: Any, **k: Any) -> Any:
         out = isolated(*a, **k)
         seen["times"] = list(out[0])
         return out
 
-    def restarted(*a: Any, **k: Any) -> Any:
-        seen["behind"] += bool(k.get("sleep_each"))
-        return inner(*a, **k)
-
-    env.isolated_times, env._isolated = times, restarted
+    env.isolated_times = times
 
 
 def set_gap(times: list[float], n_sets: int) -> float | None:
@@ -127,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep_cache:
         env.torch.cuda.empty_cache = lambda: None
     spent: dict[str, float] = collections.defaultdict(float)
-    seen: dict[str, Any] = {"behind": 0, "times": []}
+    seen: dict[str, Any] = {"times": []}
     watch_isolated(env, seen)  # inside the wall clocks of wrap(): counted in isolated_times
     wrap(env, spent)
     cases = [{"name": c["name"], "dtype": c["dtype"], "shape": c["shape"]}
@@ -146,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             split = {k: ev.phases.get(k, 0.0) - before.get(k, 0.0)
                      for k in ("inputs", "correctness")}  # fmt: skip
             spent.clear()
-            seen.update(behind=0, times=[])
+            seen.update(times=[])
             profiling = args.profile and rnd == args.rounds - 1
             if profiling:
                 prof.enable()
@@ -162,14 +156,13 @@ def main(argv: list[str] | None = None) -> int:
                                        "method": res.get("timing_method"),
                                        "median_us": res.get("median_us"),
                                        "calls": res.get("calls_per_sample"),
-                                       "behind": seen["behind"],
                                        "set_gap": set_gap(seen["times"],
                                                           int(res.get("input_sets") or 1)),
                                        "spread": res.get("spread")})  # fmt: skip
     print(
         f"{env.info()['device']}, torch {env.torch.__version__}; median of {args.rounds} rounds, ms"
     )
-    head = f"{'case':18} {'method':10} {'samples':>7} {'calls':>5} {'median us':>9} | {'total':>7} {'check':>7} {'singles':>7} {'graph':>7} {'isolated':>8} | {'inputs':>7} {'compare':>7} | {'behind':>6} {'set gap':>8} {'spread':>7}"
+    head = f"{'case':18} {'method':10} {'samples':>7} {'calls':>5} {'median us':>9} | {'total':>7} {'check':>7} {'singles':>7} {'graph':>7} {'isolated':>8} | {'inputs':>7} {'compare':>7} | {'set gap':>8} {'spread':>7}"
     print(head)
     sums: dict[str, float] = collections.defaultdict(float)
     for name, rs in rows.items():
@@ -183,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{last['median_us'] or 0:9.2f} | {med['total_s'] * 1e3:7.1f} {med['check_s'] * 1e3:7.1f} "
               f"{med['window_s'] * 1e3:7.1f} {med['graph_times_s'] * 1e3:7.1f} {med['isolated_times_s'] * 1e3:8.1f}"
               f" | {med['inputs_s'] * 1e3:7.1f} {med['compare_s'] * 1e3:7.1f}"
-              f" | {sum(r['behind'] for r in rs):6d} {pct(r['set_gap'] for r in rs):>8}"
+              f" | {pct(r['set_gap'] for r in rs):>8}"
               f" {pct(r['spread'] for r in rs):>7}")  # fmt: skip
     print(f"{'sum':18} {'':10} {'':>7} {'':>5} {'':>9} | {sums['total_s'] * 1e3:7.1f} {sums['check_s'] * 1e3:7.1f} "
           f"{sums['window_s'] * 1e3:7.1f} {sums['graph_times_s'] * 1e3:7.1f} {sums['isolated_times_s'] * 1e3:8.1f}"

@@ -6,10 +6,11 @@ variant that no longer applies fails loudly instead of measuring the base twice.
 
 Variants (combine with "+"):
   base        unchanged
-  legacy      timing.py as of 39952d8: 500 us windows, a sleep before every isolated sample,
-              nvidia-smi run for every env block, capture through torch.cuda.graph() (which
-              empties the allocator's caches), ten single calls (the first A/B, at 39952d8,
-              measured 250 us windows and one sleep a batch as "window250" and "sleep1")
+  legacy      timing.py as of 39952d8: 500 us windows, nvidia-smi run for every env block,
+              capture through torch.cuda.graph() (which empties the allocator's caches), ten
+              single calls (the first A/B, at 39952d8, measured 250 us windows and one sleep a
+              batch as "window250" and "sleep1"; its sleep before every isolated sample is no
+              longer an edit: each isolated sample has its own since the thirteenth session)
   floor8      adaptive sampling's floor 8 samples instead of 10
   oneset      isolated (bandwidth-bound) cases time one input set, not a rotation: the flush
               before each sample already cleans L2, and two alternating sets whose memory times
@@ -46,7 +47,6 @@ EDITS: dict[str, list[tuple[str, str]]] = {
     "base": [],
     "legacy": [
         ("BATCH_STEP, WINDOW_US = 4, 250.0", "BATCH_STEP, WINDOW_US = 4, 500.0"),
-        ("                if j == 0 or sleep_each:\n", "                if True:\n"),
         ("@functools.cache  # once a process", "# once a process"),
         (
             "        with torch.cuda.stream(side):\n"

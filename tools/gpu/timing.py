@@ -12,8 +12,9 @@ replays is enqueued with an event between each two and read after one synchroniz
 latency is in any sample (RUNNER_VERSION 2 held the host launch and synchronize latency inside
 each 1 ms window). Host launch latency is measured apart: single eager calls with a whole-device
 synchronize inside the window; launch_overhead_us = single - device median. Large cases are
-timed one isolated call per sample instead (Env.ISOLATED_MIN_US says when), a batch of them
-per synchronize; the synchronize after each batch times the tail of work left on other streams.
+timed one isolated call per sample instead (Env.ISOLATED_MIN_US says when), each behind a hold
+that covers its enqueue, at most one queued behind the one running, a batch per synchronize;
+the synchronize after each batch times the tail of work left on other streams.
 Without a GPU the same path runs under the Triton interpreter on small shapes, timed with a
 wall clock, and every timing is marked meaningful=false.
 
@@ -22,6 +23,7 @@ Siblings (scores.py) are imported by the one rule in runner.py's docstring.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import itertools
@@ -43,7 +45,7 @@ else:
         sys.path.insert(0, HERE)
     import scores
 
-RUNNER_VERSION = "3"  # reported in every env block (Env.info)
+RUNNER_VERSION = "4"  # reported in every env block (Env.info)
 # Adaptive sampling (time_case): at least MIN_SAMPLES, at most `repeats`, stopping once the
 # median's ~95% confidence interval is within RELATIVE_CI of it. The guarded verify's replay
 # samples keep their fixed count (guard_gpu.time_samples): a candidate must not be able to
@@ -221,71 +223,80 @@ class Env:
     def isolated_times(
         self, call, samples: int, *, host_us: float, cap: int | None = None
     ) -> tuple[list[float], list[float]]:
-        """One call per sample from a clean L2. `samples` is the floor; with `cap` above it,
-        sampling stops early once the median is known to within RELATIVE_CI. Samples are
-        enqueued in batches, [flush, start, call, end] each, a sleep before the batch's first
-        (the device sequence of a sample is what it was with a synchronize after each: L2 clean,
-        the call enqueued before its start event runs), with one synchronize per batch;
-        a whole-device synchronize after the batch times the tail of work left on other
-        streams (`tails`, one a batch). Where the host cannot keep ahead of the device (a slow
-        launch before a short call: see HOST_AHEAD), every sample gets the sleep and the
-        samples start over."""
-        try:
-            return self._isolated(call, samples, host_us=host_us, cap=cap, sleep_each=False)
-        except _HostBehind:
-            return self._isolated(call, samples, host_us=host_us, cap=cap, sleep_each=True)
-
-    # A batch whose enqueue took longer than HOST_AHEAD x its device time after the first
-    # sleep (the device's span from the first start event to the last end event, plus the
-    # sleep) may have idled the device between a start event and its call: its samples would
-    # hold host latency. Conservative: a host only slightly ahead is treated as behind.
-    HOST_AHEAD = 0.8
-    host_clock = staticmethod(time.perf_counter)  # the enqueue's clock (a stand-in in tests)
-
-    def _isolated(
-        self, call, samples: int, *, host_us: float, cap: int | None, sleep_each: bool
-    ) -> tuple[list[float], list[float]]:
+        """One call per sample from a clean L2: [event, hold, flush, start, call, end] each,
+        at most one sample queued behind the one running (the host enqueues sample k+1 only
+        once sample k-1 has ended). `samples` is the floor; with `cap` above it, sampling stops
+        early once the median is known to within RELATIVE_CI (checked after the floor, then
+        every BATCH_STEP samples); one whole-device synchronize a batch, whose tail (`tails`)
+        times work left on other streams.
+        Why one behind: samples enqueued ahead in a batch read 1-2% longer on an H100 at 33 us
+        while three or more samples were queued behind them, so a median moved with how many of
+        a run's samples came last in their batch (issue 30: BENCHMARKS.md, thirteenth session).
+        The hold (a sleep kernel) with the flush lets the host finish enqueueing a sample before
+        the device reaches its start event, so no host latency is in a sample: see HOLD_MARGIN."""
         torch = self.torch
         self.flush_l2()  # allocates the flush buffer before the first sample
         torch.cuda.synchronize()
-        # Sleep long enough to cover the host's enqueue of start event + call + end event
-        # (host_us, a single call's launch and synchronize, bounds it) with a margin, before
-        # the first sample of a batch: later ones are enqueued while earlier ones run, as long
-        # as the host keeps ahead of the device (checked after each batch: _HostBehind).
-        sleep_us = min(max(host_us + 50, 100), 5000)
-        sleep_cycles = int(sleep_us * 2000)  # ~2 GHz SM clock
         call(0)
         torch.cuda.synchronize()
         tails: list[float] = []
         index = itertools.count()  # each sample the next input set
+        # What the host took to enqueue the last sample (first guess: a single call's launch
+        # and synchronize plus a flush's and two events' launches), and the device's time from
+        # the event to the start event besides the hold (the flush).
+        last = {"enqueue_us": host_us + self.ENQUEUE_EXTRA_US, "lead_us": 0.0}
+
+        def enqueue() -> tuple[Any, Any, Any, float, float]:
+            gate, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            hold_us = self.HOLD_MARGIN * last["enqueue_us"] - last["lead_us"]
+            hold_us = min(max(hold_us, 0.0), self.MAX_HOLD_US)
+            t0 = self.host_clock()
+            gate.record()
+            torch.cuda._sleep(int(hold_us * 2000))  # ~2 GHz SM clock
+            self.flush_l2()
+            start.record()
+            call(next(index))
+            end.record()
+            return gate, start, end, (self.host_clock() - t0) * 1e6, hold_us
 
         def batch(n: int) -> list[float]:
-            pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(n)]  # fmt: skip
-            after_sync = torch.cuda.Event(enable_timing=True)
-            stream = torch.cuda.current_stream()  # once: record() would look it up each time
-            t0 = self.host_clock()
-            for j, (start, end) in enumerate(pairs):
-                self.flush_l2()
-                if j == 0 or sleep_each:
-                    torch.cuda._sleep(sleep_cycles)
-                start.record(stream)
-                call(next(index))
-                end.record(stream)
-            enqueue_us = (self.host_clock() - t0) * 1e6
+            out: list[float] = []
+            queued: collections.deque = collections.deque()
+            retakes = 0
+            while len(out) < n:
+                while len(queued) < 2 and len(out) + len(queued) < n:
+                    queued.append(enqueue())
+                gate, start, end, enqueue_us, hold_us = queued.popleft()
+                end.synchronize()
+                held_us = gate.elapsed_time(start) * 1e3
+                last.update(enqueue_us=enqueue_us, lead_us=max(held_us - hold_us, 0.0))
+                if enqueue_us <= held_us or retakes >= self.HOLD_TRIES * n:
+                    out.append(start.elapsed_time(end) * 1e3)
+                else:
+                    retakes += 1  # the sample may hold host latency: another takes its place
+            after = torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
-            after_sync.record()
-            after_sync.synchronize()
-            tails.append(pairs[-1][1].elapsed_time(after_sync) * 1e3)
-            span_us = pairs[0][0].elapsed_time(pairs[-1][1]) * 1e3
-            if not sleep_each and enqueue_us > self.HOST_AHEAD * (sleep_us + span_us):
-                raise _HostBehind
-            return [start.elapsed_time(end) * 1e3 for start, end in pairs]
+            after.record()
+            after.synchronize()
+            tails.append(end.elapsed_time(after) * 1e3)
+            return out
 
         times, _ = scores.sample_batches_until_stable(
             batch, floor=samples, cap=cap or samples, rel_ci=RELATIVE_CI, step=BATCH_STEP
         )
         return times, tails
+
+    # A sample's hold is HOLD_MARGIN x what the host took to enqueue the last sample, less the
+    # device's own time before the last start event (the flush), at most MAX_HOLD_US. A sample
+    # whose enqueue outlasted the device's time from its event to its start event (the device
+    # cannot reach that start sooner after the host began it) may hold host latency: its reading
+    # is dropped and another sample, held by what that enqueue took, takes its place; past
+    # HOLD_TRIES x the batch's samples so dropped (a host that stays behind: a launch past
+    # MAX_HOLD_US / HOLD_MARGIN), readings are kept as they come and the median outvotes them
+    # unless most are so.
+    HOLD_MARGIN, HOLD_TRIES, MAX_HOLD_US = 1.5, 3, 20_000.0
+    ENQUEUE_EXTRA_US = 30.0
+    host_clock = staticmethod(time.perf_counter)  # the enqueue's clock (a stand-in in tests)
 
     def graph_times(
         self, call, calls: int, samples: int, warmup: int, cap: int | None = None
@@ -331,10 +342,6 @@ class Env:
             batch, floor=samples, cap=cap or samples, rel_ci=RELATIVE_CI, step=BATCH_STEP
         )
         return out  # the graph (and its memory pool) goes with this frame
-
-
-class _HostBehind(Exception):
-    """An isolated batch's enqueue outlasted its device time (Env._isolated)."""
 
 
 @functools.cache  # once a process: nvidia-smi takes tens of ms, every env block reports it

@@ -468,6 +468,7 @@ class FakeCuda:
     def _sleep(self, cycles: int) -> None:
         self.log.append("sleep")
         self.sleeps.append(cycles)
+        self.clock += cycles / 2000  # ~2 GHz, as timing.py sizes it
 
     def host_clock(self) -> float:
         return self.host_us / 1e6
@@ -538,73 +539,93 @@ def test_graph_samples_past_the_floor_come_in_steps() -> None:
     assert syncs == 1 + 1 + 3
 
 
-def test_isolated_samples_flush_before_each_call_and_sync_once_a_batch() -> None:
-    """Rule: each sample is [flush, start, call, end], the batch's first with a sleep after
-    its flush (it covers the host's enqueue; later samples are enqueued while earlier ones
-    run); one whole-device synchronize after the batch, then the tail event; the sample is
-    start..end only (the flush and the sleep are outside it)."""
+SAMPLE = [
+    "record",
+    "sleep",
+    "flush",
+    "record",
+    "call",
+    "record",
+]  # event, hold, flush, start, call, end
+
+
+def test_isolated_samples_queue_at_most_one_behind_the_one_running() -> None:
+    """Rule: a sample is [event, hold (a sleep), flush, start, call, end]; the host enqueues
+    sample k+1 only once sample k-1 has ended (synchronized on its end event), so at most one
+    sample is queued behind the one running; one whole-device synchronize a batch, then the
+    tail event; the sample is start..end only (the hold and the flush are outside it)."""
     cuda = FakeCuda([30.0])
-    e = fake_env(cuda)
-    times, tails = e.isolated_times(cuda.call, 10, host_us=20.0, cap=30)
-    assert times == [30.0] * 10 and len(tails) == 1
+    times, tails = fake_env(cuda).isolated_times(cuda.call, 3, host_us=20.0, cap=3)
+    assert times == [30.0] * 3 and len(tails) == 1
     batch = cuda.log[cuda.log.index("sleep") - 1 :]
-    assert batch == ["flush", "sleep", "record", "call", "record"] + [
-        "flush", "record", "call", "record"
-    ] * 9 + ["sync", "record", "sync"]  # fmt: skip
+    assert batch == SAMPLE * 2 + ["sync"] + SAMPLE + ["sync", "sync", "sync", "record", "sync"]
 
 
-def test_a_host_behind_the_device_gets_a_sleep_before_every_sample_and_starts_over() -> None:
-    """Rule: when a batch's enqueue outlasts HOST_AHEAD x (its sleep + the device's span from
-    its first start to its last end), the device may have idled inside a sample: that batch is
-    dropped and sampling starts over with the sleep before every sample. Here each launch takes
-    the host 200 us against 30 us calls and 40 us flushes: 2000 us of enqueue against
-    0.8 x (100 + 660) us."""
+@pytest.mark.parametrize(
+    ("host_us", "hold_us"), [(20.0, 75.0), (5000.0, 7545.0), (20_000.0, 20_000.0)]
+)
+def test_the_first_hold_covers_a_single_calls_cost_and_a_margin(
+    host_us: float, hold_us: float
+) -> None:
+    """Rule: the first sample's hold is 1.5 x (host_us + 30 us for a flush's and two events'
+    launches) at ~2 GHz (2000 cycles a us), at most 20 ms."""
     cuda = FakeCuda([30.0])
+    fake_env(cuda).isolated_times(cuda.call, 1, host_us=host_us, cap=1)
+    assert cuda.sleeps == pytest.approx([hold_us * 2000], abs=2)
+
+
+def test_a_later_hold_is_sized_from_the_last_ended_samples_enqueue_less_its_flush() -> None:
+    """Rule: once a sample has ended, the next hold is 1.5 x what the host took to enqueue it
+    less the device's own time before its start event besides its hold (the 40 us flush):
+    40 us launches, 1.5 x 40 - 40 = 20 us. The second sample is enqueued before the first
+    ends, on the first guess."""
+    cuda = FakeCuda([30.0])
+    cuda.host_call_us = 40.0
+    fake_env(cuda).isolated_times(cuda.call, 3, host_us=20.0, cap=3)
+    assert cuda.sleeps == pytest.approx([75.0 * 2000, 75.0 * 2000, 20.0 * 2000], abs=2)
+
+
+def test_a_sample_enqueued_past_its_hold_is_dropped_and_another_held_longer() -> None:
+    """Rule: a sample whose enqueue outlasted the device's time from its event to its start
+    event may hold host latency: its reading is dropped and another sample takes its place,
+    held by what that enqueue took. 200 us launches against 75 us held + a 40 us flush; then
+    1.5 x 200 - 40 = 260 us."""
+    cuda = FakeCuda([30.0, 99.0, 31.0])  # the warm-up call, the dropped sample, the kept one
     cuda.host_call_us = 200.0
-    times, tails = fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0, cap=30)
-    assert times == [30.0] * 10 and len(tails) == 1  # the first try's tail is dropped with it
-    assert len(cuda.sleeps) == 1 + 10
-    assert cuda.log[-(5 * 10 + 3) :] == ["flush", "sleep", "record", "call", "record"] * 10 + [
-        "sync", "record", "sync"
-    ]  # fmt: skip
+    times, tails = fake_env(cuda).isolated_times(cuda.call, 1, host_us=20.0, cap=1)
+    assert times == [31.0] and len(tails) == 1
+    assert cuda.sleeps == pytest.approx([75.0 * 2000, 260.0 * 2000], abs=2)
 
 
-def test_a_host_just_ahead_of_the_device_keeps_one_sleep_a_batch() -> None:
-    """The same rule's other side: 50 us launches keep ahead of 30 us calls after 40 us flushes
-    (500 us of enqueue against 0.8 x (100 + 660) us)."""
-    cuda = FakeCuda([30.0])
-    cuda.host_call_us = 50.0
-    fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0, cap=30)
-    assert len(cuda.sleeps) == 1
-
-
-@pytest.mark.parametrize(("launch_us", "sleeps"), [(60.0, 1), (62.0, 1 + 10)])
-def test_the_host_is_behind_past_four_fifths_of_the_sleep_and_the_span(
+@pytest.mark.parametrize(("launch_us", "sleeps"), [(114.9, 1), (115.1, 2)])
+def test_the_host_is_ahead_while_its_enqueue_fits_the_held_time(
     launch_us: float, sleeps: int
 ) -> None:
-    """The boundary: 10 samples of 30 us calls after 40 us flushes span 660 us from the first
-    start event to the last end event; with the 100 us sleep, 0.8 x 760 = 608 us. 600 us of
-    enqueue is ahead, 620 us behind."""
+    """The boundary: a 75 us hold and a 40 us flush hold the device 115 us before the start
+    event; 114.9 us of enqueue fits, 115.1 does not."""
     cuda = FakeCuda([30.0])
     cuda.host_call_us = launch_us
-    fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0, cap=10)
+    fake_env(cuda).isolated_times(cuda.call, 1, host_us=20.0, cap=1)
     assert len(cuda.sleeps) == sleeps
 
 
-@pytest.mark.parametrize(("host_us", "sleep_us"), [(20.0, 100.0), (60.0, 110.0), (4990.0, 5000.0)])
-def test_the_isolated_sleep_covers_a_launch_and_a_margin(host_us: float, sleep_us: float) -> None:
-    """Rule: a batch's sleep is host_us + 50 us at ~2 GHz (2000 cycles a us), at least
-    100 us and at most 5 ms."""
-    cuda = FakeCuda([30.0])
-    fake_env(cuda).isolated_times(cuda.call, 5, host_us=host_us, cap=5)
-    assert cuda.sleeps == [int(sleep_us * 2000)]
+def test_a_host_no_hold_covers_keeps_readings_after_three_drops_a_sample() -> None:
+    """Rule: past HOLD_TRIES x the batch's samples dropped (here 40 ms launches against the
+    20 ms most a hold is; a batch of two: six drops), readings are kept as they come:
+    sampling goes on."""
+    drops = timing.Env.HOLD_TRIES * 2
+    cuda = FakeCuda([30.0, *[99.0] * drops, 31.0, 32.0])
+    cuda.host_call_us = 40_000.0
+    times, tails = fake_env(cuda).isolated_times(cuda.call, 2, host_us=20.0, cap=2)
+    assert times == [31.0, 32.0] and len(tails) == 1
+    assert len(cuda.sleeps) == drops + 2
 
 
 def test_isolated_samples_past_the_floor_come_in_steps_with_a_tail_each_batch() -> None:
     cuda = FakeCuda([30.0, 36.0, 31.0, 35.0, 30.0, 37.0] * 30)  # never within 0.5%
     times, tails = fake_env(cuda).isolated_times(cuda.call, 10, host_us=20.0, cap=19)
     assert len(times) == 19 and len(tails) == 4  # batches of 10, 4, 4 and 1
-    assert cuda.log.count("sleep") == 4  # one a batch
+    assert cuda.log.count("sleep") == 19  # one a sample
 
 
 def test_isolated_samples_start_from_a_flushed_synchronized_warm_device_and_rotate_inputs() -> None:
