@@ -14,7 +14,7 @@ rotates over (timing.py's Env.sets_needed raised to SETS; 1 leaves it as shipped
 the large cases two); the floor of adaptive sampling (0 or left out: timing.MIN_SAMPLES); "/b":
 the isolated samples of the timing.py named by --before (an earlier version, e.g. `git show
 HEAD~1:tools/gpu/timing.py > .whl/timing_before.py`, carried to the GPU host), so one process
-compares two implementations round by round. The label printed is all of it. Each row also
+compares two implementations round by round; "/NAME", of the one --impl NAME=PATH names. The label printed is all of it. Each row also
 says what the isolated timing of one case took on the host's clock ("ms"). Results:
 BENCHMARKS.md, eleventh and thirteenth sessions.
 Each set is an allocation of its own, and the runner empties the allocator's cache after every
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=24)
     ap.add_argument("--variants", default="30:1,60:1,120:1", help="CAP:SETS[:FLOOR][/b], compared")
     ap.add_argument("--before", help="an earlier timing.py: the isolated samples of /b variants")
+    ap.add_argument("--impl", action="append", default=[], metavar="NAME=PATH",
+                    help="another timing.py: the isolated samples of /NAME variants")  # fmt: skip
     args = ap.parse_args(argv)
     env = runner.Env(interpret=False)
     if env.interpret:
@@ -105,14 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     seen: list[list[float]] = []
     shipped_sets, min_sets = env.sets_needed, [1]
     impls = {"": env.isolated_times}
-    if args.before:  # an Env of the earlier timing.py with this one's state (torch, L2, copy)
-        spec = importlib.util.spec_from_file_location("timing_before", args.before)
-        assert spec and spec.loader, args.before
-        before = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(before)
-        old = before.Env.__new__(before.Env)
-        old.__dict__.update(env.__dict__)
-        impls["b"] = old.isolated_times
+    others = [f"b={args.before}"] * bool(args.before) + args.impl
+    for name, _, path in (o.partition("=") for o in others):
+        # an Env of that timing.py with this one's state (torch, L2, copy bandwidth)
+        spec = importlib.util.spec_from_file_location(f"timing_{name}", path)
+        assert spec and spec.loader, path
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        other = module.Env.__new__(module.Env)
+        other.__dict__.update(env.__dict__)
+        impls[name] = other.isolated_times
     impl = [""]
 
     took: list[float] = []
