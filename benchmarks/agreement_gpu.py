@@ -22,9 +22,10 @@ case, so each round's sets sit in other memory.
 
 Per case and variant: the rounds' medians; "pairs > 1%", how many consecutive rounds (two
 back-to-back evals, as bench_ssh_e2e.py's agreement takes them) differ by more than 1% of their
-mean; the worst such pair; "between", the spread of the rounds' medians (their standard
-deviation over their mean); "within", what one round's own samples predict for it
-(1.2533 * sd / sqrt(n) / median, the median's standard error under Gaussian noise). Between
+mean; the worst such pair; "between", the spread of the rounds' medians (robust_sd over their
+median); "within", what one round's own samples predict for it (1.2533 * robust_sd / sqrt(n) /
+median, the median's standard error under Gaussian noise). robust_sd is 1.4826 x the median
+absolute deviation: a rare disturbance (one round 100% off) does not swamp it. Between
 much larger than within: the rounds differ by more than their samples' noise (the device's
 state, the inputs' memory), which more samples cannot fix; close: more samples tighten it.
 Last, the fraction of whole "runs" (one round of every case) with a case over 1%, per variant:
@@ -55,12 +56,18 @@ sys.path.insert(0, str(ROOT / "tools" / "gpu"))  # the staged layout: siblings i
 import runner  # noqa: E402
 
 
+def robust_sd(xs: list[float]) -> float:
+    """1.4826 x the median absolute deviation: the standard deviation under Gaussian noise."""
+    med = statistics.median(xs)
+    return 1.4826 * statistics.median(abs(x - med) for x in xs)
+
+
 def within(times: list[float]) -> float | None:
     """The median's relative standard error that a round's own samples predict."""
     if len(times) < 3:
         return None
     med = statistics.median(times)
-    return 1.2533 * statistics.stdev(times) / math.sqrt(len(times)) / med if med else None
+    return 1.2533 * robust_sd(times) / math.sqrt(len(times)) / med if med else None
 
 
 def pair_gaps(medians: list[float]) -> list[float]:
@@ -167,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             for j, g in enumerate(gaps):
                 runs_over[j + 1] |= g > 0.01
             ws = [r["within"] for r in rs if r["within"] is not None]
-            between = statistics.stdev(meds) / statistics.mean(meds)
+            between = robust_sd(meds) / statistics.median(meds)
             samples = [int(r["samples"] or 0) for r in rs]
             print(f"{case['name']:18} {name:>7} {min(samples):4d}-{max(samples):<4d} "
                   f"{rs[-1]['sets']!s:>4} {statistics.median(meds):9.2f} "
