@@ -288,6 +288,8 @@ def test_the_hooks_pass_calls_through_and_note_them_only_while_recording(fresh) 
     _, recording = rec.record(step, Arena().state, torch.arange(4), torch.zeros(8))
     assert seen == ["replay result", "interpret result"]
     assert recording["unsupported"] == ["graph_replay", "interpreted_launch"]
+    words = sorted([WORDS["graph_replay"], WORDS["interpreted_launch"]])
+    assert str(refusal(recording)) == "; ".join(words)
     assert stand_in.calls == ["capture", "replay", "interpret", "replay", "interpret"]
 
 

@@ -97,6 +97,20 @@ def test_a_step_with_a_captured_graph_replays_it_and_a_drop_frees_it(r: Replay) 
     assert r.rep.graphs == {}
 
 
+def test_a_programs_launches_run_in_their_place_among_its_calls(r: Replay) -> None:
+    """Each launch from its recorded binary (stood in for: the driver's), with the step's
+    storages as they are at that point."""
+    prog = copy.deepcopy(EAGER_PROGRAM)
+    launch = {"op": "launch", "kernel": "k0", "grid": [1, 1, 1], "params": [], "scratch": {}}
+    prog["ops"][1:1] = [launch]
+    made_first = [key for _, key in prog["ops"][0]["new"]]
+    seen: list[tuple[int, list[str]]] = []
+    r.rep.launch = lambda n, op, storages: seen.append((n, sorted(storages)))  # type: ignore[method-assign]
+    r.load(0, prog, kernels=[])
+    assert r.rep.run_step({"program": 0}) == ("", True)
+    assert seen == [(1, sorted(["arena", "tokens", *made_first]))]
+
+
 def test_a_step_request_that_names_no_program_runs_none(r: Replay) -> None:
     r.load(0, kernels=[])
     assert r.rep.run_step({}) == ("KeyError", False)
