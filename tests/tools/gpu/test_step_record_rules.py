@@ -306,6 +306,7 @@ def test_a_recorder_where_triton_has_no_interpreter_still_watches_cuda_graphs(mo
     assert recording["unsupported"] == ["graph_replay"]
 
 
+@pytest.mark.usefixtures("fresh")  # its stand-ins: the new recorder's wraps are undone after
 def test_a_cpu_recorder_leaves_tritons_gpu_launcher_alone(monkeypatch) -> None:
     from triton.backends.nvidia.driver import CudaLauncher
     from triton.compiler.compiler import CompiledKernel
@@ -313,8 +314,6 @@ def test_a_cpu_recorder_leaves_tritons_gpu_launcher_alone(monkeypatch) -> None:
     launcher, handles = CudaLauncher.__call__, CompiledKernel._init_handles
     monkeypatch.setattr(CudaLauncher, "__call__", launcher)  # put back after, wrapped or not
     monkeypatch.setattr(CompiledKernel, "_init_handles", handles)
-    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", torch.cuda.CUDAGraph.capture_begin)
-    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", torch.cuda.CUDAGraph.replay)
     assert step_record.StepRecorder(torch, "cpu").launches is None
     assert (CudaLauncher.__call__, CompiledKernel._init_handles) == (launcher, handles)
 
