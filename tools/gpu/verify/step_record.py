@@ -245,6 +245,8 @@ class StepRecorder:
         return out, self.finish(out)
 
     def finish(self, out: Any) -> dict[str, Any]:
+        # the result first: naming it may add a reason (a tensor made before the step)
+        output = self.tensor_ref(out) if isinstance(out, self.torch.Tensor) else None
         unsupported = set(self.unsupported)
         kernels: list[dict[str, Any]] = []
         if self.launches is not None:
@@ -254,7 +256,6 @@ class StepRecorder:
                 k = self.launches.kernels[kid]
                 kernels.append({n: v for n, v in k.items() if n != "_cubin"})
                 self.sent.add(kid)
-        output = self.tensor_ref(out) if isinstance(out, self.torch.Tensor) else None
         self.keep = []
         return {"ops": self.ops, "kernels": kernels, "output": output,
                 "unsupported": sorted(unsupported)}  # fmt: skip
