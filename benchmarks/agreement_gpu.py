@@ -46,13 +46,13 @@ import os
 import statistics
 import sys
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "gpu"))  # the staged layout: siblings import by name
 
+import dev_task  # noqa: E402  (beside this script)
 import runner  # noqa: E402
 
 
@@ -86,11 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--impl", action="append", default=[], metavar="NAME=PATH",
                     help="another timing.py: the isolated samples of /NAME variants")  # fmt: skip
     args = ap.parse_args(argv)
-    env = runner.Env(interpret=False)
-    if env.interpret:
-        print("no CUDA GPU here: this benchmark needs one", file=sys.stderr)
+    env = dev_task.cuda_env(runner)
+    if env is None:
         return 2
-    toml = tomllib.loads((ROOT / "tasks" / args.task / "task.toml").read_text())
     defaults = ["1", "0"]  # SETS, FLOOR
     variants = []
     for v in args.variants.split(","):
@@ -99,18 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         variants.append((*(int(x) for x in parts + defaults[len(parts) - 1 :]), impl))
     evs = {}
     for cap, _, floor, _ in variants:
-        req = {"reference": str(ROOT / "tasks" / args.task / "reference.py"),
-               "tolerances": toml["tolerances"], "seed": 1234, "warmup": 10, "repeats": cap,
-               "case_timeout_s": 600, "entry": args.entry,
-               "config_file": "kernel_config.json"}  # fmt: skip
+        toml, req = dev_task.dev_request(args.task, args.entry, cap)
         if floor:
             req["min_samples"] = floor
         evs[(cap, floor)] = runner.Evaluator(env, req)
     first = evs[(variants[0][0], variants[0][2])]
     fn, cand_dir = first.load_candidate(str(ROOT / args.dir))
     env.copy_gbps()
-    cases = [{"name": c["name"], "dtype": c["dtype"], "shape": c["shape"]}
-             for c in toml["dev_cases"]]  # fmt: skip
+    cases = dev_task.dev_cases(toml)
     seen: list[list[float]] = []
     shipped_sets, min_sets = env.sets_needed, [1]
     impls = {"": env.isolated_times}

@@ -24,13 +24,13 @@ import json
 import os
 import statistics
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "gpu"))  # the staged layout: siblings import by name
 
+import dev_task  # noqa: E402  (beside this script)
 import runner  # noqa: E402
 import timing  # noqa: E402
 
@@ -73,19 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--samples", type=int, default=30)
     args = ap.parse_args(argv)
-    env = runner.Env(interpret=False)
-    if env.interpret:
-        print("no CUDA GPU here: this benchmark needs one", file=sys.stderr)
+    env = dev_task.cuda_env(runner)
+    if env is None:
         return 2
-    toml = tomllib.loads((ROOT / "tasks" / args.task / "task.toml").read_text())
-    req = {"reference": str(ROOT / "tasks" / args.task / "reference.py"),
-           "tolerances": toml["tolerances"], "seed": 1234, "warmup": 10, "repeats": 30,
-           "case_timeout_s": 600, "entry": args.entry, "config_file": "kernel_config.json"}  # fmt: skip
+    toml, req = dev_task.dev_request(args.task, args.entry, 30)
     ev = runner.Evaluator(env, req)
     fn, cand_dir = ev.load_candidate(str(ROOT / args.dir))
     env.copy_gbps()
-    cases = [{"name": c["name"], "dtype": c["dtype"], "shape": c["shape"]}
-             for c in toml["dev_cases"]]  # fmt: skip
+    cases = dev_task.dev_cases(toml)
     iso = []  # the isolated cases, found as the runner finds them (and warmed up there)
     for i, case in enumerate(cases):
         if ev.run_case(fn, case, i, cand_dir, timing=True).get("timing_method") == "isolated":

@@ -31,7 +31,6 @@ import os
 import statistics
 import sys
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ else:
     GPU_DIR = ROOT / "tools" / "gpu"
 sys.path.insert(0, str(GPU_DIR))  # the staged layout: siblings import by name
 
+import dev_task  # noqa: E402  (beside this script)
 import runner  # noqa: E402
 
 WRAPPED = ("window", "graph_times", "isolated_times", "copy_gbps")
@@ -106,15 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     print(f"runner from {GPU_DIR.name}, keep cache {args.keep_cache}")
-    env = runner.Env(interpret=False)
-    if env.interpret:
-        print("no CUDA GPU here: this benchmark needs one", file=sys.stderr)
+    env = dev_task.cuda_env(runner)
+    if env is None:
         return 2
-    toml = tomllib.loads((ROOT / "tasks" / args.task / "task.toml").read_text())
-    req = {"reference": str(ROOT / "tasks" / args.task / "reference.py"),
-           "tolerances": toml["tolerances"], "seed": 1234, "warmup": 10,
-           "repeats": args.repeats, "case_timeout_s": 600, "entry": args.entry,
-           "config_file": "kernel_config.json"}  # fmt: skip
+    toml, req = dev_task.dev_request(args.task, args.entry, args.repeats)
     ev = runner.Evaluator(env, req)
     fn, cand_dir = ev.load_candidate(str(ROOT / "tasks" / args.task / "solutions"))
     env.copy_gbps()  # measured once per process, outside every case
@@ -124,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     seen: dict[str, Any] = {"times": []}
     watch_isolated(env, seen)  # inside the wall clocks of wrap(): counted in isolated_times
     wrap(env, spent)
-    cases = [{"name": c["name"], "dtype": c["dtype"], "shape": c["shape"]}
-             for c in toml["dev_cases"]]  # fmt: skip
+    cases = dev_task.dev_cases(toml)
     rows: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     import cProfile
     import pstats
