@@ -63,6 +63,6 @@ def step(state, tokens):
     c = state.config
     if "pos" not in _START:
         _START["pos"] = state.lengths.long().clone()
-    else:
-        _START["pos"] += 1
+    else:  # kept in range (as a cheat that must not crash would): stale, never out of bounds
+        _START["pos"] = (_START["pos"] + 1).clamp(max=c.max_seq - 1)
     return _forward(state, tokens, _START["pos"], range(c.layers), c.max_seq)
